@@ -1,0 +1,45 @@
+# Thinking-with-images agents trained with MAPO. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON      ?= python3
+VENV        := .venv
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.installed
+TINY        := outputs/tiny
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+export TRL_EXPERIMENTAL_SILENCE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: help install tiny test lint bench clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch and torchvision come from files on these machines; PyPI's torchvision does not import beside 2.13 CPU.
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -r requirements.txt
+	touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install the pinned stack (CPU; GPU extras: requirements-gpu.txt)
+
+$(TINY)/.built: $(STAMP) tiny_models.py task.py
+	$(PY) tiny_models.py --output_dir $(TINY)
+	touch $@
+
+tiny: $(TINY)/.built ## Build the tiny offline models (Qwen2.5-VL, tokenizer, CLIP, text encoder) into outputs/tiny
+
+test: $(STAMP) ## Run the offline test suite (builds the tiny models it needs)
+	$(PY) -m pytest -q tests
+
+lint: $(STAMP) ## ruff check + format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean: ## Remove outputs/ (checkpoints, tiny models, generated data)
+	rm -rf outputs

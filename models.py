@@ -1,0 +1,126 @@
+"""The one place that loads models, processors and the CLIP verifier by name.
+
+SFT, RL, evaluation and the tests all load through here, so a tiny local kit (`tiny_models.py`) and the real
+checkpoints (`Qwen/Qwen2.5-VL-7B-Instruct`, open_clip `ViT-B-32`/`openai`) take exactly the same code path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import open_clip
+import torch
+from transformers import AutoModel, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer, ProcessorMixin
+from transformers.image_utils import SizeDict
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from trl import ModelConfig
+
+CHAT_TEMPLATE_PATH = Path(__file__).parent / "recipes" / "chat_template.jinja"
+CLIP_CONFIG_NAME = "open_clip_config.json"
+CLIP_WEIGHTS_NAME = "open_clip_pytorch_model.bin"
+
+
+def load_chat_template() -> str:
+    """The chat template every processor gets: TRL's `qwen3_vl.jinja`, byte for byte.
+
+    Qwen2.5-VL's stock template silently drops `tools` and cannot put images in tool responses; this one does both,
+    and TRL recognises it (to parse tool calls and derive its training template) only if it is unchanged.
+    """
+    return CHAT_TEMPLATE_PATH.read_text(encoding="utf-8")
+
+
+def load_processor(
+    name_or_path: str | os.PathLike, *, min_pixels: int | None = None, max_pixels: int | None = None
+) -> ProcessorMixin:
+    """`AutoProcessor.from_pretrained` with an optional image pixel budget and the repo's chat template.
+
+    The budget bounds how many visual tokens each image (and each zoomed crop) costs. It is set on the image
+    processor's `size` after loading: passed to `from_pretrained`, transformers 5.24 also hands it to the video
+    processor and re-sends it on every call through a deprecated path. The template is always replaced so the tiny
+    kit and the real model render identical prompts.
+    """
+    processor = AutoProcessor.from_pretrained(name_or_path)
+    size = dict(processor.image_processor.size)
+    if min_pixels is not None:
+        size["shortest_edge"] = min_pixels
+    if max_pixels is not None:
+        size["longest_edge"] = max_pixels
+    processor.image_processor.size = SizeDict(**size)
+    processor.chat_template = processor.tokenizer.chat_template = load_chat_template()
+    return processor
+
+
+def pixel_budget(processor: ProcessorMixin) -> tuple[int, int, int]:
+    """`(min_pixels, max_pixels, factor)` of the image processor; resized image sides are multiples of `factor`."""
+    image_processor = processor.image_processor
+    size = image_processor.size
+    factor = image_processor.patch_size * image_processor.merge_size
+    return size["shortest_edge"], size["longest_edge"], factor
+
+
+def load_model(
+    name_or_path: str | os.PathLike,
+    *,
+    dtype: str | torch.dtype | None = "auto",
+    attn_implementation: str | None = None,
+    **kwargs: Any,
+) -> PreTrainedModel:
+    """The policy: `AutoModelForImageTextToText.from_pretrained` (extra kwargs go straight through)."""
+    return AutoModelForImageTextToText.from_pretrained(
+        name_or_path, dtype=dtype, attn_implementation=attn_implementation, **kwargs
+    )
+
+
+def model_init_kwargs(model_args: ModelConfig) -> dict[str, Any]:
+    """`load_model` kwargs from TRL's `ModelConfig` (`trust_remote_code` lives on TRL's trainer configs instead)."""
+    return {
+        "revision": model_args.model_revision,
+        "dtype": model_args.dtype,
+        "attn_implementation": model_args.attn_implementation,
+    }
+
+
+def _clip_name(name: str | os.PathLike) -> str:
+    """open_clip's model name for `name`; a plain directory becomes `local-dir:<dir>`."""
+    name = os.fspath(name)
+    return f"local-dir:{name}" if os.path.isdir(name) else name
+
+
+def load_clip(
+    name: str | os.PathLike, pretrained: str | None = None, *, device: str | torch.device = "cpu"
+) -> tuple[torch.nn.Module, Any, Any]:
+    """A frozen open_clip model with its eval transform and tokenizer: `(model, preprocess, tokenizer)`.
+
+    `name` is an open_clip architecture (`ViT-B-32`, with `pretrained="openai"`), `hf-hub:org/repo`, or a local
+    directory (`local-dir:/path` or just `/path`) holding `open_clip_config.json` and weights, as `save_clip` writes.
+    For `local-dir:` open_clip reads the tokenizer type and context length from that config and ignores `pretrained`.
+    """
+    name = _clip_name(name)
+    model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, device=device)
+    model.eval().requires_grad_(False)
+    return model, preprocess, open_clip.get_tokenizer(name)
+
+
+def save_clip(model: torch.nn.Module, output_dir: str | os.PathLike, model_cfg: dict, preprocess_cfg: dict) -> Path:
+    """Write `model` in open_clip's `local-dir:` layout, so `load_clip(output_dir)` restores it exactly.
+
+    `model_cfg` is the architecture (the kwargs of `open_clip.CLIP`); `preprocess_cfg` holds the fields of
+    `open_clip.transform.PreprocessCfg` (image size, mean/std, interpolation).
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    config = {"model_cfg": model_cfg, "preprocess_cfg": preprocess_cfg}
+    (output_dir / CLIP_CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    torch.save(model.state_dict(), output_dir / CLIP_WEIGHTS_NAME)
+    return output_dir
+
+
+def load_text_encoder(name_or_path: str | os.PathLike) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A frozen text encoder (`AutoModel`, `AutoTokenizer`) whose hidden states embed reasoning steps."""
+    model = AutoModel.from_pretrained(name_or_path).eval().requires_grad_(False)
+    return model, AutoTokenizer.from_pretrained(name_or_path)

@@ -1,0 +1,178 @@
+"""The task the agent is trained and evaluated on: its prompt, how its answer is read, and how it is scored.
+
+One definition of each, shared by SFT, RL and evaluation, so the three see the same words and score the same way.
+
+- `SYSTEM_PROMPT` states the output format. The tool's JSON schema is *not* written here: the chat template renders
+  it from the tool's signature (`tools=[...]`), exactly as TRL does during RL.
+- `build_prompt` makes the conversational `prompt` column (system + user question); the image is attached by TRL
+  (`prepare_multimodal_messages`) from the dataset's `image` column.
+- Reward functions follow TRL's signature `(completions, **kwargs) -> list[float | None]` and are registered by
+  name in `REWARDS`, so a recipe picks them with `reward_funcs: [outcome, format]`.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Callable, Sequence
+
+SYSTEM_PROMPT = (
+    "You are a visual search agent. The image you see is downscaled, so small details may be unreadable.\n"
+    "Reason inside <think>...</think>. To look closer, call image_zoom_in_tool with bbox_2d = [x1, y1, x2, y2] "
+    "in pixels of the image you see, and label = a few words naming what you expect to see in that box. "
+    "You may zoom several times. When you are sure, give the final answer inside <answer>...</answer>: "
+    "the option letter for multiple choice, otherwise a short phrase."
+)
+
+USER_SUFFIX = (
+    "Think first, call image_zoom_in_tool if needed, then answer. Format strictly as: "
+    "<think>...</think> <tool_call>...</tool_call> (if tools needed) <answer>...</answer>"
+)
+
+MAX_ANSWER_CHARS = 1000  # longer answers score 0: guards substring matching against answer-spraying (DeepEyes)
+OPTION_LETTERS = "ABCDEFGH"
+
+
+def format_question(question: str, options: Sequence[str] = ()) -> str:
+    """The user turn's text: the question, its lettered options (if any) and the format instruction."""
+    lines = [question.strip()]
+    if options:
+        lines.append("Options:")
+        lines += [f"{OPTION_LETTERS[i]}. {opt}" for i, opt in enumerate(options)]
+    lines.append(USER_SUFFIX)
+    return "\n".join(lines)
+
+
+def build_prompt(question: str, options: Sequence[str] = ()) -> list[dict]:
+    """The conversational `prompt` column: system prompt, then the user question (the image is added by TRL)."""
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": format_question(question, options)},
+    ]
+
+
+# --------------------------------------------------------------------------------------------------- answer parsing
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_BOXED_RE = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
+_THINK_RE = re.compile(r"^\s*<think>(?:(?!<think>).)*?</think>", re.DOTALL)
+
+
+def message_text(message: dict | str) -> str:
+    """Text of a chat message whose content is a string or a list of typed parts."""
+    if isinstance(message, str):
+        return message
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text") or "" for part in content if isinstance(part, dict))
+
+
+def final_text(completion: list[dict] | str) -> str:
+    """Text of the last assistant turn of a (multi-turn) completion."""
+    if isinstance(completion, str):
+        return completion
+    for message in reversed(completion):
+        if message.get("role") == "assistant":
+            return message_text(message)
+    return ""
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer in `text`: the last `<answer>...</answer>`, else the last `\\boxed{...}`, else None."""
+    found = _ANSWER_RE.findall(text)
+    if found:
+        return found[-1].strip()
+    boxed = _BOXED_RE.findall(text)
+    if boxed:
+        return boxed[-1].strip()
+    return None
+
+
+def normalize(text: str) -> str:
+    """Lower-case, drop punctuation and articles, collapse whitespace (SQuAD-style answer normalisation)."""
+    text = text.lower().translate(str.maketrans("", "", string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def parse_choice(prediction: str, options: Sequence[str]) -> int | None:
+    """Index of the option that `prediction` names, by letter ("B", "(B)", "B. red") or by option text; else None."""
+    if not options:
+        return None
+    pred = prediction.strip()
+    letters = OPTION_LETTERS[: len(options)]
+    match = re.fullmatch(r"\(?([A-Ha-h])\)?(?:[.:)]\s*(.*))?", pred, re.DOTALL)
+    if match and match.group(1).upper() in letters:
+        return letters.index(match.group(1).upper())
+    norm = normalize(pred)
+    hits = [i for i, opt in enumerate(options) if normalize(opt) == norm]
+    return hits[0] if len(hits) == 1 else None
+
+
+def is_correct(prediction: str | None, answer: str, options: Sequence[str] = ()) -> bool:
+    """Whether `prediction` matches `answer`.
+
+    Multiple choice (`options` given, `answer` an option letter): the prediction must name that option, by letter or
+    by its text. Open answers: normalised string equality. Predictions over `MAX_ANSWER_CHARS` are wrong.
+    """
+    if prediction is None or len(prediction) > MAX_ANSWER_CHARS:
+        return False
+    if options:
+        choice = parse_choice(prediction, options)
+        gold = parse_choice(answer, options)
+        return choice is not None and choice == gold
+    return normalize(prediction) == normalize(answer)
+
+
+# --------------------------------------------------------------------------------------------------------- rewards
+def outcome_reward(completions: list, answer: list[str], options: list[Sequence[str]] | None = None, **kwargs):
+    """R_out: 1.0 when the final `<answer>` (fallback `\\boxed{}`) is correct, else 0.0. See `is_correct`."""
+    options = options if options is not None else [()] * len(completions)
+    return [float(is_correct(extract_answer(final_text(c)), a, o)) for c, a, o in zip(completions, answer, options)]
+
+
+def _turn_is_well_formed(message: dict, is_last: bool) -> bool:
+    text = message_text(message)
+    reasoning = message.get("reasoning_content")
+    if reasoning is not None:  # TRL's response parser already moved `<think>...</think>` out of the content
+        if not reasoning.strip() or "<think>" in text or "</think>" in text:
+            return False
+        rest = text.strip()
+    else:
+        think = _THINK_RE.match(text)
+        if think is None or text.count("<think>") != 1 or text.count("</think>") != 1:
+            return False
+        rest = text[think.end() :].strip()
+    has_call = bool(message.get("tool_calls"))
+    if is_last:  # the final turn answers and calls nothing
+        return not has_call and _ANSWER_RE.fullmatch(rest) is not None
+    return has_call and rest == ""  # an intermediate turn thinks, then calls (the call is parsed out of content)
+
+
+def format_reward(completions: list, **kwargs) -> list[float]:
+    """1.0 when every assistant turn is `<think>...</think>` followed by a tool call (intermediate turns) or by one
+    `<answer>...</answer>` (the last turn), else 0.0."""
+    scores = []
+    for completion in completions:
+        if isinstance(completion, str):
+            completion = [{"role": "assistant", "content": completion}]
+        turns = [m for m in completion if m.get("role") == "assistant"]
+        ok = bool(turns) and all(_turn_is_well_formed(m, i == len(turns) - 1) for i, m in enumerate(turns))
+        scores.append(float(ok))
+    return scores
+
+
+REWARDS: dict[str, Callable[..., list[float | None]]] = {
+    "outcome": outcome_reward,
+    "format": format_reward,
+}
+
+
+def get_reward_funcs(names: Sequence[str]) -> list[Callable]:
+    """Reward functions by registry name; an unknown name fails with the list of known ones."""
+    unknown = [n for n in names if n not in REWARDS]
+    if unknown:
+        raise ValueError(f"reward_funcs: unknown reward(s) {unknown}; known: {sorted(REWARDS)}")
+    return [REWARDS[name] for name in names]

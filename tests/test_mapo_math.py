@@ -1,0 +1,122 @@
+"""R_sem (eq. 2) and the MAPO advantage (eq. 3) on hand-worked numbers; no model needed."""
+
+import math
+
+import pytest
+import torch
+
+from mapo_trainer import MAPOConfig, mapo_advantages, scale_similarity, semantic_reward
+
+
+# --------------------------------------------------------------------------------------------------- R_sem, eq. 2
+@pytest.mark.parametrize(
+    ("scores", "lam", "expected"),
+    [
+        ([0.8], 0.95, 0.8),  # T = 1: the only call has weight lambda^0 = 1
+        ([0.5, 0.8], 0.95, (0.95 * 0.5 + 0.8) / 2),  # = 0.6375
+        ([0.2, 0.4, 0.6], 0.5, (0.25 * 0.2 + 0.5 * 0.4 + 0.6) / 3),  # = 0.28333...
+        ([0.2, 0.4, 0.6], 1.0, 0.4),  # lambda = 1: the plain mean
+        ([-0.5, 0.5], 0.9, (-0.45 + 0.5) / 2),
+    ],
+)
+def test_semantic_reward_by_hand(scores, lam, expected):
+    assert semantic_reward(scores, lam) == pytest.approx(expected, abs=1e-12)
+
+
+def test_semantic_reward_without_calls_is_the_configured_empty_value():
+    assert semantic_reward([], 0.95) == 0.0
+    assert semantic_reward([], 0.95, empty=-0.1) == -0.1
+
+
+def test_semantic_reward_counts_nan_as_zero_but_keeps_it_in_T():
+    assert semantic_reward([float("nan"), 0.6], 0.95) == pytest.approx(0.3)
+
+
+def test_later_calls_weigh_more_and_long_trajectories_are_discounted():
+    assert semantic_reward([0.0, 1.0], 0.95) > semantic_reward([1.0, 0.0], 0.95)
+    assert semantic_reward([0.9] * 6, 0.95) < semantic_reward([0.9] * 2, 0.95)
+
+
+# ------------------------------------------------------------------------------------------- advantage, eq. 3
+def test_mapo_advantages_by_hand():
+    outcome = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    semantic = torch.tensor([0.5, 0.5, 0.2, 0.8])
+    # composite = [1.2, 0.2, 1.08, 1.32]; group means 0.7 and 1.2; sample stds sqrt(0.5) and sqrt(0.0288)
+    adv = mapo_advantages(outcome, semantic, num_generations=2, beta=0.4)
+    s1, s2 = math.sqrt(0.5), math.sqrt(0.0288)
+    expected = [0.5 / (s1 + 1e-4), -0.5 / (s1 + 1e-4), -0.12 / (s2 + 1e-4), 0.12 / (s2 + 1e-4)]
+    assert adv.tolist() == pytest.approx(expected, rel=1e-5)
+
+
+def test_all_equal_outcomes_get_their_signal_from_the_semantic_term_only():
+    outcome = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    semantic = torch.tensor([0.2, 0.6, 0.3, 0.3])
+    adv = mapo_advantages(outcome, semantic, num_generations=2, beta=0.4)
+    s = math.sqrt(2 * 0.08**2)
+    assert adv.tolist() == pytest.approx([-0.08 / (s + 1e-4), 0.08 / (s + 1e-4), 0.0, 0.0], rel=1e-5)
+    assert mapo_advantages(outcome, semantic, 2, beta=0.0).tolist() == [0.0] * 4
+
+
+def test_single_generation_groups_have_zero_advantage():
+    adv = mapo_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0.5, 0.1]), num_generations=1, beta=0.4)
+    assert adv.tolist() == [0.0, 0.0]
+
+
+def test_scale_none_and_batch():
+    outcome, semantic = torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.zeros(4)
+    assert mapo_advantages(outcome, semantic, 2, 0.4, scale_rewards="none").tolist() == [0.5, -0.5, 0.0, 0.0]
+    batch_std = torch.tensor([1.0, 0.0, 0.0, 0.0]).std().item()  # sample std over the batch = 0.5
+    adv = mapo_advantages(outcome, semantic, 2, 0.4, scale_rewards="batch")
+    assert adv.tolist() == pytest.approx([0.5 / (batch_std + 1e-4), -0.5 / (batch_std + 1e-4), 0.0, 0.0])
+    with pytest.raises(ValueError, match="scale_rewards"):
+        mapo_advantages(outcome, semantic, 2, 0.4, scale_rewards="rank")
+
+
+def test_beta_zero_is_trl_grpo_bit_for_bit():
+    """The same computation as TRL's inline GRPO normalisation (grpo_trainer.py, sum_then_normalize)."""
+    from trl.trainer.utils import nanstd
+
+    torch.manual_seed(0)
+    rewards = torch.rand(12).round()
+    rewards[5] = torch.nan  # an unscorable row, as TRL marks it
+    G = 3
+    mean = torch.nanmean(rewards.view(-1, G), dim=1).repeat_interleave(G)
+    std = nanstd(rewards.view(-1, G), dim=1).repeat_interleave(G)
+    trl_adv = torch.nan_to_num((rewards - mean) / (std + 1e-4), nan=0.0)
+    ours = mapo_advantages(rewards, torch.rand(12), G, beta=0.0)
+    assert torch.equal(ours, trl_adv)
+
+
+def test_nan_outcome_rows_are_ignored_and_get_zero_advantage():
+    outcome = torch.tensor([1.0, float("nan"), 0.0])
+    adv = mapo_advantages(outcome, torch.zeros(3), num_generations=3, beta=0.4)
+    assert adv[1] == 0.0 and adv[0] > 0 > adv[2]
+
+
+# -------------------------------------------------------------------------------------------------- z_t scale
+def test_scale_similarity():
+    cos = torch.tensor([-0.2, 0.0, 0.3])
+    assert torch.equal(scale_similarity(cos, "cosine"), cos)
+    assert scale_similarity(cos, "clipscore").tolist() == pytest.approx([0.0, 0.0, 0.75])
+    with pytest.raises(ValueError, match="semantic_score"):
+        scale_similarity(cos, "softmax")
+
+
+# ---------------------------------------------------------------------------------------------------- config
+def test_config_defaults_are_the_papers(tmp_path):
+    config = MAPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)
+    assert (config.semantic_beta, config.semantic_lambda, config.advantage_estimator) == (0.4, 0.95, "mapo")
+    assert config.no_tool_semantic == 0.0 and config.semantic_score == "cosine"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"advantage_estimator": "ppo"}, "advantage_estimator"),
+        ({"semantic_score": "softmax"}, "semantic_score"),
+        ({"multi_objective_aggregation": "normalize_then_sum"}, "sum_then_normalize"),
+    ],
+)
+def test_config_rejects_bad_values(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MAPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **kwargs)

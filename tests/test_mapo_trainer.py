@@ -1,0 +1,245 @@
+"""MAPOTrainer on the tiny models, CPU: forced tool calls, real crops, real CLIP scoring, real optimizer steps.
+
+The tiny policy is random, so it almost never writes a valid tool call by itself. `force_tool_calls` wraps the
+instance's `generate`: the real generation runs (same RNG use, same code path), then its tokens are replaced by a
+scripted turn: a `<tool_call>` on the first turn, an `<answer>` after a tool response. Everything after that (TRL's
+tool loop, ZoomInEnv, crops, CLIP, rewards, advantages, loss) is the production path.
+"""
+
+import json
+
+import pytest
+import torch
+import yaml
+from peft import LoraConfig
+from trl import GRPOTrainer, ModelConfig, TrlParser
+
+from data.synthetic import build_synthetic
+from launch import ScriptArguments, environment_factory
+from mapo_trainer import SEMANTIC_REWARD_NAME, MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
+from models import load_model, load_processor
+from task import get_reward_funcs
+
+pytestmark = pytest.mark.slow
+
+LABELS = ["red circle", "blue square"]  # alternated over rows so z_t differs within a group
+BOX = [8, 8, 80, 80]  # inside the seen frame of every synthetic image at the tiny pixel budget
+
+
+def _tool_call(label: str) -> str:
+    call = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": BOX, "label": label}}
+    return f"<think>look closer</think>\n<tool_call>\n{json.dumps(call)}\n</tool_call><|im_end|>"
+
+
+def force_tool_calls(model, tokenizer):
+    """Replace each generated turn by a scripted one (see module docstring); returns the list of scripts used."""
+    original = model.generate
+    scripts = []
+
+    def generate(*args, **kwargs):
+        original(*args, **kwargs)  # the real generation runs; its tokens are then replaced
+        input_ids = kwargs["input_ids"]
+        rows = []
+        for i, ids in enumerate(input_ids):
+            if tokenizer.decode(ids).count("<tool_response>") == 0:
+                text = _tool_call(LABELS[i % 2])
+            else:
+                # odd rows skip <think>: their format reward differs, so GRPO advantages are not all zero
+                text = ("<think>seen</think>" if i % 2 == 0 else "") + "<answer>A</answer><|im_end|>"
+            scripts.append(text)
+            rows.append(torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"]))
+        width = max(len(r) for r in rows)
+        completion = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=input_ids.dtype)
+        for i, r in enumerate(rows):
+            completion[i, : len(r)] = r
+        return torch.cat([input_ids, completion.to(input_ids.device)], dim=1)
+
+    model.generate = generate
+    return scripts
+
+
+@pytest.fixture(scope="module")
+def train_dataset():
+    return build_synthetic(4, seed=0, split="train")
+
+
+def make_trainer(tiny_kit, dataset, tmp_path, trainer_cls=MAPOTrainer, peft_config=None, **overrides):
+    processor = load_processor(str(tiny_kit["policy"]))
+    model = load_model(str(tiny_kit["policy"]), dtype=torch.float32)
+    force_tool_calls(model, processor.tokenizer)
+    fields = dict(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        seed=7,
+        max_steps=2,
+        learning_rate=1e-2,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=320,
+        max_tool_calling_iterations=2,
+        beta=0.0,
+        gradient_checkpointing=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        clip_model=str(tiny_kit["clip"]),
+    )
+    fields.update(overrides)
+    args = MAPOConfig(**fields)  # the stock GRPOTrainer ignores the MAPO fields
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=get_reward_funcs(["outcome", "format"]),
+        args=args,
+        train_dataset=dataset,
+        processing_class=processor,
+        environment_factory=environment_factory(ScriptArguments(), processor),
+        peft_config=peft_config,
+    )
+    return trainer
+
+
+def spy_on_verifier(trainer):
+    calls = []
+    original = trainer.verifier.similarity
+
+    def similarity(labels, images):
+        out = original(labels, images)
+        calls.append((list(labels), list(images), out.clone()))
+        return out
+
+    trainer.verifier.similarity = similarity
+    return calls
+
+
+def test_mapo_run_scores_real_crops_and_trains(tiny_kit, train_dataset, tmp_path):
+    trainer = make_trainer(tiny_kit, train_dataset, tmp_path)
+    scored = spy_on_verifier(trainer)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+
+    # One batched CLIP call per generation batch (per optimizer step here), never one per tool call.
+    assert len(scored) == 2
+    labels, crops, cosine = scored[-1]
+    assert sorted(set(labels)) == sorted(LABELS) and len(labels) == 4  # every rollout's call was scored
+    # ...on the crops the environments really produced and returned to the model
+    envs = trainer._environment_pool[None]
+    env_crops = [call.crop for env in envs for call in env.calls]
+    assert all(any(crop is c for c in env_crops) for crop in crops)
+    assert all(call.ok and call.box is not None for env in envs for call in env.calls)
+    # R_sem logged for the last batch is eq. 2 of those scores (T = 1: R_sem = z_1)
+    logged_sem = list(trainer._logs["rewards"][SEMANTIC_REWARD_NAME])[-4:]
+    assert logged_sem == pytest.approx([semantic_reward([z], 0.95) for z in cosine.tolist()], abs=1e-6)
+
+    # The advantages trained on are MAPO's composite, group-normalised (eq. 3).
+    outcome = torch.tensor(list(trainer._logs["rewards"]["outcome_reward"])[-4:])
+    fmt = torch.tensor(list(trainer._logs["rewards"]["format_reward"])[-4:])
+    expected = mapo_advantages(outcome + fmt, torch.tensor(logged_sem), num_generations=2, beta=0.4)
+    assert list(trainer._logs["advantages"])[-4:] == pytest.approx(expected.tolist(), abs=1e-5)
+
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
+    assert changed, "no parameter changed"
+    logged = {k for entry in trainer.state.log_history for k in entry}
+    for key in (
+        "rewards/semantic/mean",
+        "rewards/semantic/std",
+        "rewards/outcome_reward/mean",
+        "semantic/z_mean",
+        "semantic/label_words",
+        "semantic/unscorable_frac",
+        "tools/zoom_calls_per_rollout",
+        "tools/zoom_error_rate",
+        "mapo/frac_groups_outcome_all_equal",
+        "mapo/advantage_std",
+    ):
+        assert key in logged, key
+    last = [e for e in trainer.state.log_history if "tools/zoom_calls_per_rollout" in e][-1]
+    assert last["tools/zoom_calls_per_rollout"] == 1.0 and last["tools/zoom_error_rate"] == 0.0
+    assert last["semantic/label_words"] == 2.0
+
+
+def test_grpo_estimator_reproduces_stock_grpo(tiny_kit, train_dataset, tmp_path):
+    """advantage_estimator='grpo' weights R_sem by 0: same advantages and loss as TRL's GRPOTrainer."""
+    stock = make_trainer(tiny_kit, train_dataset, tmp_path / "stock", trainer_cls=GRPOTrainer, max_steps=1)
+    stock.train()
+    ours = make_trainer(tiny_kit, train_dataset, tmp_path / "ours", advantage_estimator="grpo", max_steps=1)
+    ours.train()
+    assert list(ours._logs["advantages"]) == list(stock._logs["advantages"])
+    assert any(a != 0 for a in stock._logs["advantages"])  # the comparison is not between two zero vectors
+    assert list(ours._logs["rewards"]["outcome_reward"]) == list(stock._logs["rewards"]["outcome_reward"])
+    loss = [e["loss"] for e in stock.state.log_history if "loss" in e]
+    assert loss and loss == [e["loss"] for e in ours.state.log_history if "loss" in e]
+    assert "rewards/semantic/mean" in ours.state.log_history[0]  # still measured, with weight 0
+
+
+def test_lora_trains_adapters_and_freezes_the_base(tiny_kit, train_dataset, tmp_path):
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = make_trainer(tiny_kit, train_dataset, tmp_path, peft_config=lora, max_steps=1)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    lora_changed = [n for n in before if "lora_" in n and not torch.equal(before[n], after[n])]
+    base_changed = [n for n in before if "lora_" not in n and not torch.equal(before[n], after[n])]
+    assert lora_changed and not base_changed
+    assert all(not p.requires_grad for n, p in after.items() if "lora_" not in n)
+
+
+def test_overflowing_tool_response_is_not_scored(tiny_kit, train_dataset, tmp_path):
+    """With a completion budget too small for the tool response, TRL runs the tool, then drops its response; the
+    environment recorded the call, but it is not in the trained completion, so it is neither scored nor counted."""
+    trainer = make_trainer(tiny_kit, train_dataset, tmp_path, max_completion_length=60, max_steps=1)
+    scored = spy_on_verifier(trainer)
+    trainer.train()
+    envs = trainer._environment_pool[None]
+    assert all(len(env.calls) == 1 for env in envs)  # the tool ran...
+    last = [e for e in trainer.state.log_history if "tools/zoom_calls_per_rollout" in e][-1]
+    assert last["tools/zoom_calls_per_rollout"] == 0.0  # ...but no call survived into the completions
+    assert all(not labels for labels, _, _ in scored)
+    assert list(trainer._logs["rewards"][SEMANTIC_REWARD_NAME])[-4:] == [0.0] * 4  # no_tool_semantic
+
+
+def test_environment_factory_is_required(tiny_kit, train_dataset, tmp_path):
+    processor = load_processor(str(tiny_kit["policy"]))
+    with pytest.raises(ValueError, match="environment_factory"):
+        MAPOTrainer(
+            model=load_model(str(tiny_kit["policy"])),
+            reward_funcs=get_reward_funcs(["outcome"]),
+            args=MAPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, clip_model=str(tiny_kit["clip"])),
+            train_dataset=train_dataset,
+            processing_class=processor,
+        )
+
+
+# ----------------------------------------------------------------------------------------------- recipes
+RECIPES = ["recipes/tiny/rl/config_mapo.yaml", "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo.yaml"]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipes_parse_into_the_dataclasses(recipe):
+    parser = TrlParser((ScriptArguments, MAPOConfig, ModelConfig))
+    # bf16 recipes cannot be instantiated on a CPU-only machine; everything else is parsed as written
+    script_args, config, model_args = parser.parse_args_and_config(["--config", recipe, "--bf16", "false"])
+    assert config.advantage_estimator == "mapo" and config.semantic_beta == 0.4
+    assert model_args.model_name_or_path
+
+
+def test_unknown_recipe_key_fails_at_start_with_its_name(tmp_path):
+    recipe = yaml.safe_load(open(RECIPES[0]))
+    recipe["semantik_beta"] = 0.3
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    parser = TrlParser((ScriptArguments, MAPOConfig, ModelConfig))
+    with pytest.raises(ValueError, match="semantik_beta"):
+        parser.parse_args_and_config(["--config", str(path)])
+
+
+def test_rl_entry_point_trains_and_saves(tiny_kit, tmp_path):
+    import rl
+
+    parser = TrlParser((ScriptArguments, MAPOConfig, ModelConfig))
+    argv = ["--config", RECIPES[0], "--output_dir", str(tmp_path), "--max_steps", "1", "--num_samples", "2"]
+    argv += ["--model_name_or_path", str(tiny_kit["policy"]), "--clip_model", str(tiny_kit["clip"])]
+    trainer = rl.main(*parser.parse_args_and_config(argv))
+    assert trainer.state.global_step == 1
+    assert (tmp_path / "model.safetensors").exists() and (tmp_path / "chat_template.jinja").exists()
+    assert any("rewards/semantic/mean" in e for e in trainer.state.log_history)

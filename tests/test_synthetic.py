@@ -1,0 +1,203 @@
+"""The synthetic visual-search data: schema, determinism, and that the target is where `target_bbox` says, legible
+there, and only a few pixels wide at the tiny model's resolution (so answering needs the zoom)."""
+
+import math
+
+import datasets
+import numpy as np
+import pytest
+from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+import task
+from data import DATASETS, get_dataset
+from data.synthetic import (
+    COLOURS,
+    QUESTION_TYPES,
+    SHAPES,
+    WORDS,
+    _place_pair,
+    build_synthetic,
+    main,
+    object_label,
+    render_object,
+)
+
+SMALL = {"min_size": 600, "max_size": 900}  # fast, and still big enough for every layout
+TINY_BUDGET = {"factor": 28, "min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16}  # the tiny test model's
+COLUMNS = {"id", "source", "prompt", "image", "answer", "options", "target_bbox", "target_label"}
+
+
+@pytest.fixture(scope="module")
+def small() -> datasets.Dataset:
+    return build_synthetic(10, seed=1, **SMALL)  # every question type twice
+
+
+@pytest.fixture(scope="module")
+def full_size() -> datasets.Dataset:
+    return build_synthetic(5, seed=0)  # default 1500-3000 px sides, every question type once
+
+
+def resolved_answer(row: dict) -> str:
+    """The answer as text: the option the letter names for multiple choice, else the answer itself."""
+    return row["options"][task.OPTION_LETTERS.index(row["answer"])] if row["options"] else row["answer"]
+
+
+def colour_mask(pixels: np.ndarray, colour: str, tolerance: int = 40) -> np.ndarray:
+    return np.abs(pixels.astype(int) - COLOURS[colour]).max(axis=-1) <= tolerance
+
+
+def ink_mask(pixels: np.ndarray) -> np.ndarray:
+    """The sign's black text: nothing else in a scene (pale background, saturated decoys) is that dark."""
+    return (pixels < 70).all(axis=-1)
+
+
+def in_box(shape: tuple[int, int], bbox: list[int]) -> np.ndarray:
+    inside = np.zeros(shape, dtype=bool)
+    x1, y1, x2, y2 = bbox
+    inside[y1:y2, x1:x2] = True
+    return inside
+
+
+def extent(mask: np.ndarray) -> tuple[int, int]:
+    """Height and width of the smallest box holding every True pixel."""
+    ys, xs = np.nonzero(mask)
+    return int(ys.max() - ys.min() + 1), int(xs.max() - xs.min() + 1)
+
+
+def test_schema(small):
+    assert set(small.column_names) == COLUMNS
+    assert isinstance(small.features["image"], datasets.Image)
+    assert [row["id"] for row in small] == [f"train-{i:06d}" for i in range(10)]
+    assert [row["source"] for row in small] == [f"synthetic/{t}" for t in QUESTION_TYPES] * 2
+    for row in small:
+        image = row["image"]
+        assert image.mode == "RGB" and all(600 <= side <= 900 for side in image.size)
+        assert row["prompt"][0] == {"role": "system", "content": task.SYSTEM_PROMPT}
+        assert row["prompt"][1]["role"] == "user" and task.USER_SUFFIX in row["prompt"][1]["content"]
+        assert len(row["target_bbox"]) == 4 and all(isinstance(v, int) for v in row["target_bbox"])
+        assert isinstance(row["answer"], str) and isinstance(row["options"], list)
+
+
+def test_deterministic_and_split_dependent():
+    def raw(**kwargs) -> list[dict]:
+        dataset = build_synthetic(**kwargs, **SMALL).cast_column("image", datasets.Image(decode=False))
+        return dataset.to_list()
+
+    first = raw(n=3, seed=7, split="train")
+    assert first == raw(n=3, seed=7, split="train")  # same rows, same PNG bytes
+    assert raw(n=2, seed=7, split="train") == first[:2]  # a row does not depend on n
+    for other in (raw(n=3, seed=7, split="test"), raw(n=3, seed=8, split="train")):
+        assert all(a["image"]["bytes"] != b["image"]["bytes"] for a, b in zip(first, other))
+
+
+def test_answers_are_consistent(small):
+    for row in small:
+        options, answer = row["options"], row["answer"]
+        if options:
+            assert len(options) == 4 and len(set(options)) == 4 and answer in task.OPTION_LETTERS[:4]
+            assert sum(task.is_correct(option, answer, options) for option in options) == 1
+        else:
+            assert answer and task.is_correct(answer, answer)
+        label, text = row["target_label"].split(), resolved_answer(row)
+        source = row["source"].removeprefix("synthetic/")
+        if source == "colour":
+            assert label[0] == text and label[0] in COLOURS
+        elif source == "shape":
+            assert label[1] == text and label[1] in SHAPES
+        elif source == "text":
+            assert label[1] == text and (text.isdigit() or text in WORDS)
+        elif source == "count":
+            assert int(text) == ["zero", "one", "two", "three", "four", "five", "six"].index(label[0])
+        else:
+            assert text in ("left", "right", "above", "below")
+
+
+def test_multiple_choice_fraction():
+    assert all(row["options"] == [] for row in build_synthetic(5, mc_fraction=0.0, **SMALL))
+    assert all(len(row["options"]) == 4 for row in build_synthetic(5, mc_fraction=1.0, **SMALL))
+
+
+@pytest.mark.parametrize("direction", ["left", "right", "above", "below"])
+def test_pair_layout_makes_exactly_one_direction_true(direction):
+    sprites = [render_object("circle", 20, "red"), render_object("WOLF", 20)]
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        boxes = _place_pair(rng, sprites, direction, (0, 0, 400, 400))
+        if boxes is None:
+            continue
+        (ax, ay), (bx, by) = [((b[0] + b[2]) / 2, (b[1] + b[3]) / 2) for b in boxes]
+        holds = {"left": bx - ax > 30, "right": ax - bx > 30, "above": by - ay > 30, "below": ay - by > 30}
+        assert [d for d, true in holds.items() if true] == [direction]
+
+
+def test_target_is_inside_its_box(small):
+    """The answer's colour (or the sign's ink) is inside `target_bbox` and (nearly) nowhere else."""
+    for row in small:
+        pixels = np.asarray(row["image"])
+        height, width = pixels.shape[:2]
+        x1, y1, x2, y2 = row["target_bbox"]
+        assert 0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height
+        inside = in_box((height, width), row["target_bbox"])
+        source = row["source"].removeprefix("synthetic/")
+        if source == "text":
+            mask = ink_mask(pixels)
+            assert mask[inside].sum() > 5 and mask[~inside].sum() == 0  # a 12 px sign has thin, grey-ish strokes
+            continue
+        colour = next(word for word in row["target_label"].split() if word in COLOURS)
+        mask = colour_mask(pixels, colour)
+        assert mask[inside].sum() > 25  # a 12 px star, the smallest object at these sizes, has ~50
+        if source in ("colour", "shape"):  # count and position scenes hold same-coloured look-alikes on purpose
+            assert mask[~inside].sum() < 0.05 * mask[inside].sum()
+
+
+def test_target_needs_zoom_at_tiny_resolution(full_size):
+    """At the default sizes the target is legible in the original (>= 20 px) but under 3 px once the image is
+    downscaled to the tiny model's ~112x112 budget."""
+    for row in full_size:
+        image = row["image"]
+        assert all(1500 <= side <= 3000 for side in image.size)
+        resized_h, resized_w = smart_resize(image.height, image.width, **TINY_BUDGET)
+        scale = math.sqrt(resized_h * resized_w / (image.height * image.width))
+        crop = np.asarray(image.crop(row["target_bbox"]))
+        source = row["source"].removeprefix("synthetic/")
+        if source == "text":
+            glyph_height, _ = extent(ink_mask(crop))
+            assert 12 <= glyph_height and glyph_height * scale < 2
+        elif source in ("colour", "shape"):
+            size = max(extent(colour_mask(crop, row["target_label"].split()[0])))
+            assert 20 <= size and size * scale < 3
+
+
+def test_labels_are_short(small, full_size):
+    for row in [*small, *full_size]:
+        label = row["target_label"]
+        assert 0 < len(label) <= 80 and len(label.split()) <= 12
+
+
+def test_render_object_and_label():
+    star = render_object("star", 30, "red")
+    assert star.mode == "RGBA" and star.size == (30, 30)
+    alpha = np.asarray(star)[..., 3]
+    assert alpha[15, 15] == 255 and alpha[0, 0] == 0  # filled centre, transparent corner
+    sign = render_object("4821", 30)
+    assert sign.mode == "RGBA" and sign.height == 30 and sign.width > sign.height
+    assert object_label("star", "red") == "red star"
+    assert object_label("4821") == "digits 4821" and object_label("FISH") == "text FISH"
+    with pytest.raises(ValueError, match="colour"):
+        render_object("star", 30)
+
+
+def test_registry():
+    assert DATASETS["synthetic"] is build_synthetic
+    assert len(get_dataset("synthetic", n=1, **SMALL)) == 1
+    with pytest.raises(ValueError, match="synthetic"):
+        get_dataset("no-such-dataset")
+
+
+def test_cli_saves_to_disk(tmp_path, monkeypatch):
+    argv = ["synthetic", "--n", "2", "--split", "val", "--min_size", "600", "--max_size", "700"]
+    monkeypatch.setattr("sys.argv", [*argv, "--output_dir", str(tmp_path)])
+    main()
+    saved = datasets.load_from_disk(str(tmp_path))
+    assert saved["id"] == ["val-000000", "val-000001"]
+    assert saved["answer"] == build_synthetic(2, split="val", min_size=600, max_size=700)["answer"]

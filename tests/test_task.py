@@ -1,0 +1,127 @@
+"""Answer parsing and the outcome/format rewards on hand-written completions."""
+
+import pytest
+
+from task import (
+    REWARDS,
+    SYSTEM_PROMPT,
+    build_prompt,
+    extract_answer,
+    format_reward,
+    get_reward_funcs,
+    is_correct,
+    outcome_reward,
+    parse_choice,
+)
+
+OPTIONS = ["red", "green", "blue", "yellow"]
+
+
+def assistant(content, tool=False):
+    message = {"role": "assistant", "content": content}
+    if tool:
+        message["tool_calls"] = [
+            {"type": "function", "function": {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [1, 2, 3, 4]}}}
+        ]
+    return message
+
+
+TOOL = {"role": "tool", "name": "image_zoom_in_tool", "content": [{"type": "text", "text": "crop"}]}
+
+
+def test_prompt_has_system_then_user_with_lettered_options():
+    system, user = build_prompt("What colour is the star?", OPTIONS)
+    assert system == {"role": "system", "content": SYSTEM_PROMPT}
+    assert "A. red\nB. green\nC. blue\nD. yellow" in user["content"]
+    assert user["content"].startswith("What colour is the star?")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<think>x</think><answer> B </answer>", "B"),
+        ("<answer>A</answer> then <answer>C</answer>", "C"),
+        ("so the answer is \\boxed{blue}", "blue"),
+        ("<answer>\\boxed{A}</answer>", "\\boxed{A}"),
+        ("no answer here", None),
+    ],
+)
+def test_extract_answer(text, expected):
+    assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("prediction", "index"),
+    [("B", 1), ("(c)", 2), ("D. yellow", 3), ("blue", 2), ("The Blue.", 2), ("E", None), ("purple", None)],
+)
+def test_parse_choice(prediction, index):
+    assert parse_choice(prediction, OPTIONS) == index
+
+
+def test_is_correct_multiple_choice_by_letter_or_text():
+    assert is_correct("C", "C", OPTIONS)
+    assert is_correct("blue", "C", OPTIONS)
+    assert not is_correct("B", "C", OPTIONS)
+    assert not is_correct(None, "C", OPTIONS)
+
+
+def test_is_correct_open_answers_are_normalised():
+    assert is_correct("The WXYZ!", "wxyz")
+    assert not is_correct("wxy", "wxyz")
+
+
+def test_answers_over_1000_characters_score_zero():
+    assert not is_correct("wxyz " * 300, "wxyz")
+    completion = [assistant("<think>t</think><answer>" + "C" * 1001 + "</answer>")]
+    assert outcome_reward([completion], answer=["C"], options=[OPTIONS]) == [0.0]
+
+
+def test_outcome_reward_reads_the_final_turn_of_a_multi_turn_completion():
+    right = [assistant("<think>look</think>", tool=True), TOOL, assistant("<think>blue</think><answer>C</answer>")]
+    wrong = [assistant("<think>guess</think><answer>A</answer>")]
+    boxed = [assistant("<think>t</think> \\boxed{blue}")]
+    scores = outcome_reward([right, wrong, boxed], answer=["C", "C", "C"], options=[OPTIONS] * 3)
+    assert scores == [1.0, 0.0, 1.0]
+
+
+def test_outcome_reward_on_open_answers_without_options():
+    completions = [[assistant("<answer>4821</answer>")], [assistant("<answer>4812</answer>")]]
+    assert outcome_reward(completions, answer=["4821", "4821"]) == [1.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("completion", "score"),
+    [
+        ([assistant("<think>t</think><answer>C</answer>")], 1.0),
+        ([assistant("<think>t</think>", tool=True), TOOL, assistant("<think>u</think> <answer>C</answer>")], 1.0),
+        ([assistant("<answer>C</answer>")], 0.0),  # no thinking
+        ([assistant("<think>t</think>", tool=True), TOOL], 0.0),  # never answers
+        ([assistant("<think>t</think> prose", tool=True), TOOL, assistant("<think>u</think><answer>C</answer>")], 0.0),
+        ([assistant("<think>t</think><answer>C</answer>", tool=True)], 0.0),  # answers and calls in one turn
+        ([assistant("<think>t</think><answer>C</answer> trailing")], 0.0),
+        ([assistant("<think>a<think>b</think><answer>C</answer>")], 0.0),
+    ],
+)
+def test_format_reward(completion, score):
+    assert format_reward([completion]) == [score]
+
+
+def test_format_reward_on_messages_parsed_by_trl():
+    """TRL's response parser moves `<think>...</think>` into `reasoning_content`."""
+
+    def parsed(reasoning, content, tool=False):
+        message = assistant(content, tool)
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
+        return message
+
+    good = [parsed("look", "", tool=True), TOOL, parsed("seen", "<answer>A</answer>")]
+    no_think = [parsed("look", "", tool=True), TOOL, parsed(None, "<answer>A</answer>")]
+    empty_think = [parsed(" ", "<answer>A</answer>")]
+    assert format_reward([good, no_think, empty_think]) == [1.0, 0.0, 0.0]
+
+
+def test_reward_registry_by_name():
+    assert get_reward_funcs(["outcome", "format"]) == [REWARDS["outcome"], REWARDS["format"]]
+    with pytest.raises(ValueError, match="unknown reward.*'nope'"):
+        get_reward_funcs(["outcome", "nope"])

@@ -1,0 +1,199 @@
+"""The tiny kit behaves like the real Qwen2.5-VL + CLIP stack wherever the recipes touch it."""
+
+import json
+
+import pytest
+import torch
+from PIL import Image
+from transformers import AutoConfig, AutoProcessor, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+from trl import ModelConfig
+from trl.chat_template_utils import (
+    add_response_schema,
+    get_training_chat_template,
+    is_chat_template_prefix_preserving,
+    parse_response,
+    qwen3_vl_chat_template,
+    qwen3_vl_training_chat_template,
+    supports_tool_calling,
+)
+
+import models
+import task
+from tiny_models import ADDED_TOKENS, BPE_VOCAB_SIZE, build_tiny_kit
+
+ZOOM_CALL = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [10, 20, 100, 200], "label": "red circle"}}
+
+
+def image_zoom_in_tool(bbox_2d: list[int], label: str) -> str:
+    """Zoom in on a region of the image.
+
+    Args:
+        bbox_2d: Box [x1, y1, x2, y2] in pixels of the image.
+        label: A few words naming what the box should show.
+    """
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_kit):
+    return models.load_model(tiny_kit["policy"])
+
+
+def image_prompt(processor):
+    """A user turn with one 448x448 image, tokenized for generation."""
+    image = Image.new("RGB", (448, 448), "red")
+    messages = [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "Colour?"}]}]
+    return processor.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )
+
+
+def test_policy_reloads_every_weight(tiny_kit):
+    model, info = models.load_model(tiny_kit["policy"], output_loading_info=True)
+    assert isinstance(model, Qwen2_5_VLForConditionalGeneration)
+    assert not any(info.values()), info  # nothing missing, hence nothing silently re-initialised
+    assert model.dtype == torch.float32
+    assert sum(p.numel() for p in model.parameters()) < 500_000
+    processor = AutoProcessor.from_pretrained(tiny_kit["policy"])  # the saved template, without `load_processor`
+    assert isinstance(processor, Qwen2_5_VLProcessor)
+    assert processor.chat_template == models.load_chat_template()
+
+
+def test_rebuild_with_same_seed_is_identical(tiny_kit, tmp_path):
+    rebuilt = build_tiny_kit(tmp_path, seed=0)
+    pairs = [
+        (models.load_model(tiny_kit["policy"]), models.load_model(rebuilt["policy"])),
+        (models.load_text_encoder(tiny_kit["text_encoder"])[0], models.load_text_encoder(rebuilt["text_encoder"])[0]),
+        (models.load_clip(tiny_kit["clip"])[0], models.load_clip(rebuilt["clip"])[0]),
+    ]
+    for built, again in pairs:
+        expected, actual = built.state_dict(), again.state_dict()
+        assert expected.keys() == actual.keys()
+        assert all(torch.equal(expected[key], actual[key]) for key in expected)
+    assert (tiny_kit["policy"] / "tokenizer.json").read_bytes() == (rebuilt["policy"] / "tokenizer.json").read_bytes()
+
+
+def test_token_ids_match_config(tiny_kit, tiny_processor):
+    tokenizer = tiny_processor.tokenizer
+    config = AutoConfig.from_pretrained(tiny_kit["policy"])
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in ADDED_TOKENS}
+    assert list(ids.values()) == list(range(BPE_VOCAB_SIZE, BPE_VOCAB_SIZE + len(ADDED_TOKENS)))  # Qwen's order
+    assert ids["<|image_pad|>"] == config.image_token_id == tiny_processor.image_token_id
+    assert ids["<|video_pad|>"] == config.video_token_id
+    assert ids["<|vision_start|>"] == config.vision_start_token_id
+    assert ids["<|vision_end|>"] == config.vision_end_token_id
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.eos_token_id == config.text_config.eos_token_id
+    assert tokenizer.pad_token == "<|endoftext|>" and tokenizer.pad_token_id == config.text_config.pad_token_id
+    assert len(tokenizer) <= config.text_config.vocab_size and config.text_config.vocab_size % 64 == 0
+    # `<tool_call>` is an added but non-special token: it survives the `skip_special_tokens` decoding parsers use.
+    ids = tokenizer("<tool_call>\n{}\n</tool_call><|im_end|>")["input_ids"]
+    assert ids[0] == tokenizer.convert_tokens_to_ids("<tool_call>")
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "<tool_call>\n{}\n</tool_call>"
+
+
+def test_image_forward_and_generate(policy, tiny_processor):
+    inputs = image_prompt(tiny_processor)
+    assert inputs["image_grid_thw"].tolist() == [[1, 8, 8]]
+    assert (inputs["input_ids"] == policy.config.image_token_id).sum() == 16
+    with torch.no_grad():
+        logits = policy(**inputs).logits
+    assert logits.shape == (1, inputs["input_ids"].shape[1], policy.config.text_config.vocab_size)
+    assert torch.isfinite(logits).all()
+    output = policy.generate(**inputs, max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    assert output.shape == (1, inputs["input_ids"].shape[1] + 4)
+
+
+def test_pixel_budget_override(tiny_kit, tiny_processor, tmp_path):
+    assert models.pixel_budget(tiny_processor) == (28 * 28 * 4, 28 * 28 * 16, 28)
+    processor = models.load_processor(tiny_kit["policy"], max_pixels=28 * 28 * 64)
+    assert models.pixel_budget(processor) == (28 * 28 * 4, 28 * 28 * 64, 28)
+    assert image_prompt(processor)["image_grid_thw"].tolist() == [[1, 16, 16]]
+    processor.save_pretrained(tmp_path)  # checkpoints keep the budget they were trained with
+    assert models.pixel_budget(models.load_processor(tmp_path)) == models.pixel_budget(processor)
+
+
+def test_chat_template_renders_a_zoom_episode(tiny_processor):
+    call = {
+        "type": "function",
+        "function": {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [1, 2, 3, 4], "label": "x"}},
+    }
+    messages = [
+        {"role": "system", "content": task.SYSTEM_PROMPT},
+        {"role": "user", "content": [{"type": "image", "image": Image.new("RGB", (448, 448))}, {"type": "text", "text": "Colour?"}]},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "name": "image_zoom_in_tool", "content": [{"type": "image", "image": Image.new("RGB", (112, 112))}, {"type": "text", "text": "Zoomed in."}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "<think>Red.</think> <answer>red</answer>"}]},
+    ]  # fmt: skip
+    text = tiny_processor.apply_chat_template(messages, tools=[image_zoom_in_tool], tokenize=False)
+    system, _, conversation = text.partition("<|im_end|>\n")
+    assert system.startswith(f"<|im_start|>system\n{task.SYSTEM_PROMPT}\n\n# Tools")
+    assert '"name": "image_zoom_in_tool"' in system and '"bbox_2d": {"type": "array"' in system
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [1, 2, 3, 4], '
+        '"label": "x"}}\n</tool_call><|im_end|>\n' in conversation
+    )
+    assert (
+        "<|im_start|>user\n<tool_response>\n<|vision_start|><|image_pad|><|vision_end|>Zoomed in.\n</tool_response>"
+        in conversation
+    )
+    assert text.count("<|vision_start|>") == 2
+    assert text.endswith("<|im_start|>assistant\n<think>Red.</think> <answer>red</answer><|im_end|>\n")
+    inputs = tiny_processor.apply_chat_template(
+        messages, tools=[image_zoom_in_tool], tokenize=True, return_dict=True, return_tensors="pt"
+    )
+    assert inputs["image_grid_thw"].tolist() == [[1, 8, 8], [1, 8, 8]]  # the crop is an image like any other
+
+
+def test_chat_template_is_trls_qwen3_vl():
+    # TRL recognises templates by exact equality, to parse tool calls and to derive its training template.
+    assert models.CHAT_TEMPLATE_PATH.read_bytes() == qwen3_vl_chat_template.encode("utf-8")
+
+
+def test_trl_accepts_the_processor(tiny_kit):
+    processor = models.load_processor(tiny_kit["policy"])  # own copy: add_response_schema mutates the tokenizer
+    assert supports_tool_calling(processor)
+    assert is_chat_template_prefix_preserving(processor)
+    assert get_training_chat_template(processor) == qwen3_vl_training_chat_template
+    add_response_schema(processor)
+    prompt = [{"role": "user", "content": [{"type": "text", "text": "Zoom in on the red circle."}]}]
+    prefix = processor.apply_chat_template(
+        prompt, tools=[image_zoom_in_tool], add_generation_prompt=True, tokenize=True, return_dict=False
+    )[0]
+    ids = processor.tokenizer(f"<tool_call>\n{json.dumps(ZOOM_CALL)}\n</tool_call><|im_end|>")["input_ids"]
+    # As GRPO calls it: transformers 5.24 parses tool calls only when given the prompt (`prefix`).
+    parsed = parse_response(processor.tokenizer, ids, prefix=prefix, tools=[image_zoom_in_tool])
+    assert parsed["tool_calls"] == [{"type": "function", "function": ZOOM_CALL}]
+
+
+def test_model_init_kwargs_load_the_policy(tiny_kit):
+    args = ModelConfig(model_name_or_path=str(tiny_kit["policy"]), dtype="bfloat16", attn_implementation="sdpa")
+    model = models.load_model(args.model_name_or_path, **models.model_init_kwargs(args))
+    assert model.dtype == torch.bfloat16
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_tiny_clip_scores_a_batch(tiny_clip):
+    model, preprocess, tokenizer = tiny_clip
+    assert not model.training and not any(p.requires_grad for p in model.parameters())
+    images = torch.stack([preprocess(Image.new("RGB", (100, 80), colour)) for colour in ("red", "blue")])
+    texts = tokenizer(["a red circle", "a blue square", "a green star"])
+    assert images.shape == (2, 3, 64, 64) and texts.shape == (3, 32)
+    image_features = model.encode_image(images, normalize=True)
+    text_features = model.encode_text(texts, normalize=True)
+    assert image_features.shape == (2, 64) and text_features.shape == (3, 64)
+    scores = image_features @ text_features.T
+    assert scores.shape == (2, 3) and torch.isfinite(scores).all()
+
+
+def test_load_clip_accepts_the_local_dir_schema(tiny_kit, tiny_clip):
+    model, _, tokenizer = models.load_clip(f"local-dir:{tiny_kit['clip']}")
+    expected = tiny_clip[0].state_dict()
+    assert all(torch.equal(tensor, expected[key]) for key, tensor in model.state_dict().items())
+    assert tokenizer.context_length == tiny_clip[2].context_length == 32  # read from open_clip_config.json
+
+
+def test_text_encoder_embeds_steps(tiny_kit):
+    model, tokenizer = models.load_text_encoder(tiny_kit["text_encoder"])
+    batch = tokenizer(["<think>Zoom in on the sign.</think>", "<answer>B</answer>"], padding=True, return_tensors="pt")
+    hidden = model(**batch).last_hidden_state
+    assert hidden.shape == (2, batch["input_ids"].shape[1], model.config.hidden_size)
+    assert not any(p.requires_grad for p in model.parameters())

@@ -1,0 +1,219 @@
+"""Crop geometry, rejection rules, label rules, the environment and a property-based fuzz of the tool."""
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PIL import Image, ImageDraw
+
+from tools import TOOL_NAME, LabelLimits, ToolError, ZoomInEnv, crop, crop_box, executed_calls, seen_size
+from tools.zoom_in import validate_label
+
+BUDGET = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16, "factor": 28}
+
+
+# ------------------------------------------------------------------------------------------------- geometry
+def test_box_is_mapped_from_the_seen_frame_to_the_original():
+    # The model saw a 100x50 image of a 1000x500 original: every coordinate scales by 10.
+    assert crop_box((1000, 500), [10, 5, 20, 15], seen_size=(100, 50)) == (100, 50, 200, 150)
+
+
+def test_without_seen_size_the_box_is_in_original_pixels():
+    assert crop_box((1000, 500), [10, 5, 60, 45]) == (10, 5, 60, 45)
+
+
+def test_fractional_boxes_cover_the_requested_region():
+    assert crop_box((1000, 1000), [10.2, 10.7, 50.5, 50.1], seen_size=(1000, 1000)) == (10, 10, 51, 51)
+
+
+def test_box_is_clamped_to_the_image():
+    assert crop_box((200, 100), [-50, -10, 150, 500]) == (0, 0, 150, 100)
+
+
+@pytest.mark.parametrize(
+    "box",
+    [[50, 10, 50, 20], [60, 10, 50, 20], [10, 30, 20, 30], [300, 10, 400, 20], [-40, 10, -1, 20]],
+    ids=["zero-width", "x2<x1", "zero-height", "right-of-image", "left-of-image"],
+)
+def test_empty_boxes_after_clamping_are_rejected(box):
+    with pytest.raises(ToolError, match="empty"):
+        crop_box((200, 100), box)
+
+
+@pytest.mark.parametrize(
+    ("box", "match"),
+    [
+        ([1, 2, 3], "4 numbers"),
+        ([1, 2, 3, 4, 5], "4 numbers"),
+        ("1,2,3,4", "list of 4"),
+        (None, "list of 4"),
+        ([1, "2", 3, 4], "only numbers"),
+        ([1, True, 3, 4], "only numbers"),
+        ([1, 2, float("nan"), 4], "finite"),
+        ([1, 2, float("inf"), 4], "finite"),
+    ],
+)
+def test_malformed_boxes_are_rejected(box, match):
+    with pytest.raises(ToolError, match=match):
+        crop_box((200, 100), box)
+
+
+def test_tool_error_is_a_value_error():
+    assert issubclass(ToolError, ValueError)
+
+
+def test_too_elongated_box_is_rejected():
+    with pytest.raises(ToolError, match="elongated"):
+        crop_box((5000, 5000), [0, 0, 4000, 30], max_aspect=100)
+    assert crop_box((5000, 5000), [0, 0, 2800, 30], max_aspect=100) == (0, 0, 2800, 30)
+
+
+def test_small_box_is_expanded_about_its_centre():
+    assert crop_box((200, 200), [95, 98, 105, 102], min_side=28) == (86, 86, 114, 114)
+
+
+def test_expanded_box_is_shifted_inside_the_image():
+    # A 4x4 box in the top-left corner grows to 28x28 and is pushed back inside the image.
+    assert crop_box((200, 200), [0, 0, 4, 4], min_side=28) == (0, 0, 28, 28)
+    assert crop_box((200, 200), [196, 196, 200, 200], min_side=28) == (172, 172, 200, 200)
+
+
+def test_expansion_is_capped_by_a_small_image():
+    assert crop_box((20, 200), [5, 5, 6, 6], min_side=28) == (0, 0, 20, 28)
+
+
+def test_drawn_target_is_cropped_from_the_original_with_a_box_in_resized_coordinates():
+    original = Image.new("RGB", (2400, 1600), "white")
+    ImageDraw.Draw(original).rectangle([1800, 1200, 1860, 1260], fill=(255, 0, 0))
+    seen = seen_size(original.size, **BUDGET)
+    sx, sy = seen[0] / original.width, seen[1] / original.height
+    # The model points at the red square in its own (downscaled) frame.
+    box_seen = [1790 * sx, 1190 * sy, 1870 * sx, 1270 * sy]
+    patch = crop(original, box_seen, seen_size=seen)
+    pixels = list(patch.getdata())
+    red = sum(p == (255, 0, 0) for p in pixels)
+    assert red >= 61 * 61  # the whole square is in the crop
+    assert red / len(pixels) > 0.4  # and the crop is mostly the square, not the wrong region
+    # Applying the same box to the original without mapping (DeepEyes #141) misses the square entirely.
+    wrong = crop(original, box_seen)
+    assert all(p != (255, 0, 0) for p in wrong.getdata())
+
+
+def test_seen_size_matches_the_processor_grid(tiny_processor):
+    image = Image.new("RGB", (2000, 1500))
+    out = tiny_processor.image_processor(images=[image], return_tensors="pt")
+    _, grid_h, grid_w = out["image_grid_thw"][0].tolist()
+    patch = tiny_processor.image_processor.patch_size
+    assert seen_size(image.size, **BUDGET) == (grid_w * patch, grid_h * patch)
+
+
+# ---------------------------------------------------------------------------------------------------- labels
+@pytest.mark.parametrize(
+    ("label", "match"),
+    [(None, "short text"), (3, "short text"), ("   ", "empty"), ("w " * 13, "too long"), ("x" * 81, "too long")],
+)
+def test_bad_labels_are_rejected(label, match):
+    with pytest.raises(ToolError, match=match):
+        validate_label(label)
+
+
+def test_label_limits_are_configurable_and_whitespace_is_collapsed():
+    assert validate_label("  red \n star ") == "red star"
+    assert validate_label("w " * 12) == " ".join(["w"] * 12)
+    with pytest.raises(ToolError):
+        validate_label("one two three", LabelLimits(max_words=2))
+
+
+# ------------------------------------------------------------------------------------------------ environment
+@pytest.fixture
+def env():
+    environment = ZoomInEnv(**BUDGET)
+    image = Image.new("RGB", (2000, 1500), "white")
+    ImageDraw.Draw(image).ellipse([1000, 700, 1060, 760], fill=(0, 0, 255))
+    environment.reset(image=image, prompt=[], answer="A")
+    return environment
+
+
+def test_env_returns_crop_and_text_and_records_the_call(env):
+    w, h = env.seen_size
+    result = env.image_zoom_in_tool([w * 0.45, h * 0.42, w * 0.55, h * 0.55], "blue circle")
+    assert [part["type"] for part in result] == ["image", "text"]
+    crop_image = result[0]["image"]
+    pixels = crop_image.width * crop_image.height
+    assert BUDGET["min_pixels"] <= pixels <= BUDGET["max_pixels"]  # resized to the processor's budget
+    assert crop_image.width % 28 == 0 and crop_image.height % 28 == 0
+    (call,) = env.calls
+    assert call.ok and call.turn == 1 and call.label == "blue circle" and call.crop is crop_image
+    assert call.box[0] <= 1000 and call.box[2] >= 1060  # recorded in original pixels
+
+
+def test_env_turns_a_bad_call_into_an_error_observation(env):
+    result = env.image_zoom_in_tool([10, 10, 5, 5], "anything")
+    assert [part["type"] for part in result] == ["text"]
+    assert result[0]["text"].startswith("Error:")
+    (call,) = env.calls
+    assert not call.ok and call.crop is None and "empty" in call.error
+
+
+def test_reset_clears_previous_calls(env):
+    env.image_zoom_in_tool([0, 0, 50, 50], "corner")
+    env.reset(image=Image.new("RGB", (600, 400)))
+    assert env.calls == [] and env.seen_size == seen_size((600, 400), **BUDGET)
+
+
+def test_reset_without_an_image_names_the_column():
+    with pytest.raises(TypeError, match="'image'"):
+        ZoomInEnv(**BUDGET).reset(prompt=[])
+
+
+def _tool_message(content):
+    return {"role": "tool", "name": TOOL_NAME, "content": content}
+
+
+def test_executed_calls_drop_calls_whose_response_was_rolled_back(env):
+    first = env.image_zoom_in_tool([0, 0, 50, 50], "first")
+    env.image_zoom_in_tool([50, 50, 100, 100], "second")  # ran, but TRL dropped its response as overlong
+    completion = [
+        {"role": "assistant", "content": "<think>a</think>", "tool_calls": [{}]},
+        _tool_message(first),
+        {"role": "assistant", "content": "<think>b</think>", "tool_calls": [{}]},
+    ]
+    assert [c.label for c in executed_calls(env, completion)] == ["first"]
+
+
+def test_executed_calls_skip_messages_trl_rejected_before_running_the_tool(env):
+    result = env.image_zoom_in_tool([0, 0, 50, 50], "only")
+    completion = [
+        _tool_message("{'error': \"missing 1 required positional argument: 'label'\"}"),
+        _tool_message(result),
+    ]
+    first, second = executed_calls(env, completion)
+    assert (first.turn, first.ok, first.label) == (1, False, None) and "missing" in first.error
+    assert (second.turn, second.ok, second.label) == (2, True, "only")
+
+
+# ------------------------------------------------------------------------------------------------- fuzzing
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=10,
+)
+numbers = st.integers(-5000, 5000) | st.floats(allow_nan=True, allow_infinity=True)
+boxes = st.lists(numbers, min_size=0, max_size=6) | json_values
+
+
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bbox=boxes, label=json_values | st.text(max_size=100))
+def test_fuzz_tool_never_raises_and_returns_a_crop_inside_the_image_or_an_error(env, bbox, label):
+    n_before = len(env.calls)
+    result = env.image_zoom_in_tool(bbox, label)
+    call = env.calls[-1]
+    assert len(env.calls) == n_before + 1
+    if call.ok:
+        assert result[0]["type"] == "image" and result[0]["image"] is call.crop
+        left, top, right, bottom = call.box
+        assert 0 <= left < right <= env.image.width and 0 <= top < bottom <= env.image.height
+        assert not any(isinstance(v, float) and not math.isfinite(v) for v in bbox)
+    else:
+        assert [part["type"] for part in result] == ["text"] and result[0]["text"].startswith("Error:")

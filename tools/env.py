@@ -1,0 +1,125 @@
+"""`ZoomInEnv`: the zoom-in tool as a stateful environment for TRL's `environment_factory`.
+
+TRL creates one instance per rollout, calls `reset(**row)` with the dataset row, exposes every public method except
+`reset` as a tool (its schema comes from the signature and Google docstring), and hands the instances to the reward
+functions as `environments`. The environment records every call it executes; `executed_calls` then keeps only the
+calls whose response survived into the trained completion (see there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from PIL import Image
+
+from tools.zoom_in import (
+    TOOL_NAME,
+    LabelLimits,
+    ToolError,
+    crop_box,
+    observation,
+    resize_to_budget,
+    seen_size,
+    validate_label,
+)
+
+
+@dataclass
+class ZoomCall:
+    """One executed `image_zoom_in_tool` call: MAPO's (y_t, I_t) pair when `ok`."""
+
+    turn: int  # 1-based index among this rollout's calls to the tool
+    label: str | None  # the validated label, or the raw value when the label itself was rejected
+    box: tuple[int, int, int, int] | None  # cropped region in original pixels (None when rejected)
+    crop: Image.Image | None  # the crop as shown to the model (resized to the pixel budget)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class ZoomInEnv:
+    """Environment exposing `image_zoom_in_tool` over the row's image.
+
+    Built with `functools.partial(ZoomInEnv, min_pixels=..., max_pixels=...)` (see `tools.make_environment_factory`)
+    so the frame the model's coordinates refer to is the one the processor really produced.
+    """
+
+    def __init__(
+        self,
+        *,
+        min_pixels: int,
+        max_pixels: int,
+        factor: int = 28,
+        min_side: int = 28,
+        max_aspect: float = 100.0,
+        max_label_words: int = 12,
+        max_label_chars: int = 80,
+    ):
+        self.min_pixels, self.max_pixels, self.factor = min_pixels, max_pixels, factor
+        self.min_side, self.max_aspect = min_side, max_aspect
+        self.label_limits = LabelLimits(max_label_words, max_label_chars)
+        self.image: Image.Image | None = None
+        self.seen_size: tuple[int, int] | None = None
+        self.calls: list[ZoomCall] = []
+
+    def reset(self, **row) -> None:
+        """Start a rollout on `row["image"]` (or the first of `row["images"]`); returns no extra observation."""
+        image = row.get("image")
+        if image is None and row.get("images"):
+            image = row["images"][0]
+        if not isinstance(image, Image.Image):
+            raise TypeError(f"ZoomInEnv.reset needs a PIL image in the row's 'image' column; got {type(image)}.")
+        self.image = image.convert("RGB") if image.mode != "RGB" else image
+        self.seen_size = seen_size(self.image.size, self.min_pixels, self.max_pixels, self.factor)
+        self.calls = []
+
+    def image_zoom_in_tool(self, bbox_2d: list[float], label: str) -> list[dict]:
+        """Zoom in on a region of the image by cropping it with a bounding box, to see small details clearly.
+
+        Args:
+            bbox_2d: The region to zoom in on, as [x1, y1, x2, y2] in pixels of the image you see, where (x1, y1) is
+                the top-left corner and (x2, y2) the bottom-right corner.
+            label: A few words naming what you expect to see in the box, e.g. "red star" or "the small sign".
+        """
+        turn = len(self.calls) + 1
+        try:
+            clean_label = validate_label(label, self.label_limits)
+            box = crop_box(
+                self.image.size, bbox_2d, seen_size=self.seen_size, min_side=self.min_side, max_aspect=self.max_aspect
+            )
+        except ToolError as err:
+            self.calls.append(ZoomCall(turn, label if isinstance(label, str) else None, None, None, str(err)))
+            return observation(None, f"Error: {err} Fix the call, or answer if you can.")
+        crop = resize_to_budget(self.image.crop(box), self.min_pixels, self.max_pixels, self.factor)
+        self.calls.append(ZoomCall(turn, clean_label, box, crop))
+        return observation(crop, f"Zoomed in on {list(bbox_2d)} (expected: {clean_label}).")
+
+
+def executed_calls(env: ZoomInEnv, completion: list[dict]) -> list[ZoomCall]:
+    """The zoom-in calls of a trained `completion`, in order: MAPO's t = 1..T.
+
+    TRL 1.16 runs a tool, then drops its response if appending it would overflow `max_completion_length`
+    (grpo_trainer.py, `_tool_call_loop`), so `env.calls` can hold calls the policy is never trained on; they are left
+    out here. Every call that reaches `image_zoom_in_tool` returns a list of parts, which TRL keeps as a list-valued
+    tool message, and a rollback only removes a suffix; so the k-th list-valued message is `env.calls[k]`. A call TRL
+    rejects before the method runs (unknown tool name, missing or extra argument) comes back as a string message; it
+    is kept as a failed call, so that leaving out the label cannot dodge the semantic score.
+    """
+    if isinstance(completion, str):
+        return []
+    recorded = iter(env.calls)
+    calls = []
+    for message in completion:
+        if message.get("role") != "tool":
+            continue
+        content = message.get("content")
+        if message.get("name") == TOOL_NAME and isinstance(content, list):
+            call = next(recorded, None)
+            if call is None:
+                raise RuntimeError("completion holds more zoom-in responses than the environment recorded calls")
+        else:
+            call = ZoomCall(0, None, None, None, error=str(content))
+        calls.append(replace(call, turn=len(calls) + 1))
+    return calls

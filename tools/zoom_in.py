@@ -1,0 +1,155 @@
+"""The zoom-in tool: crop geometry, label rules and the observation returned to the model.
+
+DeepEyes-compatible interface: tool name `image_zoom_in_tool`, arguments `bbox_2d = [x1, y1, x2, y2]` in absolute
+pixels *of the image the model sees* (Qwen's `smart_resize` of the original) and `label`, the short description of
+what the model expects to find there (MAPO's "talk", scored against the crop by CLIP).
+
+How this differs from DeepEyes' tool:
+- the box is mapped from the resized image the model saw back to the full-resolution original before cropping
+  (DeepEyes applies it to the original unmapped, its issue #141), so crops are taken at full resolution;
+- a box smaller than `min_side` is expanded about its centre and kept inside the image (DeepEyes' expansion branch
+  is unreachable behind its `> 30 px` check), instead of being rejected;
+- `label` is required and length-limited: the paper constrains labels to stop reward hacking through long captions.
+
+Everything here is pure (PIL in, PIL out) so it is tested without a model; `tools.env.ZoomInEnv` wraps it for TRL.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Real
+
+from PIL import Image
+from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+TOOL_NAME = "image_zoom_in_tool"
+
+
+class ToolError(ValueError):
+    """A rejected tool call. The message is shown to the model, so it says what to change."""
+
+
+@dataclass(frozen=True)
+class LabelLimits:
+    """Length limits on the `label` argument (the paper limits label length against reward hacking)."""
+
+    max_words: int = 12
+    max_chars: int = 80
+
+
+def validate_label(label: object, limits: LabelLimits = LabelLimits()) -> str:
+    """Return the stripped label, or raise `ToolError` if it is missing, not a string, empty or too long."""
+    if not isinstance(label, str):
+        raise ToolError(f"label must be a short text naming what you expect to see; got {type(label).__name__}.")
+    label = " ".join(label.split())
+    if not label:
+        raise ToolError("label is empty: name what you expect to see in the box, e.g. 'red star'.")
+    words = len(label.split())
+    if words > limits.max_words or len(label) > limits.max_chars:
+        raise ToolError(
+            f"label is too long ({words} words, {len(label)} characters); "
+            f"use at most {limits.max_words} words and {limits.max_chars} characters."
+        )
+    return label
+
+
+def _parse_box(bbox_2d: object) -> tuple[float, float, float, float]:
+    if not isinstance(bbox_2d, list | tuple):
+        raise ToolError(f"bbox_2d must be a list of 4 numbers [x1, y1, x2, y2]; got {type(bbox_2d).__name__}.")
+    if len(bbox_2d) != 4:
+        raise ToolError(f"bbox_2d must have 4 numbers [x1, y1, x2, y2]; got {len(bbox_2d)}.")
+    if not all(isinstance(v, Real) and not isinstance(v, bool) for v in bbox_2d):
+        raise ToolError("bbox_2d must contain only numbers [x1, y1, x2, y2].")
+    if not all(math.isfinite(v) for v in bbox_2d):
+        raise ToolError("bbox_2d must contain finite numbers (no NaN or infinity).")
+    x1, y1, x2, y2 = (float(v) for v in bbox_2d)
+    return x1, y1, x2, y2
+
+
+def _expand_span(lo: float, hi: float, min_len: float, limit: float) -> tuple[float, float]:
+    """Grow [lo, hi] about its centre to at least `min_len`, then shift it to lie inside [0, limit]."""
+    if hi - lo >= min_len:
+        return lo, hi
+    min_len = min(min_len, limit)
+    centre = (lo + hi) / 2
+    lo, hi = centre - min_len / 2, centre + min_len / 2
+    shift = max(0.0, -lo) - max(0.0, hi - limit)
+    return lo + shift, hi + shift
+
+
+def crop_box(
+    image_size: tuple[int, int],
+    bbox_2d: object,
+    *,
+    seen_size: tuple[int, int] | None = None,
+    min_side: int = 28,
+    max_aspect: float = 100.0,
+) -> tuple[int, int, int, int]:
+    """The pixel box of the original image that `crop` cuts out, as integers (left, top, right, bottom).
+
+    Args:
+        image_size: (width, height) of the original, full-resolution image.
+        bbox_2d: [x1, y1, x2, y2] in pixels of the image the model saw.
+        seen_size: (width, height) of the image the model saw; None means the original itself.
+        min_side: a box side shorter than this (original pixels) is expanded about its centre, inside the image.
+        max_aspect: boxes whose long/short side ratio exceeds this are rejected.
+
+    Raises:
+        ToolError: the box is malformed, empty after clamping to the image, or too elongated.
+    """
+    width, height = image_size
+    seen_w, seen_h = seen_size or image_size
+    x1, y1, x2, y2 = _parse_box(bbox_2d)
+    # Clamp in the frame the model used, so error messages speak its coordinates.
+    cx1, cx2 = min(max(x1, 0.0), seen_w), min(max(x2, 0.0), seen_w)
+    cy1, cy2 = min(max(y1, 0.0), seen_h), min(max(y2, 0.0), seen_h)
+    if cx2 <= cx1 or cy2 <= cy1:
+        raise ToolError(
+            f"bbox_2d {list(bbox_2d)} is empty inside the image ({seen_w}x{seen_h}): "
+            "need x1 < x2 and y1 < y2 within the image."
+        )
+    sx, sy = width / seen_w, height / seen_h
+    left, right = _expand_span(cx1 * sx, cx2 * sx, min_side, width)
+    top, bottom = _expand_span(cy1 * sy, cy2 * sy, min_side, height)
+    box = (math.floor(left), math.floor(top), math.ceil(right), math.ceil(bottom))
+    box = (max(box[0], 0), max(box[1], 0), min(box[2], width), min(box[3], height))
+    w, h = box[2] - box[0], box[3] - box[1]
+    if max(w, h) / min(w, h) > max_aspect:
+        raise ToolError(f"bbox_2d is too elongated (aspect ratio {max(w, h) / min(w, h):.0f} > {max_aspect:g}).")
+    return box
+
+
+def crop(
+    image: Image.Image,
+    bbox_2d: object,
+    *,
+    seen_size: tuple[int, int] | None = None,
+    min_side: int = 28,
+    max_aspect: float = 100.0,
+) -> Image.Image:
+    """Cut `bbox_2d` (given in the model's resized frame `seen_size`) out of the full-resolution `image`.
+
+    See `crop_box` for the geometry rules. Raises `ToolError` for a box that cannot be cropped.
+    """
+    return image.crop(crop_box(image.size, bbox_2d, seen_size=seen_size, min_side=min_side, max_aspect=max_aspect))
+
+
+def seen_size(image_size: tuple[int, int], min_pixels: int, max_pixels: int, factor: int = 28) -> tuple[int, int]:
+    """(width, height) of `image_size` after Qwen2-VL's `smart_resize`: the frame the model's coordinates live in."""
+    width, height = image_size
+    h, w = smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+    return w, h
+
+
+def resize_to_budget(image: Image.Image, min_pixels: int, max_pixels: int, factor: int = 28) -> Image.Image:
+    """Resize to the processor's pixel budget now, so crops kept in memory and logs are no larger than what the
+    model is fed (a full-resolution crop can be many megapixels), and tiny crops are upscaled to be legible."""
+    size = seen_size(image.size, min_pixels, max_pixels, factor)
+    return image if size == image.size else image.resize(size, Image.Resampling.BICUBIC)
+
+
+def observation(crop_image: Image.Image | None, text: str) -> list[dict]:
+    """A tool response as TRL forwards it to the model: the crop (if any), then text."""
+    parts = [{"type": "image", "image": crop_image}] if crop_image is not None else []
+    return parts + [{"type": "text", "text": text}]
