@@ -7,13 +7,17 @@ VENV        := .venv
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 TINY        := outputs/tiny
+ACCELERATE  ?= cpu
+RECIPE      ?= recipes/tiny/rl/config_mapo.yaml
+ARGS        ?=
+LAUNCH      := $(VENV)/bin/accelerate launch --config_file recipes/accelerate_configs/$(ACCELERATE).yaml
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TRL_EXPERIMENTAL_SILENCE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: help install tiny test lint bench clean
+.PHONY: help install tiny rl test lint bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -34,12 +38,18 @@ $(TINY)/.built: $(STAMP) tiny_models.py task.py
 
 tiny: $(TINY)/.built ## Build the tiny offline models (Qwen2.5-VL, tokenizer, CLIP, text encoder) into outputs/tiny
 
+rl: tiny ## MAPO RL: RECIPE=<recipe.yaml> ACCELERATE=<cpu|ddp|zero2|zero3> ARGS="--field value ..."
+	$(LAUNCH) rl.py --config $(RECIPE) $(ARGS)
+
 test: $(STAMP) ## Run the offline test suite (builds the tiny models it needs)
 	$(PY) -m pytest -q tests
 
 lint: $(STAMP) ## ruff check + format check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+bench: tiny ## Benchmarks: MAPO/GRPO step-time ratio, CLIP crops/s (results: docs/benchmarks.md)
+	$(PY) bench.py $(ARGS)
 
 clean: ## Remove outputs/ (checkpoints, tiny models, generated data)
 	rm -rf outputs

@@ -101,6 +101,8 @@ def load_clip(
     For `local-dir:` open_clip reads the tokenizer type and context length from that config and ignores `pretrained`.
     """
     name = _clip_name(name)
+    if name.startswith("local-dir:"):
+        pretrained = None  # the directory carries its weights; recipes may still name a tag for hub models
     model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, device=device)
     model.eval().requires_grad_(False)
     return model, preprocess, open_clip.get_tokenizer(name)

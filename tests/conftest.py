@@ -48,3 +48,13 @@ def tiny_processor(tiny_kit):
 def tiny_clip(tiny_kit):
     """`(model, preprocess, tokenizer)` of the tiny CLIP verifier, loaded through `models.load_clip`."""
     return models.load_clip(tiny_kit["clip"])
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests need CUDA; on CPU-only machines (CI) they are skipped, with the reason shown by `-ra`."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

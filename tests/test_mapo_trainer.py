@@ -1,12 +1,5 @@
-"""MAPOTrainer on the tiny models, CPU: forced tool calls, real crops, real CLIP scoring, real optimizer steps.
-
-The tiny policy is random, so it almost never writes a valid tool call by itself. `force_tool_calls` wraps the
-instance's `generate`: the real generation runs (same RNG use, same code path), then its tokens are replaced by a
-scripted turn: a `<tool_call>` on the first turn, an `<answer>` after a tool response. Everything after that (TRL's
-tool loop, ZoomInEnv, crops, CLIP, rewards, advantages, loss) is the production path.
-"""
-
-import json
+"""MAPOTrainer on the tiny models, CPU: forced tool calls (`scripted.force_tool_calls`), real crops, real CLIP
+scoring, real optimizer steps."""
 
 import pytest
 import torch
@@ -18,44 +11,11 @@ from data.synthetic import build_synthetic
 from launch import ScriptArguments, environment_factory
 from mapo_trainer import SEMANTIC_REWARD_NAME, MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
 from models import load_model, load_processor
+from scripted import DEFAULT_LABELS as LABELS
+from scripted import force_tool_calls
 from task import get_reward_funcs
 
 pytestmark = pytest.mark.slow
-
-LABELS = ["red circle", "blue square"]  # alternated over rows so z_t differs within a group
-BOX = [8, 8, 80, 80]  # inside the seen frame of every synthetic image at the tiny pixel budget
-
-
-def _tool_call(label: str) -> str:
-    call = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": BOX, "label": label}}
-    return f"<think>look closer</think>\n<tool_call>\n{json.dumps(call)}\n</tool_call><|im_end|>"
-
-
-def force_tool_calls(model, tokenizer):
-    """Replace each generated turn by a scripted one (see module docstring); returns the list of scripts used."""
-    original = model.generate
-    scripts = []
-
-    def generate(*args, **kwargs):
-        original(*args, **kwargs)  # the real generation runs; its tokens are then replaced
-        input_ids = kwargs["input_ids"]
-        rows = []
-        for i, ids in enumerate(input_ids):
-            if tokenizer.decode(ids).count("<tool_response>") == 0:
-                text = _tool_call(LABELS[i % 2])
-            else:
-                # odd rows skip <think>: their format reward differs, so GRPO advantages are not all zero
-                text = ("<think>seen</think>" if i % 2 == 0 else "") + "<answer>A</answer><|im_end|>"
-            scripts.append(text)
-            rows.append(torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"]))
-        width = max(len(r) for r in rows)
-        completion = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=input_ids.dtype)
-        for i, r in enumerate(rows):
-            completion[i, : len(r)] = r
-        return torch.cat([input_ids, completion.to(input_ids.device)], dim=1)
-
-    model.generate = generate
-    return scripts
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +75,9 @@ def spy_on_verifier(trainer):
 def test_mapo_run_scores_real_crops_and_trains(tiny_kit, train_dataset, tmp_path):
     trainer = make_trainer(tiny_kit, train_dataset, tmp_path)
     scored = spy_on_verifier(trainer)
+    batches = []
+    generate_and_score = trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: batches.append(generate_and_score(inputs)) or batches[-1]
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
 
@@ -136,6 +99,15 @@ def test_mapo_run_scores_real_crops_and_trains(tiny_kit, train_dataset, tmp_path
     fmt = torch.tensor(list(trainer._logs["rewards"]["format_reward"])[-4:])
     expected = mapo_advantages(outcome + fmt, torch.tensor(logged_sem), num_generations=2, beta=0.4)
     assert list(trainer._logs["advantages"])[-4:] == pytest.approx(expected.tolist(), abs=1e-5)
+
+    # Tool responses (crop pads included) are out of the loss; the model's own turns are in it.
+    tokenizer = trainer.processing_class.tokenizer
+    batch = batches[-1]
+    for ids, keep, tool in zip(batch["completion_ids"], batch["completion_mask"], batch["tool_mask"]):
+        trained = tokenizer.decode(ids[(keep * tool).bool()])
+        masked = tokenizer.decode(ids[(keep * (1 - tool)).bool()])
+        assert "<tool_call>" in trained and "<answer>" in trained and "<tool_response>" not in trained
+        assert "<tool_response>" in masked and "<|image_pad|>" in masked and "<|image_pad|>" not in trained
 
     changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
     assert changed, "no parameter changed"
@@ -211,7 +183,11 @@ def test_environment_factory_is_required(tiny_kit, train_dataset, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- recipes
-RECIPES = ["recipes/tiny/rl/config_mapo.yaml", "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo.yaml"]
+RECIPES = [
+    "recipes/tiny/rl/config_mapo.yaml",
+    "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo.yaml",
+    "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo_lora.yaml",
+]
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

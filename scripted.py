@@ -1,0 +1,66 @@
+"""Scripted tool calls for the random tiny policy, shared by the tests and `bench.py`.
+
+A random policy almost never writes a valid `<tool_call>`, so nothing downstream of the tool loop would run.
+`force_tool_calls` wraps one model instance's `generate`: the real generation still runs (same code path, same RNG
+use), then its tokens are replaced by a scripted turn: a zoom-in call on the first turn, an answer once a tool
+response is in the context. Everything after that (TRL's tool loop, ZoomInEnv, crops, CLIP, rewards, loss) is the
+production path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+import torch
+
+from tools import TOOL_NAME
+
+DEFAULT_LABELS = ("red circle", "blue square")  # alternated over rows, so z_t differs within a group
+DEFAULT_BOX = (8, 8, 80, 80)  # inside the seen frame of any image at the tiny kit's pixel budget
+
+
+def tool_call_turn(label: str, box: Sequence[float] = DEFAULT_BOX, think: str = "look closer") -> str:
+    """An assistant turn that thinks, then calls the zoom-in tool, in the Qwen2.5 `<tool_call>` JSON format."""
+    call = {"name": TOOL_NAME, "arguments": {"bbox_2d": list(box), "label": label}}
+    return f"<think>{think}</think>\n<tool_call>\n{json.dumps(call)}\n</tool_call><|im_end|>"
+
+
+def answer_turn(row: int) -> str:
+    """A final turn answering "A"; odd rows skip `<think>`, so format rewards (hence GRPO advantages) vary."""
+    return ("<think>seen</think>" if row % 2 == 0 else "") + "<answer>A</answer><|im_end|>"
+
+
+def force_tool_calls(
+    model,
+    tokenizer,
+    labels: Sequence[str] = DEFAULT_LABELS,
+    first_turn: Callable[[int, str], str] | None = None,
+) -> list[str]:
+    """Make `model.generate` emit a zoom-in call on turns without a tool response, and an answer after one.
+
+    Returns the list the scripted turns are appended to, for inspection. `first_turn(row, label)` overrides the
+    scripted call text.
+    """
+    original = model.generate
+    scripts: list[str] = []
+
+    def generate(*args, **kwargs):
+        original(*args, **kwargs)  # the real generation runs; its tokens are then replaced
+        input_ids = kwargs["input_ids"]
+        rows = []
+        for i, ids in enumerate(input_ids):
+            if "<tool_response>" not in tokenizer.decode(ids):
+                label = labels[i % len(labels)]
+                text = first_turn(i, label) if first_turn else tool_call_turn(label)
+            else:
+                text = answer_turn(i)
+            scripts.append(text)
+            rows.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+        completion = torch.full((len(rows), max(map(len, rows))), tokenizer.pad_token_id, dtype=input_ids.dtype)
+        for i, ids in enumerate(rows):
+            completion[i, : len(ids)] = torch.tensor(ids)
+        return torch.cat([input_ids, completion.to(input_ids.device)], dim=1)
+
+    model.generate = generate
+    return scripts
