@@ -10,6 +10,10 @@ TINY        := outputs/tiny
 ACCELERATE  ?= cpu
 RECIPE      ?= recipes/tiny/rl/config_mapo.yaml
 ARGS        ?=
+MODEL       ?= $(TINY)/qwen2_5_vl
+BENCH       ?= synthetic
+DATA        ?=
+CLIP        ?= $(TINY)/clip
 LAUNCH      := $(VENV)/bin/accelerate launch --config_file recipes/accelerate_configs/$(ACCELERATE).yaml
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
@@ -17,7 +21,7 @@ export HF_DATASETS_OFFLINE ?= 1
 export TRL_EXPERIMENTAL_SILENCE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: help install tiny rl test lint bench clean
+.PHONY: help install tiny rl eval test lint bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -40,6 +44,9 @@ tiny: $(TINY)/.built ## Build the tiny offline models (Qwen2.5-VL, tokenizer, CL
 
 rl: tiny ## MAPO RL: RECIPE=<recipe.yaml> ACCELERATE=<cpu|ddp|zero2|zero3> ARGS="--field value ..."
 	$(LAUNCH) rl.py --config $(RECIPE) $(ARGS)
+
+eval: tiny ## Score MODEL on BENCH (vstar|hrbench|mme_realworld|synthetic); DATA: its files (empty: generated synthetic test split); ARGS="--limit 20"
+	$(PY) evaluate.py --model_name_or_path $(MODEL) --benchmark $(BENCH) $(if $(DATA),--data_path $(DATA)) --clip_model $(CLIP) $(ARGS)
 
 test: $(STAMP) ## Run the offline test suite (builds the tiny models it needs)
 	$(PY) -m pytest -q tests

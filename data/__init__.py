@@ -7,14 +7,18 @@ Every builder returns a `datasets.Dataset` with the columns the trainers and eva
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import datasets
 
+from data.benchmarks import load_benchmark
 from data.synthetic import build_synthetic
 
 DATASETS: dict[str, Callable[..., datasets.Dataset]] = {
     "synthetic": build_synthetic,
+    # benchmark and DeepEyes readers: `get_dataset(name, path=..., split=..., skip_bad_rows=False)`
+    **{name: functools.partial(load_benchmark, name) for name in ("vstar", "hrbench", "mme_realworld", "deepeyes")},
 }
 
 

@@ -1,0 +1,365 @@
+"""Benchmark readers: the files a user downloads, read into the columns training uses.
+
+`load_benchmark(name, path)` returns a `datasets.Dataset` with the columns of `data.synthetic.FEATURES`, so a
+benchmark row goes through the agent exactly like a training row: `prompt` is built by `task.build_prompt` from the
+bare question and its options (the benchmark's own option list and answer instruction are stripped, so prompts look
+exactly like training prompts), `answer` is the option letter for multiple choice, and `source` is the reporting
+group (`vstar/direct_attributes`, `hrbench_4k/single`, `mme_realworld/Perception/Monitoring/...`).
+
+Layouts (see docs/evaluation.md for where each comes from and what was verified):
+
+- `vstar`: the V* folder holding `direct_attributes/`, `relative_position/` and `test_questions.jsonl`
+  (`image`, `text`, `category`, `question_id`, `label`); each image's `<name>.json` (`target_object`, `bbox` as
+  x, y, w, h) gives the target box and label shown in the report.
+- `hrbench`: one HR-Bench file, `hr_bench_4k.tsv` / `hr_bench_8k.tsv` or the parquet twins (`index`, `question`,
+  `A`..`D`, `answer`, `category` single/cross, `cycle_category`, `image` as base64).
+- `mme_realworld`: the folder holding `MME_RealWorld.json` and its image folders (or that JSON file), or the Lite
+  folder holding `data/*.parquet` (lmms-eval's MME-RealWorld-lite: `index`, `question`, `multi-choice options`,
+  `answer`, `category`, `l2-category`, `bytes` as base64).
+- `deepeyes`: one DeepEyes-47k training parquet (`data_source`, `prompt`, `images[{bytes}]`,
+  `reward_model.ground_truth`, `extra_info.question`), for RL.
+- `synthetic`: a `save_to_disk` folder, or nothing: then a small test split is generated.
+
+Every row is validated before the dataset is built: a missing or unreadable image, a missing question or answer, an
+answer that is not one of the options, or a duplicate id raises `BadRowError` naming the file, the row (0-based
+record index) and the field; with `skip_bad_rows=True` the row is skipped, logged and returned by `read_benchmark`.
+Images are checked by their header only; one that fails to decode later is a scored failure of that sample.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import datasets
+import pyarrow.parquet as pq
+from PIL import Image
+
+from data.synthetic import FEATURES, build_synthetic
+from task import OPTION_LETTERS, build_prompt, parse_choice
+
+logger = logging.getLogger(__name__)
+
+BENCHMARKS = ("vstar", "hrbench", "mme_realworld", "synthetic", "deepeyes")
+SYNTHETIC_EVAL_ROWS = 32  # the test split generated when no synthetic folder is given (~0.35 s a row to draw)
+
+# "(A) red" option lines, as V* embeds them in its question text and MME-RealWorld writes its answer choices.
+_OPTION = re.compile(r"^\s*\(([A-H])\)\s*(.*?)\s*$")
+
+
+class BadRowError(ValueError):
+    """A benchmark row that cannot be evaluated. The message names the file, the row and the field to fix."""
+
+    def __init__(self, file: str | os.PathLike, row: int, field: str, reason: str):
+        self.file, self.row, self.field, self.reason = str(file), row, field, reason
+        super().__init__(f"{file}: row {row}: field {field!r}: {reason}")
+
+
+class _Raw(NamedTuple):
+    """One row as read, before validation: `values` uses our column names, `fields` maps them to the file's."""
+
+    file: Path
+    row: int
+    values: dict[str, Any]
+    fields: dict[str, str]
+
+
+# ------------------------------------------------------------------------------------------------------ helpers
+def split_options(text: str) -> tuple[str, list[str]]:
+    """Split a question that embeds "(A) ..." option lines into the bare question and the option texts.
+
+    Whatever follows the options (V*'s "Answer with the option's letter from the given choices directly.") is
+    dropped: training prompts carry their own instruction (`task.USER_SUFFIX`). Text without option lines comes back
+    stripped, with no options.
+    """
+    lines = text.strip().splitlines()
+    first = next((i for i, line in enumerate(lines) if (m := _OPTION.match(line)) and m.group(1) == "A"), None)
+    if first is None:
+        return text.strip(), []
+    options: list[str] = []
+    for letter, line in zip(OPTION_LETTERS, lines[first:]):
+        match = _OPTION.match(line)
+        if match is None or match.group(1) != letter:
+            break
+        options.append(match.group(2))
+    return "\n".join(lines[:first]).strip(), options
+
+
+def _option_text(choice: str) -> str:
+    """An option without its letter: "(B) 457" -> "457"; text without a letter prefix is kept."""
+    match = _OPTION.match(choice)
+    return match.group(2) if match else choice.strip()
+
+
+def _image_cell(value: Any) -> dict[str, Any]:
+    """The `image` column value for `value` (a file path, raw or base64 bytes, or a `{"bytes": ...}` struct), once
+    its header parses; raises ValueError (or OSError) saying what is wrong."""
+    if isinstance(value, dict):  # parquet image structs: DeepEyes' images[i], HF Image columns
+        value = value.get("bytes")
+    if value is None or value == "":
+        raise ValueError("missing")
+    if isinstance(value, Path):
+        if not value.is_file():
+            raise ValueError(f"image file not found: {value}")
+        with Image.open(value):  # opening parses the header: enough to catch empty and non-image files
+            pass
+        return {"bytes": None, "path": str(value)}
+    data = base64.b64decode(value, validate=True) if isinstance(value, str) else bytes(value)
+    with Image.open(io.BytesIO(data)):
+        pass
+    return {"bytes": data, "path": None}
+
+
+def _validate(raw: _Raw, seen_ids: set[str]) -> dict[str, Any]:
+    """The dataset row for `raw`, or BadRowError for its first unusable field."""
+    values = raw.values
+
+    def bad(column: str, reason: str) -> BadRowError:
+        return BadRowError(raw.file, raw.row, raw.fields.get(column, column), reason)
+
+    row_id = values.get("id")
+    if row_id in (None, ""):
+        raise bad("id", "missing")
+    if str(row_id) in seen_ids:
+        raise bad("id", f"duplicate id {row_id!r}")
+    question, options, answer = values.get("question"), values.get("options") or [], values.get("answer")
+    if not isinstance(question, str) or not question.strip():
+        raise bad("question", "missing")
+    if answer is None or not str(answer).strip():
+        raise bad("answer", "missing")
+    if options and parse_choice(str(answer), options) is None:
+        raise bad("answer", f"{answer!r} is not one of the {len(options)} options")
+    try:
+        image = _image_cell(values.get("image"))
+    except (ValueError, OSError, Image.DecompressionBombError) as err:
+        # bad base64 is a ValueError and an unreadable image an OSError; an image over PIL's MAX_IMAGE_PIXELS is a
+        # DecompressionBombError (raise that limit to read such a benchmark)
+        raise bad("image", str(err) or type(err).__name__) from err
+    seen_ids.add(str(row_id))
+    return {
+        "id": str(row_id),
+        "source": values["source"],
+        "prompt": build_prompt(question, options),
+        "image": image,
+        "answer": str(answer).strip(),
+        "options": list(options),
+        "target_bbox": values.get("target_bbox"),
+        "target_label": values.get("target_label"),
+    }
+
+
+def _expect(path: Path, what: str) -> Path:
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found; expected {what}")
+    return path
+
+
+def _parquet_rows(file: Path) -> Iterator[dict[str, Any]]:
+    """Rows of a parquet file, a batch at a time: benchmark files embed their images."""
+    for batch in pq.ParquetFile(file).iter_batches(batch_size=64):
+        yield from batch.to_pylist()
+
+
+def _tsv_rows(file: Path) -> Iterator[dict[str, str]]:
+    """Rows of a TSV file with a header line, as VLMEvalKit writes them (pandas' quoting), streamed."""
+    csv.field_size_limit(sys.maxsize)  # a base64 8K image is far over csv's 128 kB default field limit
+    with file.open(encoding="utf-8", newline="") as lines:
+        yield from csv.DictReader(lines, delimiter="\t")
+
+
+# ------------------------------------------------------------------------------------------------------ readers
+_VSTAR_FIELDS = {"id": "question_id", "question": "text", "answer": "label", "image": "image"}
+
+
+def _read_vstar(root: Path) -> Iterator[_Raw | BadRowError]:
+    questions = _expect(
+        root / "test_questions.jsonl",
+        "the V* folder holding direct_attributes/, relative_position/, test_questions.jsonl",
+    )
+    with questions.open(encoding="utf-8") as lines:
+        for row, line in enumerate(lines):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                yield BadRowError(questions, row, "(line)", f"not JSON: {err}")
+                continue
+            question, options = split_options(record["text"]) if isinstance(record.get("text"), str) else (None, [])
+            image = root / record["image"] if record.get("image") else None
+            values = {
+                "id": record.get("question_id"),
+                "source": f"vstar/{record.get('category')}",
+                "question": question,
+                "options": options,
+                "answer": record.get("label"),
+                "image": image,
+            }
+            if image is not None and image.with_suffix(".json").is_file():
+                try:
+                    values.update(_vstar_target(image.with_suffix(".json")))
+                except (ValueError, KeyError, TypeError) as err:
+                    yield BadRowError(image.with_suffix(".json"), 0, "bbox", f"unreadable target annotation: {err!r}")
+                    continue
+            yield _Raw(questions, row, values, _VSTAR_FIELDS)
+
+
+def _vstar_target(annotation: Path) -> dict[str, Any]:
+    """The target box (x1, y1, x2, y2 around all named objects) and label from V*'s per-image annotation."""
+    record = json.loads(annotation.read_text(encoding="utf-8"))
+    boxes = [(x, y, x + w, y + h) for x, y, w, h in record["bbox"]]  # V* stores x, y, width, height
+    union = [min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes)]
+    return {"target_bbox": [round(v) for v in union], "target_label": " and ".join(record["target_object"])}
+
+
+_HRBENCH_FIELDS = {"id": "index", "question": "question", "answer": "answer", "image": "image"}
+
+
+def _read_hrbench(file: Path) -> Iterator[_Raw]:
+    _expect(file, "an HR-Bench file: hr_bench_4k.tsv, hr_bench_8k.tsv or their .parquet versions")
+    name = file.name.lower()
+    variant = "hrbench_8k" if "8k" in name else "hrbench_4k" if "4k" in name else "hrbench"
+    records = _parquet_rows(file) if file.suffix == ".parquet" else _tsv_rows(file)
+    for row, record in enumerate(records):
+        options = []
+        for letter in OPTION_LETTERS:
+            if record.get(letter) in (None, ""):
+                break
+            options.append(str(record[letter]).strip())
+        values = {
+            "id": record.get("index"),
+            "source": f"{variant}/{record.get('category')}",
+            "question": record.get("question"),
+            "options": options,
+            "answer": record.get("answer"),
+            "image": record.get("image"),
+        }
+        yield _Raw(file, row, values, _HRBENCH_FIELDS)
+
+
+_MME_FIELDS = {"id": "Question_id", "question": "Text", "answer": "Ground truth", "image": "Image"}
+_MME_LITE_FIELDS = {"id": "index", "question": "question", "answer": "answer", "image": "bytes"}
+
+
+def _read_mme_realworld(path: Path) -> Iterator[_Raw]:
+    if path.is_dir() and (path / "data").is_dir():
+        yield from _read_mme_realworld_lite(path / "data")
+        return
+    file = path if path.is_file() else path / "MME_RealWorld.json"
+    _expect(file, "the MME-RealWorld folder holding MME_RealWorld.json and its images, or the Lite folder with data/")
+    for row, record in enumerate(json.loads(file.read_text(encoding="utf-8"))):
+        values = {
+            "id": record.get("Question_id"),
+            "source": f"mme_realworld/{record.get('Task')}/{record.get('Subtask')}/{record.get('Category')}",
+            "question": record.get("Text"),
+            "options": [_option_text(c) for c in record.get("Answer choices") or []],
+            "answer": record.get("Ground truth"),
+            "image": file.parent / record["Image"] if record.get("Image") else None,
+        }
+        yield _Raw(file, row, values, _MME_FIELDS)
+
+
+def _read_mme_realworld_lite(data: Path) -> Iterator[_Raw]:
+    files = sorted(data.glob("*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"no *.parquet in {data}; expected the MME-RealWorld-Lite folder's data/ files")
+    for file in files:
+        for row, record in enumerate(_parquet_rows(file)):
+            category = str(record.get("category") or "")
+            # lmms-eval's split of the Lite `category`: the task from its text, the subtask after the last "/"
+            task = "Perception" if "perception" in category.lower() else "Reasoning"
+            values = {
+                "id": record.get("index"),
+                "source": f"mme_realworld_lite/{task}/{category.split('/')[-1]}/{record.get('l2-category')}",
+                "question": record.get("question"),
+                "options": [_option_text(c) for c in record.get("multi-choice options") or []],
+                "answer": record.get("answer"),
+                "image": record.get("bytes"),
+            }
+            yield _Raw(file, row, values, _MME_LITE_FIELDS)
+
+
+_DEEPEYES_FIELDS = {"question": "extra_info.question", "answer": "reward_model.ground_truth", "image": "images[0]"}
+
+
+def _read_deepeyes(file: Path) -> Iterator[_Raw]:
+    _expect(file, "a DeepEyes-47k parquet file, e.g. data_v0.8_visual_toolbox_v2.parquet")
+    for row, record in enumerate(_parquet_rows(file)):
+        text = (record.get("extra_info") or {}).get("question")
+        # the training prompt inserts the image itself; a literal "<image>" tag would only be noise
+        question, options = split_options(text.replace("<image>", "")) if isinstance(text, str) else (None, [])
+        values = {
+            "id": f"{file.stem}-{row}",
+            "source": f"deepeyes/{record.get('data_source')}",
+            "question": question,
+            "options": options,
+            "answer": (record.get("reward_model") or {}).get("ground_truth"),
+            "image": (record.get("images") or [None])[0],
+        }
+        yield _Raw(file, row, values, _DEEPEYES_FIELDS)
+
+
+_READERS = {
+    "vstar": _read_vstar,
+    "hrbench": _read_hrbench,
+    "mme_realworld": _read_mme_realworld,
+    "deepeyes": _read_deepeyes,
+}
+
+
+def _synthetic(path: str | os.PathLike | None, split: str | None) -> datasets.Dataset:
+    """The synthetic benchmark: a `save_to_disk` folder, or a freshly generated test split (never a training one)."""
+    if path is None:
+        return build_synthetic(SYNTHETIC_EVAL_ROWS, seed=0, split=split or "test")
+    loaded = datasets.load_from_disk(os.fspath(path))
+    if isinstance(loaded, datasets.DatasetDict):
+        split = split or "test"
+        if split not in loaded:
+            raise ValueError(f"{path} has splits {list(loaded)}, not {split!r}")
+        return loaded[split]
+    return loaded
+
+
+# -------------------------------------------------------------------------------------------------------- API
+def read_benchmark(
+    name: str, path: str | os.PathLike | None = None, *, split: str | None = None, skip_bad_rows: bool = False
+) -> tuple[datasets.Dataset, list[BadRowError]]:
+    """`load_benchmark`, also returning the rows it skipped (empty unless `skip_bad_rows`)."""
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}; known: {list(BENCHMARKS)}")
+    if name == "synthetic":  # generated or saved by this repo: nothing third-party to validate
+        return _synthetic(path, split), []
+    if path is None:
+        raise ValueError(f"benchmark {name!r} reads local files: pass the path you downloaded it to (data_path)")
+    rows, skipped, seen_ids = [], [], set()
+    for raw in _READERS[name](Path(path)):
+        try:
+            if isinstance(raw, BadRowError):
+                raise raw
+            rows.append(_validate(raw, seen_ids))
+        except BadRowError as err:
+            if not skip_bad_rows:
+                raise
+            logger.warning("skipping bad row: %s", err)
+            skipped.append(err)
+    if not rows:
+        raise ValueError(f"{path}: no usable {name} rows ({len(skipped)} skipped)")
+    return datasets.Dataset.from_list(rows, features=FEATURES), skipped
+
+
+def load_benchmark(
+    name: str, path: str | os.PathLike | None = None, *, split: str | None = None, skip_bad_rows: bool = False
+) -> datasets.Dataset:
+    """Benchmark `name` (one of `BENCHMARKS`) from its downloaded files at `path`, as a validated `datasets.Dataset`.
+
+    `split` only applies to formats that have splits (synthetic `save_to_disk` folders; default "test"). A bad row
+    raises `BadRowError`, or is skipped and logged with `skip_bad_rows=True` (`read_benchmark` also returns them).
+    """
+    return read_benchmark(name, path, split=split, skip_bad_rows=skip_bad_rows)[0]

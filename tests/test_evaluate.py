@@ -1,0 +1,345 @@
+"""Evaluation: scoring rules on hand-written answers, the agent against TRL's own rollout code, and whole runs on the
+tiny model (forced tool calls), including resume and bad inputs."""
+
+import base64
+import contextlib
+import io
+import json
+from types import SimpleNamespace
+
+import datasets
+import pandas as pd
+import pytest
+import torch
+from PIL import Image
+from trl import GRPOTrainer
+from trl.data_utils import prepare_multimodal_messages
+
+import evaluate
+from agent import TOOL_CALL_END, tool_suffix_ids, turn_stop_ids, until_stop
+from data.synthetic import FEATURES, build_synthetic
+from evaluate import EvalArguments, compute_metrics, mme_choice, parse_args, read_samples, run_evaluation, score_answer
+from models import load_processor, pixel_budget
+from scripted import DEFAULT_LABELS, force_tool_calls
+from task import build_prompt
+from tools import make_environment_factory
+
+pytestmark = pytest.mark.slow
+
+
+# --------------------------------------------------------------------------------------------------------- scoring
+@pytest.mark.parametrize(
+    ("prediction", "correct", "failure"),
+    [
+        ("B", True, None),
+        ("(B)", True, None),
+        ("B. blue", True, None),
+        ("blue", True, None),  # the option's text
+        ("C", False, None),
+        ("purple", False, "answer outside the options: 'purple'"),
+        ("", False, "empty <answer>"),
+        (None, False, None),  # no <answer>: the agent has already recorded why
+    ],
+)
+def test_vstar_and_hrbench_score_by_letter_or_option_text(prediction, correct, failure):
+    options = ["red", "blue", "green", "white"]
+    for benchmark in ("vstar", "hrbench"):
+        assert score_answer(benchmark, prediction, "B", options) == (correct, failure)
+
+
+def test_open_questions_use_training_rule():
+    assert score_answer("synthetic", "The Orange.", "orange", []) == (True, None)
+    assert score_answer("deepeyes", "three", "3", []) == (False, None)
+
+
+@pytest.mark.parametrize(
+    ("prediction", "choice"),
+    [
+        ("E", 4),
+        ("The best answer is B", 1),
+        ("The answer is (C) 456", 2),
+        ("Definitely (E)", 3),  # the reference's quirk: the first capital A-E, even inside a word
+        ("457", 1),  # no capital letter: the option whose "(X) text" contains the prediction
+        ("it could be any of the numbers shown there, hard to say really", None),  # long, no letter: unreadable
+    ],
+)
+def test_mme_realworld_reference_rule(prediction, choice):
+    assert mme_choice(prediction, ["458", "457", "456", "455", "The image doesn't feature the data."]) == choice
+
+
+def test_mme_rule_is_looser_than_training_rule():
+    options = ["13", "90", "77", "6", "The image does not feature the buses"]
+    assert score_answer("mme_realworld", "Option (E)", "E", options) == (True, None)
+    assert score_answer("vstar", "Option (E)", "E", options)[1].startswith("answer outside the options")
+
+
+def record(source, correct, calls=(), failure=None, turns=1):
+    return {"source": source, "correct": correct, "failure": failure, "num_turns": turns, "calls": list(calls)}
+
+
+def call(z=None, z_full=None, box=(0, 0, 10, 10)):
+    gap = None if z is None else z <= z_full
+    return {"box": list(box) if box else None, "z": z, "z_full": z_full, "gap": gap}
+
+
+def test_hrbench_reports_single_cross_and_their_mean():
+    records = [
+        record("hrbench_4k/single", True),
+        record("hrbench_4k/single", True),
+        record("hrbench_4k/single", False),
+        record("hrbench_4k/single", True),
+        record("hrbench_4k/cross", False),
+        record("hrbench_4k/cross", True),
+    ]
+    metrics = compute_metrics(records, "hrbench")
+    assert (metrics["single"], metrics["cross"], metrics["mean"]) == (0.75, 0.5, 0.625)
+    assert metrics["accuracy"] == pytest.approx(4 / 6)
+
+
+def test_mme_realworld_reports_per_task_and_overall():
+    records = [
+        record("mme_realworld/Perception/Monitoring/Vehicle/counting", True),
+        record("mme_realworld/Perception/Monitoring/Person/counting", False),
+        record("mme_realworld/Perception/Remote Sensing/color", True),
+        record("mme_realworld/Reasoning/Diagram and Table/diagram", False),
+    ]
+    metrics = compute_metrics(records, "mme_realworld")
+    assert metrics["accuracy"] == 0.5  # overall: over all questions, as the reference script
+    assert metrics["accuracy_by_task"] == {"Perception": pytest.approx(2 / 3), "Reasoning": 0.0}
+    assert metrics["accuracy_by_subtask"] == {
+        "Perception/Monitoring": 0.5,
+        "Perception/Remote Sensing": 1.0,
+        "Reasoning/Diagram and Table": 0.0,
+    }
+
+
+def test_tool_use_metrics():
+    records = [
+        record("s", True, [call(0.5, 0.2), call(0.1, 0.3), call(box=None)], turns=3),  # one gap call, one error
+        record("s", False, [], failure="no <answer>", turns=1),
+    ]
+    metrics = compute_metrics(records, "synthetic", skipped_rows=2)
+    assert metrics | {"accuracy_by_source": None} == {
+        "benchmark": "synthetic",
+        "n": 2,
+        "n_failed": 1,
+        "skipped_rows": 2,
+        "accuracy": 0.5,
+        "accuracy_by_source": None,
+        "turns_per_sample": 2.0,
+        "calls_per_sample": 1.5,
+        "tool_call_rate": 0.5,
+        "valid_call_rate": pytest.approx(2 / 3),
+        "mean_z": pytest.approx(0.3),
+        "gap_rate": 0.5,
+    }
+
+
+# ------------------------------------------------------------------------------------------- the agent against TRL
+def test_prompt_and_tool_suffix_are_trls(tiny_kit):
+    """The ids the agent builds are the ones GRPOTrainer builds: its own methods run here on a stand-in trainer."""
+    processor = load_processor(tiny_kit["policy"])
+    min_pixels, max_pixels, factor = pixel_budget(processor)
+    env = make_environment_factory("zoom_in", min_pixels=min_pixels, max_pixels=max_pixels, factor=factor)()
+    image = Image.new("RGB", (600, 400), "white")
+    env.reset(image=image)
+    trainer = SimpleNamespace(
+        processing_class=processor,
+        chat_template=None,  # the repo's template is prefix-preserving, so TRL keeps it
+        chat_template_kwargs={},
+        _is_vlm=True,
+        _tokenizer=processor.tokenizer,
+        environment_factories={None: None},
+        _batch_environments=[None],
+        _env_tools={None: [env.image_zoom_in_tool]},
+    )
+    prompt = prepare_multimodal_messages(build_prompt("What colour?", ["red", "blue"]), images=[image])
+    trl_ids = GRPOTrainer._tokenize_prompts(trainer, [prompt])[0][0]
+    ours = processor.apply_chat_template(
+        conversation=[prompt],
+        tools=[env.image_zoom_in_tool],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+    )["input_ids"][0]
+    assert list(ours) == list(trl_ids)
+
+    result = env.image_zoom_in_tool(bbox_2d=[0, 0, 40, 40], label="white wall")
+    for messages in (
+        [{"role": "tool", "name": "image_zoom_in_tool", "content": result}],  # a crop: content is a list
+        [{"role": "tool", "name": "image_zoom_in_tool", "content": str({"error": "bad arguments"})}],
+    ):
+        assert tool_suffix_ids(processor, messages) == GRPOTrainer._get_tool_suffix_ids(trainer, messages)
+
+
+def test_turns_stop_at_the_end_of_a_call(tiny_processor):
+    tokenizer = tiny_processor.tokenizer
+    stop = turn_stop_ids(tokenizer, [1026, 1024])
+    (call_end,) = tokenizer.encode(TOOL_CALL_END, add_special_tokens=False)
+    assert stop == [tokenizer.eos_token_id, 1024, call_end]
+    assert until_stop([5, 6, call_end, 1024, 1024], stop) == [5, 6, call_end]  # the rest is batch padding
+    assert until_stop([5, 6], stop) == [5, 6]  # cut by max_new_tokens
+
+
+# ------------------------------------------------------------------------------------------------------ full runs
+@pytest.fixture(scope="module")
+def synthetic_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "synthetic"
+    build_synthetic(4, seed=0, split="test", min_size=448, max_size=640).save_to_disk(path)
+    return path
+
+
+def eval_args(tiny_kit, data_path, output_dir, **overrides):
+    fields = dict(
+        model_name_or_path=str(tiny_kit["policy"]),
+        benchmark="synthetic",
+        data_path=str(data_path),
+        output_dir=str(output_dir),
+        clip_model=str(tiny_kit["clip"]),
+        max_new_tokens=4,  # the real generation runs before the script replaces it: keep it short
+        batch_size=4,
+        device="cpu",
+    )
+    return EvalArguments(**(fields | overrides))
+
+
+@contextlib.contextmanager
+def scripted_model(first_turn=None):
+    """Make `evaluate` load models whose turns are scripted (scripted.py); yields each loaded model's scripts."""
+    scripts, original = [], evaluate.load_model
+
+    def load_model(name_or_path, **kwargs):
+        model = original(name_or_path, **kwargs)
+        scripts.append(force_tool_calls(model, load_processor(name_or_path).tokenizer, first_turn=first_turn))
+        return model
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(evaluate, "load_model", load_model)
+        yield scripts
+
+
+@pytest.fixture(scope="module")
+def whole_run(tiny_kit, synthetic_dir, tmp_path_factory):
+    """One uninterrupted run on the four synthetic rows: a tool call, then an answer, for every sample."""
+    output_dir = tmp_path_factory.mktemp("whole")
+    with scripted_model():
+        metrics = run_evaluation(eval_args(tiny_kit, synthetic_dir, output_dir))
+    return metrics, output_dir
+
+
+def test_run_records_trajectories_and_metrics(synthetic_dir, whole_run):
+    metrics, output_dir = whole_run
+    records = read_samples(output_dir / "samples.jsonl")
+    rows = datasets.load_from_disk(synthetic_dir)
+    assert [r["id"] for r in records] == rows["id"]
+    for i, (r, row) in enumerate(zip(records, rows)):
+        assert (r["prediction"], r["failure"], r["num_turns"]) == ("A", None, 2)  # call, then answer
+        assert r["correct"] == (row["answer"] == "A" and bool(row["options"]))
+        (c,) = r["calls"]
+        assert c["label"] == DEFAULT_LABELS[i % 2] and c["arguments"]["bbox_2d"] == [8, 8, 80, 80]
+        assert c["error"] is None and len(c["box"]) == 4 and c["box"][2] > c["box"][0]  # original pixels
+        assert isinstance(c["z"], float) and isinstance(c["z_full"], float) and c["gap"] == (c["z"] <= c["z_full"])
+        assert [m["role"] for m in r["messages"]] == ["assistant", "tool", "assistant"]
+        assert r["messages"][0]["reasoning"] == "look closer"  # TRL's parser moved <think> out of the content
+    zs = [r["calls"][0]["z"] for r in records]
+    assert metrics["n"] == 4 and metrics["n_failed"] == 0 and metrics["skipped_rows"] == 0
+    assert metrics["accuracy"] == pytest.approx(sum(r["correct"] for r in records) / 4)
+    assert (metrics["turns_per_sample"], metrics["calls_per_sample"]) == (2.0, 1.0)
+    assert (metrics["tool_call_rate"], metrics["valid_call_rate"]) == (1.0, 1.0)
+    assert metrics["mean_z"] == pytest.approx(sum(zs) / 4)
+    assert metrics["gap_rate"] == pytest.approx(sum(r["calls"][0]["gap"] for r in records) / 4)
+    assert json.loads((output_dir / "metrics.json").read_text()) == metrics
+    assert (output_dir / "report.html").stat().st_size > 0
+
+
+def test_resumed_run_gives_the_same_metrics(tiny_kit, synthetic_dir, tmp_path, whole_run):
+    with scripted_model():
+        run_evaluation(eval_args(tiny_kit, synthetic_dir, tmp_path, limit=2))  # "interrupted" after two samples
+    with (tmp_path / "samples.jsonl").open("a") as sink:
+        sink.write('{"id": "test-0000')  # and killed mid-write
+    with scripted_model() as scripts:
+        resumed = run_evaluation(eval_args(tiny_kit, synthetic_dir, tmp_path, batch_size=3))
+    assert_metrics_equal(resumed, whole_run[0])
+    records = read_samples(tmp_path / "samples.jsonl")
+    assert len(records) == len({r["id"] for r in records}) == 4
+    assert len(scripts[0]) == 4  # the resumed run generated only the two missing samples, two turns each
+    with pytest.raises(ValueError, match="other settings"):  # a resume must not mix runs made differently
+        run_evaluation(eval_args(tiny_kit, synthetic_dir, tmp_path, max_turns=3))
+
+
+def assert_metrics_equal(a, b):
+    """Metrics equal up to float rounding (CLIP scores batches of different sizes), nested dicts included."""
+    assert a.keys() == b.keys()
+    for key, value in b.items():
+        assert a[key] == (pytest.approx(value) if isinstance(value, float | dict) else value), key
+
+
+def test_bad_inputs_are_scored_failures(tiny_kit, tmp_path):
+    """A wrong tool call, a call that does not parse, an answer outside the options and an image that does not
+    decode: each is one sample's recorded failure (or error observation); the run completes."""
+    rows = build_synthetic(4, seed=3, split="test", min_size=448, max_size=640, mc_fraction=1.0)
+    rows = rows.cast_column("image", datasets.Image(decode=False)).to_list()
+    png = rows[3]["image"]["bytes"]
+    Image.open(io.BytesIO(png[:300]))  # the header still parses: the loader would accept it...
+    rows[3]["image"] = {"bytes": png[:300], "path": None}  # ...but the pixels are cut off
+    datasets.Dataset.from_list(rows, features=FEATURES).save_to_disk(tmp_path / "data")
+
+    def first_turn(i, label):
+        return [
+            '<tool_call>\n{"name": "image_zoom_in_tool", "arguments": {"box": [1, 2, 30, 40]}}\n</tool_call>',
+            '<think>zoom</think><tool_call>\n{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [1,\n</tool_call>',
+            "<think>easy</think><answer>Z</answer><|im_end|>",
+        ][i]
+
+    with scripted_model(first_turn):
+        metrics = run_evaluation(eval_args(tiny_kit, tmp_path / "data", tmp_path / "run"))
+    wrong_args, unparsed, outside, broken = read_samples(tmp_path / "run" / "samples.jsonl")
+
+    (call,) = wrong_args["calls"]  # a TypeError in the tool becomes an error observation, as in TRL
+    assert "unexpected keyword argument 'box'" in call["error"] and call["box"] is None and call["z"] is None
+    assert "'error'" in wrong_args["messages"][1]["content"] and wrong_args["num_turns"] == 2
+    assert wrong_args["prediction"] == "A" and wrong_args["failure"] is None
+    assert unparsed["calls"][0]["error"] == "tool call did not parse" and unparsed["failure"] == "no <answer>"
+    assert outside["failure"] == "answer outside the options: 'Z'" and not outside["correct"]
+    assert broken["failure"].startswith("image could not be processed") and broken["num_turns"] == 0
+    assert (metrics["n"], metrics["n_failed"], metrics["valid_call_rate"], metrics["mean_z"]) == (4, 3, 0.0, None)
+
+
+def test_hrbench_run_reports_categories_and_skipped_rows(tiny_kit, tmp_path):
+    """A benchmark file end to end: HR-Bench's TSV with one unreadable image, skipped and counted."""
+    images = build_synthetic(3, seed=5, split="test", min_size=448, max_size=640)
+    images = images.cast_column("image", datasets.Image(decode=False))["image"]
+    rows = [
+        {"index": i, "question": "Which word is on the sign?", "answer": "AB"[i % 2], "A": "CAT", "B": "DOG",
+         "C": "SUN", "D": "MAP", "category": ("single", "cross")[i % 2], "cycle_category": "cycle_0",
+         "image": base64.b64encode(image["bytes"] if i < 2 else b"not an image").decode()}
+        for i, image in enumerate(images)
+    ]  # fmt: skip
+    pd.DataFrame(rows).to_csv(tmp_path / "hr_bench_4k.tsv", sep="\t", index=False)
+    args = eval_args(tiny_kit, tmp_path / "hr_bench_4k.tsv", tmp_path / "run", benchmark="hrbench", skip_bad_rows=True)
+    with scripted_model():  # every sample zooms once, then answers "A"
+        metrics = run_evaluation(args)
+    assert (metrics["n"], metrics["skipped_rows"], metrics["n_failed"]) == (2, 1, 0)
+    assert (metrics["single"], metrics["cross"], metrics["mean"]) == (1.0, 0.0, 0.5)
+    assert metrics["accuracy_by_source"] == {"hrbench_4k/cross": 0.0, "hrbench_4k/single": 1.0}
+
+
+def test_cli_reads_flags_and_yaml_config(tmp_path):
+    config = tmp_path / "eval.yaml"
+    config.write_text("model_name_or_path: outputs/tiny/qwen2_5_vl\nbenchmark: vstar\ndata_path: /data/vstar_bench\n")
+    args = parse_args(["--config", str(config), "--limit", "5"])
+    assert (args.benchmark, args.limit, args.max_turns) == ("vstar", 5, 6)
+    assert args.output_dir == "outputs/eval/qwen2_5_vl-vstar-vstar_bench"
+
+
+@pytest.mark.gpu
+def test_vllm_backend_sees_the_processors_frame(tiny_kit, synthetic_dir, tmp_path):
+    """vLLM gets text prompts with one pad per image and must expand them exactly as the processor does (the
+    backend raises otherwise), across turns with crops; the random tiny policy rarely calls, so the second turn
+    runs only if it does."""
+    pytest.importorskip("vllm")
+    assert torch.cuda.is_available()
+    metrics = run_evaluation(
+        eval_args(tiny_kit, synthetic_dir, tmp_path / "vllm", backend="vllm", device="cuda", max_new_tokens=64)
+    )
+    assert metrics["n"] == 4
