@@ -14,6 +14,7 @@ import trl
 from transformers import PreTrainedModel, ProcessorMixin
 
 from data import DATASETS, get_dataset
+from data.benchmarks import load_saved_split
 from models import load_model, load_processor, model_init_kwargs, pixel_budget
 from tools import make_environment_factory
 
@@ -51,12 +52,7 @@ def load_split(script_args: ScriptArguments, split: str) -> datasets.Dataset:
     """One split of the recipe's dataset: from a `save_to_disk` folder, or built by a registered builder."""
     name = script_args.dataset_name
     if os.path.isdir(name):
-        loaded = datasets.load_from_disk(name)
-        if isinstance(loaded, datasets.DatasetDict):
-            if split not in loaded:
-                raise ValueError(f"dataset_name={name!r} has splits {list(loaded)}, not {split!r}")
-            return loaded[split]
-        return loaded
+        return load_saved_split(name, split)
     if name == "synthetic":
         return get_dataset(name, n=script_args.num_samples, seed=script_args.dataset_seed, split=split)
     return get_dataset(name, path=script_args.dataset_path, split=split)

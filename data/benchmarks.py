@@ -314,17 +314,21 @@ _READERS = {
 }
 
 
-def _synthetic(path: str | os.PathLike | None, split: str | None) -> datasets.Dataset:
-    """The synthetic benchmark: a `save_to_disk` folder, or a freshly generated test split (never a training one)."""
-    if path is None:
-        return build_synthetic(SYNTHETIC_EVAL_ROWS, seed=0, split=split or "test")
+def load_saved_split(path: str | os.PathLike, split: str) -> datasets.Dataset:
+    """One split of a `save_to_disk` folder (a `DatasetDict`, or a single `Dataset` taken as that split)."""
     loaded = datasets.load_from_disk(os.fspath(path))
     if isinstance(loaded, datasets.DatasetDict):
-        split = split or "test"
         if split not in loaded:
             raise ValueError(f"{path} has splits {list(loaded)}, not {split!r}")
         return loaded[split]
     return loaded
+
+
+def _synthetic(path: str | os.PathLike | None, split: str | None) -> datasets.Dataset:
+    """The synthetic benchmark: a `save_to_disk` folder, or a freshly generated test split (never a training one)."""
+    if path is None:
+        return build_synthetic(SYNTHETIC_EVAL_ROWS, seed=0, split=split or "test")
+    return load_saved_split(path, split or "test")
 
 
 # -------------------------------------------------------------------------------------------------------- API

@@ -1,0 +1,188 @@
+"""Gold multi-turn trajectories for the SFT cold start, built from rows that carry a target box and label.
+
+A gold trajectory is what the RL policy should learn to produce on the same row, turn for turn:
+
+    system, user (image + question)
+    assistant  <think>...</think> + image_zoom_in_tool(bbox_2d=<target box in the frame the model sees>, label=...)
+    tool       the crop and text the real `ZoomInEnv` returns for that call
+    assistant  <think>...</think><answer>...</answer>
+
+Variants, mixed by `call_mix`: no call (think, then answer) and two calls (a first miss, a box of the same size away
+from the target, then the correct call). Choices are drawn from a generator seeded by (seed, row id), so a row's
+trajectory does not depend on the rest of the dataset.
+
+Two stages, because message lists with PIL crops do not survive Arrow (mixed str/list contents fail; uniform lists
+get `"image": None` added to every part, so the processor finds no image placeholders):
+- `build_gold_trajectories` plans each row eagerly and stores only Arrow-friendly columns, adding `calls`
+  (a list of `{bbox_2d, label}`) and leaving out, counted, the rows it cannot plan;
+- `GoldTrajectoryRenderer`, installed with `Dataset.with_transform`, replays the planned calls through the same
+  environment the RL trainer uses, so the crops the model is trained on are exactly those RL would show it.
+
+A row without a usable target box (missing, malformed, empty inside the image) is skipped and counted, never given an
+invented box.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import zlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import datasets
+import numpy as np
+
+from tools import TOOL_NAME, ToolError, ZoomInEnv, crop_box
+from tools.zoom_in import validate_label
+
+logger = logging.getLogger(__name__)
+
+CALLS_FEATURE = datasets.List(
+    {"bbox_2d": datasets.List(datasets.Value("int32"), length=4), "label": datasets.Value("string")}
+)
+MISS_ATTEMPTS = 32  # random placements tried for the first, missed call before settling for one call
+
+# Thoughts are fixed sentences: the cold start teaches the format and the zoom-then-answer behaviour, and varied
+# wording invented here would only be noise for RL to unlearn.
+THINK_ZOOM = "The detail the question asks about is too small to make out at this resolution, so I zoom in on it."
+THINK_MISSED = "This view does not show the {label}; it must be elsewhere, so I zoom in on another region."
+THINK_SEEN = "The zoomed view shows the {label} clearly, so I can answer."
+THINK_NO_ZOOM = "I can answer from the image as it is."
+
+
+@dataclass
+class TrajectoryArguments:
+    """How gold trajectories are synthesised (`data.trajectories`)."""
+
+    call_mix: list[float] = field(
+        default_factory=lambda: [0.1, 0.7, 0.2],
+        metadata={
+            "help": "Fractions of gold trajectories with 0, 1 and 2 zoom-in calls (2: a miss, then the target)."
+        },
+    )
+    trajectory_seed: int = field(default=0, metadata={"help": "Seed of the per-row choice of variant and miss box."})
+
+    def __post_init__(self):
+        if len(self.call_mix) != 3 or min(self.call_mix) < 0 or not math.isclose(sum(self.call_mix), 1.0):
+            raise ValueError(
+                f"call_mix must be 3 non-negative fractions summing to 1 (0, 1, 2 calls); got {self.call_mix}"
+            )
+
+
+@dataclass
+class SynthesisStats:
+    """What `build_gold_trajectories` made of a dataset."""
+
+    calls: Counter = field(default_factory=Counter)  # kept rows by number of zoom-in calls
+    skipped: Counter = field(default_factory=Counter)  # rows left out, by the column at fault
+
+
+def _intersects(a: Sequence[int], b: Sequence[int]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def plan_calls(row: dict, label: str, env: ZoomInEnv, num_calls: int, rng: np.random.Generator) -> list[dict]:
+    """The gold zoom-in calls of `row` (`bbox_2d` in the frame the model sees), at most `num_calls` of them.
+
+    The target box is scaled from original pixels into the seen frame and rounded outwards, so the crop the tool
+    maps it back to always contains the whole target. With `num_calls=2` a miss of the same size comes first, placed
+    where its crop does not touch the target; when the target leaves no such place, the row gets one call.
+
+    Raises:
+        ToolError: `row["target_bbox"]` is missing or unusable (the tool itself would reject it).
+    """
+    env.reset(**row)
+    (width, height), (seen_w, seen_h) = env.image.size, env.seen_size
+    # min_side=0: the target as given, clamped to the image; the tool expands small boxes itself when it crops.
+    target = crop_box(env.image.size, row.get("target_bbox"), min_side=0, max_aspect=env.max_aspect)
+    # Integer products divided once: exact, so a box touching the image edge maps onto the seen frame's edge.
+    gold = [
+        math.floor(target[0] * seen_w / width),
+        math.floor(target[1] * seen_h / height),
+        math.ceil(target[2] * seen_w / width),
+        math.ceil(target[3] * seen_h / height),
+    ]
+    calls = [{"bbox_2d": gold, "label": label}]
+    if num_calls < 2:
+        return calls[:num_calls]
+    box_w, box_h = gold[2] - gold[0], gold[3] - gold[1]
+    for _ in range(MISS_ATTEMPTS):
+        x, y = int(rng.integers(0, seen_w - box_w + 1)), int(rng.integers(0, seen_h - box_h + 1))
+        miss = [x, y, x + box_w, y + box_h]
+        seen = crop_box(
+            env.image.size, miss, seen_size=env.seen_size, min_side=env.min_side, max_aspect=env.max_aspect
+        )
+        if not _intersects(seen, target):
+            return [{"bbox_2d": miss, "label": label}, *calls]
+    return calls
+
+
+def build_gold_trajectories(
+    dataset: datasets.Dataset,
+    environment_factory: Callable[[], ZoomInEnv],
+    args: TrajectoryArguments | None = None,
+) -> tuple[datasets.Dataset, SynthesisStats]:
+    """Plan a gold trajectory for every usable row (`args`: the call mix and seed); returns the rows rendered as SFT
+    examples, and the counts.
+
+    Each example of the returned dataset is `{"messages": [...], "images": [image]}` (TRL's conversational vision
+    format), rendered on access by `GoldTrajectoryRenderer`; the stored columns are `dataset`'s plus `calls` (read them
+    through `.with_format(None)`).
+    Trainers must keep those columns (`remove_unused_columns=False`): the rendering reads them.
+    """
+    args = args or TrajectoryArguments()
+    env = environment_factory()
+    stats, keep, plans = SynthesisStats(), [], []
+    for index, row in enumerate(dataset):
+        try:
+            label = validate_label(row.get("target_label"), env.label_limits)
+        except ToolError:
+            stats.skipped["target_label"] += 1
+            continue
+        rng = np.random.default_rng([args.trajectory_seed, zlib.crc32(str(row["id"]).encode())])
+        try:
+            calls = plan_calls(row, label, env, int(rng.choice(3, p=args.call_mix)), rng)
+        except ToolError:
+            stats.skipped["target_bbox"] += 1
+            continue
+        stats.calls[len(calls)] += 1
+        keep.append(index)
+        plans.append(calls)
+    logger.info("gold trajectories by number of zoom-in calls: %s", dict(sorted(stats.calls.items())))
+    if stats.skipped:
+        logger.warning(
+            "skipped %d rows without a usable target, by column: %s", stats.skipped.total(), dict(stats.skipped)
+        )
+    if not keep:
+        raise ValueError(f"no row of the dataset has a usable target box and label ({dict(stats.skipped)})")
+    planned = dataset.select(keep).add_column("calls", plans, feature=CALLS_FEATURE)
+    return planned.with_transform(GoldTrajectoryRenderer(environment_factory)), stats
+
+
+class GoldTrajectoryRenderer:
+    """`Dataset.with_transform` callable: planned rows in, `{"messages", "images"}` out, crops from the real tool."""
+
+    def __init__(self, environment_factory: Callable[[], ZoomInEnv]):
+        self.env = environment_factory()
+
+    def __call__(self, batch: dict[str, list]) -> dict[str, list]:
+        rows = [dict(zip(batch, values)) for values in zip(*batch.values())]
+        return {"messages": [self.messages(row) for row in rows], "images": [[row["image"]] for row in rows]}
+
+    def messages(self, row: dict) -> list[dict]:
+        """The row's prompt followed by its gold completion (assistant and tool turns, as TRL's tool loop writes them)."""
+        self.env.reset(**row)
+        messages = list(row["prompt"])
+        for turn, call in enumerate(row["calls"]):
+            think = THINK_ZOOM if turn == 0 else THINK_MISSED.format(label=call["label"])
+            tool_call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": dict(call)}}
+            messages.append({"role": "assistant", "content": f"<think>{think}</think>", "tool_calls": [tool_call]})
+            observation = self.env.image_zoom_in_tool(**call)
+            if not self.env.calls[-1].ok:  # planning validated the call: a failure here is a bug, not bad data
+                raise RuntimeError(f"gold call {call} of row {row.get('id')} failed: {self.env.calls[-1].error}")
+            messages.append({"role": "tool", "name": TOOL_NAME, "content": observation})
+        think = THINK_SEEN.format(label=row["calls"][-1]["label"]) if row["calls"] else THINK_NO_ZOOM
+        messages.append({"role": "assistant", "content": f"<think>{think}</think><answer>{row['answer']}</answer>"})
+        return messages

@@ -1,0 +1,154 @@
+"""SFT cold start on the tiny models, CPU: the loss mask, prompt parity with RL, recipes, and real training runs
+(full fine-tuning and LoRA) through the entry script."""
+
+import json
+import re
+
+import pytest
+import torch
+import yaml
+from trl import GRPOConfig, GRPOTrainer, ModelConfig, SFTConfig, TrlParser
+from trl.data_utils import prepare_multimodal_messages
+
+import sft
+from data.collator import DataCollatorForVisionToolCalling, environment_tools
+from data.synthetic import build_synthetic
+from data.trajectories import TrajectoryArguments, build_gold_trajectories
+from launch import ScriptArguments, environment_factory
+from models import load_model
+from task import get_reward_funcs
+
+RECIPES = [
+    "recipes/tiny/sft/config_sft.yaml",
+    "recipes/Qwen2.5-VL-7B-Instruct/sft/config_sft.yaml",
+    "recipes/Qwen2.5-VL-7B-Instruct/sft/config_sft_lora.yaml",
+]
+PARSER_TYPES = (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments)
+ASSISTANT = "<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return build_synthetic(4, seed=0, min_size=600, max_size=900)
+
+
+@pytest.fixture(scope="module")
+def make_env(tiny_processor):
+    return environment_factory(ScriptArguments(), tiny_processor)
+
+
+@pytest.fixture(scope="module")
+def collator(tiny_processor, make_env):
+    return DataCollatorForVisionToolCalling(
+        processor=tiny_processor, tools=environment_tools(make_env()), assistant_only_loss=True
+    )
+
+
+def test_loss_covers_the_calls_and_the_answer_only(tiny_processor, rows, make_env, collator):
+    gold, _ = build_gold_trajectories(rows, make_env, TrajectoryArguments([0.0, 0.0, 1.0]))
+    batch = collator([gold[i] for i in range(len(gold))])
+    tokenizer = tiny_processor.tokenizer
+    image_pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert (batch["input_ids"] == image_pad).any() and not (batch["labels"] == image_pad).any()
+    for i, row in enumerate(rows):
+        labels = batch["labels"][i]
+        trained = tokenizer.decode(labels[labels != -100])
+        calls = [json.loads(c) for c in re.findall(r"<tool_call>\n(.*?)\n</tool_call>", trained)]
+        planned = gold.with_format(None)[i]["calls"]
+        assert calls == [{"name": "image_zoom_in_tool", "arguments": call} for call in planned]
+        assert trained.count("<think>") == 3 and trained.endswith(f"<answer>{row['answer']}</answer><|im_end|>\n")
+        for untrained in ("<tool_response>", "Zoomed in on", "<|vision_start|>", "# Tools", "Options", "system"):
+            assert untrained not in trained
+        text = tokenizer.decode(batch["input_ids"][i])
+        assert text.count("<tool_response>") == 2 and "# Tools" in text  # ...though all of it is in the input
+
+
+def test_sft_prompt_is_the_rl_prompt(tiny_kit, tiny_processor, rows, make_env, collator, tmp_path):
+    """The tokens before the first assistant turn, and the image features, are those GRPO generates from."""
+    grpo = GRPOTrainer(
+        model=load_model(tiny_kit["policy"], dtype=torch.float32),
+        reward_funcs=get_reward_funcs(["outcome"]),
+        args=GRPOConfig(
+            output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=2, num_generations=2
+        ),
+        train_dataset=rows,
+        processing_class=tiny_processor,
+        environment_factory=make_env,
+    )
+    assert [t.__name__ for t in grpo._env_tools[None]] == [t.__name__ for t in collator.tools]
+    gold, _ = build_gold_trajectories(rows, make_env, TrajectoryArguments([0.0, 1.0, 0.0]))
+    for row, example in zip(rows, gold):
+        grpo._batch_environments = [None]  # set per batch by TRL before it renders prompts
+        prompt = prepare_multimodal_messages(row["prompt"], images=[row["image"]])  # as TRL does for a dataset row
+        (rl_ids,), _, rl_fields = grpo._tokenize_prompts([prompt])
+        batch = collator([example])
+        sft_ids = batch["input_ids"][0].tolist()
+        assistant = tiny_processor.tokenizer(ASSISTANT, add_special_tokens=False)["input_ids"]
+        start = next(i for i in range(len(sft_ids)) if sft_ids[i : i + len(assistant)] == assistant)
+        assert sft_ids[: start + len(assistant)] == list(rl_ids)
+        patches = int(rl_fields["image_grid_thw"][0].prod())
+        assert torch.equal(batch["image_grid_thw"][0], rl_fields["image_grid_thw"][0])
+        assert torch.equal(batch["pixel_values"][:patches], rl_fields["pixel_values"])
+
+
+def train(tiny_kit, tmp_path, *overrides: str):
+    argv = ["--config", RECIPES[0], "--output_dir", str(tmp_path), "--max_steps", "2"]
+    argv += [
+        "--num_samples",
+        "4",
+        "--per_device_train_batch_size",
+        "2",
+        "--model_name_or_path",
+        str(tiny_kit["policy"]),
+    ]
+    return sft.main(*TrlParser(PARSER_TYPES).parse_args_and_config([*argv, *overrides]))
+
+
+def test_two_steps_train_the_model_and_save_it(tiny_kit, tmp_path):
+    trainer = train(tiny_kit, tmp_path)
+    assert trainer.state.global_step == 2
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 2 and all(0 < loss < 20 for loss in losses)
+    base = dict(load_model(tiny_kit["policy"], dtype=torch.float32).named_parameters())
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), base[n])]
+    assert changed
+    assert (tmp_path / "model.safetensors").exists() and (tmp_path / "chat_template.jinja").exists()
+
+
+def test_lora_trains_adapters_and_freezes_the_base(tiny_kit, tmp_path):
+    trainer = train(tiny_kit, tmp_path, "--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj")
+    base = dict(load_model(tiny_kit["policy"], dtype=torch.float32).named_parameters())
+    params = dict(trainer.model.named_parameters())
+    lora = {n: p for n, p in params.items() if "lora_" in n}
+    assert lora and all(p.requires_grad for p in lora.values())
+    assert any(torch.count_nonzero(p) for n, p in lora.items() if "lora_B" in n)  # B starts at zero
+    for name, param in params.items():
+        if "lora_" not in name:
+            original = name.replace("base_model.model.", "").replace(".base_layer", "")
+            assert not param.requires_grad and torch.equal(param.detach(), base[original]), name
+    assert (tmp_path / "adapter_model.safetensors").exists()
+
+
+def test_columns_must_be_kept_for_rendering(tiny_kit, tmp_path):
+    with pytest.raises(ValueError, match="remove_unused_columns"):
+        train(tiny_kit, tmp_path, "--remove_unused_columns", "true")
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipes_parse_into_the_dataclasses(recipe):
+    # bf16 recipes cannot be instantiated on a CPU-only machine; everything else is parsed as written
+    script_args, config, model_args, trajectory_args = TrlParser(PARSER_TYPES).parse_args_and_config(
+        ["--config", recipe, "--bf16", "false"]
+    )
+    assert config.assistant_only_loss and not config.remove_unused_columns
+    assert model_args.model_name_or_path and sum(trajectory_args.call_mix) == pytest.approx(1.0)
+    assert model_args.use_peft == recipe.endswith("_lora.yaml")
+
+
+def test_unknown_recipe_key_fails_at_start_with_its_name(tmp_path):
+    recipe = yaml.safe_load(open(RECIPES[0]))
+    recipe["call_mixx"] = [0.0, 1.0, 0.0]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(ValueError, match="call_mixx"):
+        TrlParser(PARSER_TYPES).parse_args_and_config(["--config", str(path)])

@@ -1,0 +1,151 @@
+"""Gold trajectories: the 0/1/2-call variants, boxes in the frame the model sees, crops from the RL environment,
+rows without a usable target skipped and counted, determinism, and the task's rewards scoring every gold trajectory 1."""
+
+import datasets
+import pytest
+from PIL import ImageChops
+
+import task
+from data.synthetic import build_synthetic
+from data.trajectories import TrajectoryArguments, build_gold_trajectories
+from launch import ScriptArguments, environment_factory
+from tools import TOOL_NAME, crop_box
+
+SMALL = {"min_size": 600, "max_size": 900}  # fast to draw, still far larger than the tiny model's ~112 px frame
+ONE_CALL, TWO_CALLS = TrajectoryArguments([0.0, 1.0, 0.0]), TrajectoryArguments([0.0, 0.0, 1.0])
+MIXED = [0.3, 0.4, 0.3]
+
+
+@pytest.fixture(scope="module")
+def rows() -> datasets.Dataset:
+    return build_synthetic(10, seed=3, **SMALL)  # every question type twice
+
+
+@pytest.fixture(scope="module")
+def make_env(tiny_processor):
+    return environment_factory(ScriptArguments(), tiny_processor)
+
+
+def completion(messages: list[dict]) -> list[dict]:
+    """The turns after the prompt (system + user), as the RL trainer's completions hold them."""
+    return messages[2:]
+
+
+def stored(dataset: datasets.Dataset) -> datasets.Dataset:
+    """The planned columns, without the rendering transform."""
+    return dataset.with_format(None)
+
+
+def tool_turns(messages: list[dict]) -> list[dict]:
+    return [m for m in messages if m["role"] == "tool"]
+
+
+def called(messages: list[dict]) -> list[dict]:
+    return [m["tool_calls"][0]["function"]["arguments"] for m in messages if m.get("tool_calls")]
+
+
+@pytest.mark.parametrize("num_calls", [0, 1, 2])
+def test_variants_have_the_planned_turns(rows, make_env, num_calls):
+    mix = [float(i == num_calls) for i in range(3)]
+    gold, stats = build_gold_trajectories(rows, make_env, TrajectoryArguments(mix))
+    assert stats.calls == {num_calls: len(rows)} and not stats.skipped
+    for row, example in zip(rows, gold):
+        messages = example["messages"]
+        assert messages[:2] == row["prompt"] and example["images"][0].tobytes() == row["image"].tobytes()
+        roles = [m["role"] for m in completion(messages)]
+        assert roles == ["assistant", "tool"] * num_calls + ["assistant"]
+        assert [call["label"] for call in called(messages)] == [row["target_label"]] * num_calls
+        assert all(m["name"] == TOOL_NAME and m["content"][0]["type"] == "image" for m in tool_turns(messages))
+        assert messages[-1]["content"].endswith(f"<answer>{row['answer']}</answer>")
+
+
+def test_gold_box_is_the_target_in_the_seen_frame(rows, make_env):
+    gold, _ = build_gold_trajectories(rows, make_env, ONE_CALL)
+    env = make_env()
+    for row, example in zip(rows, gold):
+        env.reset(**row)
+        (bbox,) = [call["bbox_2d"] for call in called(example["messages"])]
+        assert all(isinstance(v, int) for v in bbox)
+        assert 0 <= bbox[0] < bbox[2] <= env.seen_size[0] and 0 <= bbox[1] < bbox[3] <= env.seen_size[1]
+        # Mapped back as the tool maps it, the box holds the whole target, and at most one seen pixel more per side.
+        back = crop_box(row["image"].size, bbox, seen_size=env.seen_size, min_side=0)
+        target = row["target_bbox"]
+        slack = [row["image"].size[i % 2] / env.seen_size[i % 2] + 1 for i in range(4)]
+        assert back[0] <= target[0] and back[1] <= target[1] and back[2] >= target[2] and back[3] >= target[3]
+        assert all(abs(b - t) <= s for b, t, s in zip(back, target, slack))
+
+
+def test_tool_turns_are_what_the_rl_environment_returns(rows, make_env):
+    gold, _ = build_gold_trajectories(rows, make_env, TWO_CALLS)
+    env = make_env()  # a fresh instance from the factory the RL trainer is given
+    for row, example in zip(rows, gold):
+        env.reset(**row)
+        expected = [env.image_zoom_in_tool(**call) for call in called(example["messages"])]
+        for observation, turn in zip(expected, tool_turns(example["messages"])):
+            assert turn["content"][1] == observation[1]  # the text
+            crop, seen = turn["content"][0]["image"], observation[0]["image"]
+            assert crop.size == seen.size and ImageChops.difference(crop, seen).getbbox() is None
+
+
+def test_miss_is_a_same_size_box_whose_crop_avoids_the_target(rows, make_env):
+    gold, stats = build_gold_trajectories(rows, make_env, TWO_CALLS)
+    assert stats.calls == {2: len(rows)}  # small targets always leave room for a miss
+    env = make_env()
+    for row, example in zip(rows, gold):
+        env.reset(**row)
+        first, second = called(example["messages"])
+        miss, hit = first["bbox_2d"], second["bbox_2d"]
+        assert (miss[2] - miss[0], miss[3] - miss[1]) == (hit[2] - hit[0], hit[3] - hit[1])
+        assert 0 <= miss[0] and miss[2] <= env.seen_size[0] and 0 <= miss[1] and miss[3] <= env.seen_size[1]
+        env.image_zoom_in_tool(**first)
+        x1, y1, x2, y2 = env.calls[0].box  # the region the tool really cut out, in original pixels
+        t1, t2, t3, t4 = row["target_bbox"]
+        assert x2 <= t1 or t3 <= x1 or y2 <= t2 or t4 <= y1
+        assert "does not show" in example["messages"][4]["content"]
+
+
+def test_rows_without_a_usable_target_are_skipped_and_counted(rows, make_env):
+    features = rows.features.copy()
+    features["target_bbox"] = datasets.List(datasets.Value("int32"))  # room for malformed boxes
+    records = rows.to_list()
+    broken = {0: None, 1: [], 2: [50, 50, 50, 90], 3: [5000, 5000, 5100, 5100]}  # none, empty, degenerate, outside
+    for index, bbox in broken.items():
+        records[index]["target_bbox"] = bbox
+    records[4]["target_label"] = None
+    gold, stats = build_gold_trajectories(datasets.Dataset.from_list(records, features=features), make_env)
+    assert stats.skipped == {"target_bbox": 4, "target_label": 1}
+    assert sum(stats.calls.values()) == len(gold) == len(rows) - 5
+    assert stored(gold)["id"] == rows["id"][5:]  # the survivors, with their own boxes: nothing invented
+    with pytest.raises(ValueError, match="no row"):
+        build_gold_trajectories(datasets.Dataset.from_list(records[:1], features=features), make_env)
+
+
+def test_trajectories_are_deterministic_per_row(rows, make_env):
+    first, stats = build_gold_trajectories(rows, make_env, TrajectoryArguments(MIXED, trajectory_seed=5))
+    again, _ = build_gold_trajectories(rows, make_env, TrajectoryArguments(MIXED, trajectory_seed=5))
+    subset, _ = build_gold_trajectories(rows.select([7, 2]), make_env, TrajectoryArguments(MIXED, trajectory_seed=5))
+    plans = stored(first)["calls"]
+    assert stored(again)["calls"] == plans
+    assert stored(subset)["calls"] == [plans[7], plans[2]]  # a row's plan ignores the other rows
+    assert len(stats.calls) > 1  # the mix really mixes
+    other, _ = build_gold_trajectories(rows, make_env, TrajectoryArguments(MIXED, trajectory_seed=6))
+    assert stored(other)["calls"] != plans
+
+
+def test_gold_trajectories_score_full_rewards(rows, make_env):
+    gold, _ = build_gold_trajectories(rows, make_env, TrajectoryArguments(MIXED))
+    completions = [completion(example["messages"]) for example in gold]
+    assert task.format_reward(completions) == [1.0] * len(rows)
+    assert task.outcome_reward(completions, answer=rows["answer"], options=rows["options"]) == [1.0] * len(rows)
+
+
+@pytest.mark.parametrize("mix", [[0.5, 0.5], [0.5, 0.6, -0.1], [0.2, 0.2, 0.2]])
+def test_call_mix_must_be_three_fractions(mix):
+    with pytest.raises(ValueError, match="call_mix"):
+        TrajectoryArguments(call_mix=mix)
+
+
+def test_rows_are_rendered_on_access_from_arrow_friendly_columns(rows, make_env):
+    gold, _ = build_gold_trajectories(rows, make_env)
+    assert set(gold.column_names) == set(rows.column_names) | {"calls"}
+    assert set(gold[0]) == {"messages", "images"}
