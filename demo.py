@@ -69,8 +69,8 @@ def main() -> None:
     parser.add_argument("--output_dir", type=Path, default=Path("outputs/demo"))
     parser.add_argument("--train_rows", type=int, default=48)
     parser.add_argument("--test_rows", type=int, default=16)
-    parser.add_argument("--clip_seconds", type=float, default=60.0)
-    parser.add_argument("--sft_steps", type=int, default=120)
+    parser.add_argument("--clip_steps", type=int, default=300, help="~1 min on 2 idle cores; reproducible")
+    parser.add_argument("--sft_steps", type=int, default=400, help="fewer and the tiny policy writes no valid call")
     parser.add_argument("--rl_steps", type=int, default=8)
     args = parser.parse_args()
     out = args.output_dir
@@ -87,7 +87,7 @@ def main() -> None:
     kit_dir = Path("outputs/tiny")
     kit = kit_paths(kit_dir) if (kit_dir / ".built").exists() else build_tiny_kit(kit_dir)
     clip_dir = out / "clip"
-    clip = stage("train the CLIP verifier", lambda: train_clip(clip_dir, init=kit["clip"], seconds=args.clip_seconds))
+    clip = stage("train the CLIP verifier", lambda: train_clip(clip_dir, init=kit["clip"], steps=args.clip_steps))
 
     data_dir = out / "data"
 
