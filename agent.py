@@ -140,6 +140,20 @@ def tool_suffix_ids(processor: ProcessorMixin, tool_messages: list[dict]) -> lis
     return full[len(prefix) :]
 
 
+def prompt_ids(processor: ProcessorMixin, prompt: list[dict], env: ZoomInEnv) -> list[int]:
+    """Token ids of a row's prompt (image already inserted), rendered with the tools schema as
+    `GRPOTrainer._tokenize_prompts` renders it."""
+    return list(
+        processor.apply_chat_template(
+            conversation=[prompt],
+            tools=[env.image_zoom_in_tool],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+        )["input_ids"][0]
+    )
+
+
 def _assistant_message(parsed: dict, raw: str) -> dict:
     """The JSON record of a parsed turn; `raw` is the decoded turn, kept for turns the parser could not read."""
     return {
@@ -324,19 +338,12 @@ class ZoomAgent:
             image = open_image(row["image"])
             env = self.make_env()
             env.reset(image=image)
-            prompt = prepare_multimodal_messages(list(row["prompt"]), images=[env.image])
-            ids = self.processor.apply_chat_template(
-                conversation=[prompt],
-                tools=[env.image_zoom_in_tool],
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=True,
-            )["input_ids"][0]
+            ids = prompt_ids(self.processor, prepare_multimodal_messages(list(row["prompt"]), images=[env.image]), env)
         except Exception as err:
             episode.finish(failure=f"image could not be processed: {type(err).__name__}: {err}")
             return episode
         episode.image, episode.seen_size, episode.env = env.image, env.seen_size, env
-        episode.ids, episode.images = list(ids), [env.image]
+        episode.ids, episode.images = ids, [env.image]
         return episode
 
     def _step(self, episode: Episode, completion: list[int], last: bool) -> None:

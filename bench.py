@@ -28,45 +28,24 @@ from transformers import set_seed  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
 
 from data.synthetic import build_synthetic  # noqa: E402
-from launch import ScriptArguments, environment_factory  # noqa: E402
-from mapo_trainer import ClipVerifier, MAPOConfig, MAPOTrainer  # noqa: E402
-from models import load_model, load_processor  # noqa: E402
-from scripted import force_tool_calls  # noqa: E402
-from task import get_reward_funcs  # noqa: E402
+from mapo_trainer import ClipVerifier, MAPOTrainer  # noqa: E402
+from scripted import tiny_trainer  # noqa: E402
 from tiny_models import build_tiny_kit, kit_paths  # noqa: E402
 
 
 def step_times(trainer_cls, kit: dict, dataset, steps: int, output_dir: str) -> list[float]:
     """Per-step wall times of one training run (TRL's `step_time`), first step excluded as warm-up."""
     set_seed(0)
-    processor = load_processor(kit["policy"])
-    model = load_model(kit["policy"], dtype=torch.float32)
-    force_tool_calls(model, processor.tokenizer)
-    args = MAPOConfig(
-        output_dir=output_dir,
-        use_cpu=not torch.cuda.is_available(),
-        bf16=False,
+    trainer = tiny_trainer(
+        trainer_cls,
+        kit,
+        dataset,
+        output_dir,
         seed=0,
         max_steps=steps + 1,
         learning_rate=1e-5,
         per_device_train_batch_size=8,
         num_generations=4,
-        max_completion_length=320,
-        max_tool_calling_iterations=2,
-        beta=0.0,
-        gradient_checkpointing=False,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        clip_model=str(kit["clip"]),
-    )
-    trainer = trainer_cls(
-        model=model,
-        reward_funcs=get_reward_funcs(["outcome", "format"]),
-        args=args,
-        train_dataset=dataset,
-        processing_class=processor,
-        environment_factory=environment_factory(ScriptArguments(), processor),
     )
     trainer.train()
     return [entry["step_time"] for entry in trainer.state.log_history if "step_time" in entry][1:]

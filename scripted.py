@@ -64,3 +64,56 @@ def force_tool_calls(
 
     model.generate = generate
     return scripts
+
+
+def tiny_trainer(
+    trainer_cls,
+    kit: dict,
+    dataset,
+    output_dir: str,
+    *,
+    peft_config=None,
+    reward_funcs: Sequence[str] = ("outcome", "format"),
+    **config,
+):
+    """A `MAPOTrainer` (or stock `GRPOTrainer`) on the tiny kit with scripted tool calls, for tests and benchmarks.
+
+    `config` overrides the small CPU defaults below; any `MAPOConfig` field is accepted (the stock trainer ignores
+    the MAPO ones).
+    """
+    # Imported here: the scripted turns above must stay importable without the trainer stack.
+    from launch import ScriptArguments, environment_factory
+    from mapo_trainer import MAPOConfig
+    from models import load_model, load_processor
+    from task import get_reward_funcs
+
+    processor = load_processor(str(kit["policy"]))
+    model = load_model(str(kit["policy"]), dtype=torch.float32)
+    force_tool_calls(model, processor.tokenizer)
+    fields = {
+        "output_dir": str(output_dir),
+        "use_cpu": not torch.cuda.is_available(),
+        "bf16": False,
+        "seed": 7,
+        "max_steps": 2,
+        "learning_rate": 1e-2,
+        "per_device_train_batch_size": 4,
+        "num_generations": 2,
+        "max_completion_length": 320,
+        "max_tool_calling_iterations": 2,
+        "beta": 0.0,
+        "gradient_checkpointing": False,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "clip_model": str(kit["clip"]),
+    } | config
+    return trainer_cls(
+        model=model,
+        reward_funcs=get_reward_funcs(list(reward_funcs)),
+        args=MAPOConfig(**fields),
+        train_dataset=dataset,
+        processing_class=processor,
+        environment_factory=environment_factory(ScriptArguments(), processor),
+        peft_config=peft_config,
+    )

@@ -16,7 +16,7 @@ from trl import GRPOTrainer
 from trl.data_utils import prepare_multimodal_messages
 
 import evaluate
-from agent import TOOL_CALL_END, tool_suffix_ids, turn_stop_ids, until_stop
+from agent import TOOL_CALL_END, prompt_ids, tool_suffix_ids, turn_stop_ids, until_stop
 from data.synthetic import FEATURES, build_synthetic
 from evaluate import EvalArguments, compute_metrics, mme_choice, parse_args, read_samples, run_evaluation, score_answer
 from models import load_processor, pixel_budget
@@ -155,14 +155,7 @@ def test_prompt_and_tool_suffix_are_trls(tiny_kit):
     )
     prompt = prepare_multimodal_messages(build_prompt("What colour?", ["red", "blue"]), images=[image])
     trl_ids = GRPOTrainer._tokenize_prompts(trainer, [prompt])[0][0]
-    ours = processor.apply_chat_template(
-        conversation=[prompt],
-        tools=[env.image_zoom_in_tool],
-        add_generation_prompt=True,
-        tokenize=True,
-        return_dict=True,
-    )["input_ids"][0]
-    assert list(ours) == list(trl_ids)
+    assert prompt_ids(processor, prompt, env) == list(trl_ids)
 
     result = env.image_zoom_in_tool(bbox_2d=[0, 0, 40, 40], label="white wall")
     for messages in (

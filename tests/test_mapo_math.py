@@ -120,3 +120,86 @@ def test_config_defaults_are_the_papers(tmp_path):
 def test_config_rejects_bad_values(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         MAPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **kwargs)
+
+
+# ------------------------------------------------------------------------ semantic reward of a batch (no policy)
+class _StubVerifier:
+    """Cosine = 0.5 for every pair, except labels containing 'nan' (NaN) and 'boom' (the call raises)."""
+
+    def __init__(self):
+        self.batches = []
+
+    def similarity(self, labels, images):
+        self.batches.append(list(labels))
+        if any("boom" in label for label in labels):
+            raise RuntimeError("cannot tokenize")
+        return torch.tensor([float("nan") if "nan" in label else 0.5 for label in labels])
+
+
+def _trainer_with(verifier, **config):
+    from types import SimpleNamespace
+
+    from mapo_trainer import MAPOTrainer
+
+    trainer = object.__new__(MAPOTrainer)  # only the semantic-reward path: no policy, no TRL state
+    trainer.verifier, trainer._warned_unscorable = verifier, False
+    defaults = {"semantic_lambda": 0.5, "semantic_score": "cosine", "no_tool_semantic": -1.0}
+    trainer.args = SimpleNamespace(**(defaults | config))
+    return trainer
+
+
+def _rollout(env, labels_and_boxes):
+    """Run calls on `env` and return the completion TRL would hold: assistant turns and list-valued tool messages."""
+    completion = []
+    for label, box in labels_and_boxes:
+        completion.append({"role": "assistant", "content": "", "tool_calls": [{}]})
+        completion.append(
+            {"role": "tool", "name": "image_zoom_in_tool", "content": env.image_zoom_in_tool(box, label)}
+        )
+    return completion
+
+
+def test_semantic_reward_of_a_batch_by_hand():
+    from PIL import Image
+
+    from tools import ZoomInEnv
+
+    envs = [ZoomInEnv(min_pixels=3136, max_pixels=12544) for _ in range(3)]
+    for env in envs:
+        env.reset(image=Image.new("RGB", (600, 400), "white"))
+    completions = [
+        _rollout(envs[0], [("red star", [0, 0, 50, 50]), ("blue dot", [10, 10, 60, 60])]),  # z = 0.5, 0.5
+        _rollout(envs[1], [("red star", [50, 50, 10, 10]), ("nan label", [0, 0, 50, 50])]),  # rejected, NaN
+        [{"role": "assistant", "content": "<answer>A</answer>"}],  # no call: T = 0
+    ]
+    verifier = _StubVerifier()
+    metrics, extra = {}, {}
+    trainer = _trainer_with(verifier)
+    rewards = trainer._semantic_reward(
+        completions,
+        envs,
+        log_metric=lambda k, v: metrics.setdefault(k, []).append(v),
+        log_extra=lambda k, v: extra.setdefault(k, []).extend(v),
+    )
+    # lambda = 0.5: (0.5 * 0.5 + 0.5) / 2 = 0.375; (0.5 * 0 + 0) / 2 = 0 (rejected box and NaN both count 0, T = 2)
+    assert rewards == pytest.approx([0.375, 0.0, -1.0])
+    assert verifier.batches == [["red star", "blue dot", "nan label"]]  # one batched call, valid crops only
+    assert metrics["semantic/unscorable_frac"] == [0.0, 0.0, 1.0]
+    assert metrics["tools/zoom_error_rate"] == [0.0, 0.0, 1.0, 0.0]
+    assert metrics["tools/zoom_calls_per_rollout"] == [2.0, 2.0, 0.0]
+    assert extra["z_t"] == ["0.500 | 0.500", "0.000 | 0.000", ""]
+
+
+def test_a_label_that_cannot_be_scored_costs_only_its_own_z_and_warns_once():
+    from PIL import Image
+
+    trainer = _trainer_with(_StubVerifier())
+    crops = [Image.new("RGB", (28, 28))] * 3
+    with pytest.warns(UserWarning, match="could not score"):
+        scores = trainer._score(["red star", "boom", "blue dot"], crops)
+    assert scores[0] == 0.5 and math.isnan(scores[1]) and scores[2] == 0.5
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second failure does not warn again
+        trainer._score(["boom"], crops[:1])

@@ -8,11 +8,11 @@ from peft import LoraConfig
 from trl import GRPOTrainer, ModelConfig, TrlParser
 
 from data.synthetic import build_synthetic
-from launch import ScriptArguments, environment_factory
+from launch import ScriptArguments
 from mapo_trainer import SEMANTIC_REWARD_NAME, MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
 from models import load_model, load_processor
 from scripted import DEFAULT_LABELS as LABELS
-from scripted import force_tool_calls
+from scripted import tiny_trainer
 from task import get_reward_funcs
 
 pytestmark = pytest.mark.slow
@@ -24,39 +24,7 @@ def train_dataset():
 
 
 def make_trainer(tiny_kit, dataset, tmp_path, trainer_cls=MAPOTrainer, peft_config=None, **overrides):
-    processor = load_processor(str(tiny_kit["policy"]))
-    model = load_model(str(tiny_kit["policy"]), dtype=torch.float32)
-    force_tool_calls(model, processor.tokenizer)
-    fields = dict(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        seed=7,
-        max_steps=2,
-        learning_rate=1e-2,
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=320,
-        max_tool_calling_iterations=2,
-        beta=0.0,
-        gradient_checkpointing=False,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        clip_model=str(tiny_kit["clip"]),
-    )
-    fields.update(overrides)
-    args = MAPOConfig(**fields)  # the stock GRPOTrainer ignores the MAPO fields
-    trainer = trainer_cls(
-        model=model,
-        reward_funcs=get_reward_funcs(["outcome", "format"]),
-        args=args,
-        train_dataset=dataset,
-        processing_class=processor,
-        environment_factory=environment_factory(ScriptArguments(), processor),
-        peft_config=peft_config,
-    )
-    return trainer
+    return tiny_trainer(trainer_cls, tiny_kit, dataset, tmp_path, peft_config=peft_config, **overrides)
 
 
 def spy_on_verifier(trainer):
