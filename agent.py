@@ -5,7 +5,8 @@ An episode is built exactly as TRL 1.16's `GRPOTrainer` builds a rollout with `e
 trained on:
 
 - the prompt is the row's `prompt` column (`task.build_prompt`) with the image inserted by TRL's
-  `prepare_multimodal_messages`, rendered by the processor's chat template with `tools=[env.image_zoom_in_tool]`;
+  `prepare_multimodal_messages`, rendered by the processor's chat template with the environment's tools
+  (`tools.environment_tools`);
 - each turn is parsed by TRL's `parse_response` (tool calls; `<think>` moves to `reasoning_content`);
 - tool calls run on a fresh `tools.ZoomInEnv` per episode, in the processor's pixel frame; a call that raises (wrong
   arguments, unknown tool) comes back to the model as `{"error": ...}` text, and a crop as an image in the tool
@@ -36,7 +37,7 @@ from trl.data_utils import prepare_multimodal_messages
 
 from models import pixel_budget
 from task import extract_answer, message_text
-from tools import TOOL_NAME, ZoomInEnv, make_environment_factory
+from tools import TOOL_NAME, ZoomInEnv, environment_tools, make_environment_factory
 
 TOOL_CALL_START, TOOL_CALL_END = "<tool_call>", "</tool_call>"
 IMAGE_PAD = "<|image_pad|>"
@@ -146,7 +147,7 @@ def prompt_ids(processor: ProcessorMixin, prompt: list[dict], env: ZoomInEnv) ->
     return list(
         processor.apply_chat_template(
             conversation=[prompt],
-            tools=[env.image_zoom_in_tool],
+            tools=environment_tools(env),
             add_generation_prompt=True,
             tokenize=True,
             return_dict=True,
@@ -347,7 +348,7 @@ class ZoomAgent:
         return episode
 
     def _step(self, episode: Episode, completion: list[int], last: bool) -> None:
-        parsed = parse_response(self.tokenizer, completion, prefix=episode.ids, tools=[episode.env.image_zoom_in_tool])
+        parsed = parse_response(self.tokenizer, completion, prefix=episode.ids, tools=environment_tools(episode.env))
         episode.messages.append(_assistant_message(parsed, self.tokenizer.decode(completion)))
         text = message_text(parsed)
         answer = extract_answer(text)

@@ -14,9 +14,10 @@ import logging
 from transformers import set_seed
 from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
-from data.collator import DataCollatorForVisionToolCalling, environment_tools
+from data.collator import DataCollatorForVisionToolCalling
 from data.trajectories import TrajectoryArguments, build_gold_trajectories
 from launch import ScriptArguments, environment_factory, load_policy, load_split
+from tools import environment_tools
 
 
 def main(

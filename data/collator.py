@@ -9,7 +9,6 @@ the assistant-only loss mask: tool calls and answers are trained on, tool respon
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,16 +16,6 @@ from typing import Any
 from transformers import ProcessorMixin
 from trl.chat_template_utils import get_training_chat_template
 from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
-
-
-def environment_tools(environment: object) -> list[Callable]:
-    """The tools TRL's GRPOTrainer exposes for an `environment_factory` instance: its public methods, less the
-    `reset` and `get_reward` hooks, in name order (the order their schemas are rendered in)."""
-    return [
-        getattr(environment, name)
-        for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)
-        if not name.startswith("_") and name not in ("reset", "get_reward")
-    ]
 
 
 class _ToolsBoundProcessor:
@@ -49,8 +38,8 @@ class DataCollatorForVisionToolCalling(DataCollatorForVisionLanguageModeling):
     """TRL's vision-language collator, rendering `tools` into every example as `GRPOTrainer._tokenize_prompts` does.
 
     Args:
-        tools: the callables whose schemas are rendered, e.g. `environment_tools(env)` (`None` is passed for an empty
-            list, as TRL does, since some templates render tool boilerplate for `tools=[]`).
+        tools: the callables whose schemas are rendered, e.g. `tools.environment_tools(env)` (`None` is passed for
+            an empty list, as TRL does, since some templates render tool boilerplate for `tools=[]`).
         chat_template: defaults, with `assistant_only_loss`, to TRL's training template for the processor's one;
             SFTTrainer picks the same template but only hands it to the collator it builds itself.
     """

@@ -11,12 +11,13 @@ from trl import GRPOConfig, GRPOTrainer, ModelConfig, SFTConfig, TrlParser
 from trl.data_utils import prepare_multimodal_messages
 
 import sft
-from data.collator import DataCollatorForVisionToolCalling, environment_tools
+from data.collator import DataCollatorForVisionToolCalling
 from data.synthetic import build_synthetic
 from data.trajectories import TrajectoryArguments, build_gold_trajectories
 from launch import ScriptArguments, environment_factory
 from models import load_model
 from task import get_reward_funcs
+from tools import environment_tools
 
 RECIPES = [
     "recipes/tiny/sft/config_sft.yaml",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from tools.env import ZoomCall, ZoomInEnv, executed_calls
+from tools.env import ZoomCall, ZoomInEnv, environment_tools, executed_calls
 from tools.zoom_in import TOOL_NAME, LabelLimits, ToolError, crop, crop_box, resize_to_budget, seen_size
 
 ENVIRONMENTS = {"zoom_in": ZoomInEnv}
@@ -28,6 +28,7 @@ __all__ = [
     "ZoomInEnv",
     "crop",
     "crop_box",
+    "environment_tools",
     "executed_calls",
     "make_environment_factory",
     "resize_to_budget",

@@ -8,6 +8,8 @@ calls whose response survived into the trained completion (see there).
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from PIL import Image
@@ -95,6 +97,16 @@ class ZoomInEnv:
         crop = resize_to_budget(self.image.crop(box), self.min_pixels, self.max_pixels, self.factor)
         self.calls.append(ZoomCall(turn, clean_label, box, crop))
         return observation(crop, f"Zoomed in on {list(bbox_2d)} (expected: {clean_label}).")
+
+
+def environment_tools(environment: object) -> list[Callable]:
+    """The tools TRL's GRPOTrainer exposes for an `environment_factory` instance: its public methods, less the
+    `reset` and `get_reward` hooks, in name order (the order their schemas are rendered in)."""
+    return [
+        getattr(environment, name)
+        for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)
+        if not name.startswith("_") and name not in ("reset", "get_reward")
+    ]
 
 
 def executed_calls(env: ZoomInEnv, completion: list[dict]) -> list[ZoomCall]:
