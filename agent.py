@@ -1,30 +1,37 @@
-"""The inference agent: the training rollout of the zoom-in agent, run for evaluation.
+"""The inference agent: TRL 1.16's training rollout of the zoom-in agent, replayed for evaluation.
 
-An episode is built exactly as TRL 1.16's `GRPOTrainer` builds a rollout with `environment_factory`
-(`_tokenize_prompts`, `_tool_call_loop`, `_get_tool_suffix_ids`), so a checkpoint is scored on the interface it was
-trained on:
+An episode is built exactly as `GRPOTrainer` builds a rollout with `environment_factory` (`_tokenize_prompts`,
+`_generate_single_turn`, `_tool_call_loop`, `_get_tool_suffix_ids`), so a checkpoint is scored on the interface it was
+trained on, and the tests check the agent's token ids against TRL's own on the same scripted turns:
 
 - the prompt is the row's `prompt` column (`task.build_prompt`) with the image inserted by TRL's
-  `prepare_multimodal_messages`, rendered by the processor's chat template with the environment's tools
-  (`tools.environment_tools`);
-- each turn is parsed by TRL's `parse_response` (tool calls; `<think>` moves to `reasoning_content`);
-- tool calls run on a fresh `tools.ZoomInEnv` per episode, in the processor's pixel frame; a call that raises (wrong
-  arguments, unknown tool) comes back to the model as `{"error": ...}` text, and a crop as an image in the tool
-  message `{"role": "tool", "name": ..., "content": [...]}`;
+  `prepare_multimodal_messages`, rendered by the processor's chat template with the environment's tools;
+- a turn ends at an EOS token (TRL's `eos_token_ids`) or when the rollout's one `max_completion_length` budget,
+  shared by every turn and every tool response, is spent: there is no stop at `</tool_call>`;
+- each turn is parsed by TRL's `parse_response` (tool calls; `<think>` moves to `reasoning_content`); *every* call of a
+  turn runs, in order, on the episode's `tools.ZoomInEnv`; a call that raises comes back as `{"error": ...}` text;
 - the next turn's input is the previous ids + the turn's own tokens + the tool-response tokens (what the model wrote
-  is never re-tokenised), with every image of the conversation, in order, given to the image processor.
+  is never re-tokenised), with every image of the conversation, in order, given to the image processor;
+- a tool response that would push the completion past `max_completion_length` (or the sequence past the context) is
+  dropped and the episode ends there, as TRL drops it; the loop runs while the last turn called a tool, at most
+  `max_tool_calling_iterations` times;
+- the answer is read from the last assistant turn, as the outcome reward reads it (`task.final_text`), and the calls
+  are the ones training scores (`tools.executed_calls`).
 
-For evaluation a turn also stops at `</tool_call>` (then `<|im_end|>` is appended: what training sequences hold after
-a call), decoding is greedy by default, and an `<answer>` ends the episode. A tool call whose JSON does not parse
-ends the episode, as in training (TRL's parser then returns plain text), and is recorded as a failed call.
+With greedy decoding (the default) the agent writes exactly the tokens TRL's rollout would; TRL generates
+`max_completion_length` tokens and then trims each turn to the budget left, which greedy decoding makes the same as
+generating only the budget left, as done here.
 
 Backends: `TransformersBackend` (`model.generate`, CPU or GPU) and `VLLMBackend` (GPU; imports vLLM lazily).
+`check_token_budget` warns at start when a rollout's worst case does not fit its lengths.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -36,10 +43,13 @@ from trl.chat_template_utils import add_response_schema, parse_response
 from trl.data_utils import prepare_multimodal_messages
 
 from models import pixel_budget
-from task import extract_answer, message_text
-from tools import TOOL_NAME, ZoomInEnv, environment_tools, make_environment_factory
+from task import build_prompt, extract_answer, final_text
+from tools import TOOL_NAME, ToolConfig, ZoomCall, ZoomInEnv, environment_tools, executed_calls
+from tools import make_environment_factory as _environment_factory
 
-TOOL_CALL_START, TOOL_CALL_END = "<tool_call>", "</tool_call>"
+logger = logging.getLogger(__name__)
+
+TOOL_CALL_START = "<tool_call>"
 IMAGE_PAD = "<|image_pad|>"
 
 Prompt = tuple[list[int], list[Image.Image]]  # a conversation's token ids so far, and its images in order
@@ -47,46 +57,32 @@ Prompt = tuple[list[int], list[Image.Image]]  # a conversation's token ids so fa
 
 # ------------------------------------------------------------------------------------------------------- records
 @dataclass
-class Call:
-    """One tool call of an episode: what the model asked for, and the crop or error it got back."""
-
-    turn: int  # the assistant turn (1-based) that made the call
-    name: str | None  # None when the call's JSON did not parse
-    arguments: Any
-    label: str | None = None
-    box: tuple[int, int, int, int] | None = None  # the cropped region, in original pixels
-    crop: Image.Image | None = None  # the crop as the model saw it
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.crop is not None
-
-
-@dataclass
 class Episode:
-    """One sample's trajectory. `messages` holds the assistant turns and tool responses, JSON-ready; the prompt is
-    the row's own. `failure` says why the episode produced no usable answer."""
+    """One sample's rollout. `completion` is TRL's: the parsed assistant turns and tool messages (crops included), as
+    reward functions receive it; `turn_ids` the tokens each assistant turn generated. `failure` says why the episode
+    produced no usable answer."""
 
     id: str
     image: Image.Image | None = None  # the original image
     seen_size: tuple[int, int] | None = None  # the frame the model's coordinates live in
-    messages: list[dict] = field(default_factory=list)
-    calls: list[Call] = field(default_factory=list)
+    env: ZoomInEnv | None = None
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)  # turns and tool responses, as TRL trains on them
+    completion: list[dict] = field(default_factory=list)
+    turn_ids: list[list[int]] = field(default_factory=list)
+    images: list[Image.Image] = field(default_factory=list)  # the prompt image, then every crop, in order
+    dropped_response: bool = False  # a tool response was dropped as over budget (TRL's rollback)
     prediction: str | None = None
     failure: str | None = None
-    # rollout state
-    env: ZoomInEnv | None = None
-    ids: list[int] = field(default_factory=list)
-    images: list[Image.Image] = field(default_factory=list)
-    done: bool = False
+
+    @property
+    def calls(self) -> list[ZoomCall]:
+        """The episode's tool calls, as training scores them."""
+        return executed_calls(self.env, self.completion) if self.env is not None else []
 
     @property
     def num_turns(self) -> int:
-        return sum(message["role"] == "assistant" for message in self.messages)
-
-    def finish(self, prediction: str | None = None, failure: str | None = None) -> None:
-        self.prediction, self.failure, self.done = prediction, failure, True
+        return sum(message["role"] == "assistant" for message in self.completion)
 
 
 # ------------------------------------------------------------------------------------------------------ helpers
@@ -100,22 +96,19 @@ def open_image(value: Image.Image | Mapping[str, Any]) -> Image.Image:
     return image if image.mode == "RGB" else image.convert("RGB")
 
 
-def turn_stop_ids(tokenizer: PreTrainedTokenizerBase, eos_token_id: int | list[int] | None = None) -> list[int]:
-    """Token ids that end an assistant turn: the tokenizer's EOS (`<|im_end|>`) and the model's own EOS ids, as TRL
-    collects them, plus `</tool_call>`, which must be a single token (it is in Qwen's vocabulary)."""
-    tool_call_end = tokenizer.encode(TOOL_CALL_END, add_special_tokens=False)
-    if len(tool_call_end) != 1:
-        raise ValueError(f"{TOOL_CALL_END!r} must be one token to stop turns on; this tokenizer splits it")
-    eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
-    return list(dict.fromkeys([tokenizer.eos_token_id, *eos, *tool_call_end]))
+def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model_eos: int | list[int] | None = None) -> list[int]:
+    """The tokens that end a turn, as `GRPOTrainer` collects them: the model's EOS ids, with the tokenizer's EOS
+    (`<|im_end|>`) put first when missing."""
+    ids = [model_eos] if isinstance(model_eos, int) else list(model_eos or [])
+    return ids if tokenizer.eos_token_id in ids else [tokenizer.eos_token_id, *ids]
 
 
-def until_stop(ids: Sequence[int], stop_ids: Sequence[int]) -> list[int]:
-    """`ids` cut after the first stop token: what follows is padding of a batch that kept generating."""
-    for i, token in enumerate(ids):
-        if token in stop_ids:
+def until_eos(ids: Sequence[int], eos_ids: Sequence[int], budget: int) -> list[int]:
+    """`ids` cut after the first EOS (what follows is padding of a batch that kept generating) and to `budget`."""
+    for i, token in enumerate(ids[:budget]):
+        if token in eos_ids:
             return list(ids[: i + 1])
-    return list(ids)
+    return list(ids[:budget])
 
 
 def tool_suffix_ids(processor: ProcessorMixin, tool_messages: list[dict]) -> list[int]:
@@ -155,57 +148,174 @@ def prompt_ids(processor: ProcessorMixin, prompt: list[dict], env: ZoomInEnv) ->
     )
 
 
-def _assistant_message(parsed: dict, raw: str) -> dict:
-    """The JSON record of a parsed turn; `raw` is the decoded turn, kept for turns the parser could not read."""
-    return {
-        "role": "assistant",
-        "reasoning": parsed.get("reasoning_content"),
-        "content": parsed.get("content") or "",
-        "tool_calls": [call["function"] for call in parsed.get("tool_calls") or []],
-        "raw": raw,
-    }
+def run_tool_calls(env: ZoomInEnv, tool_calls: list[dict]) -> list[dict]:
+    """The tool messages for one turn's calls, as `GRPOTrainer._tool_call_loop` makes them: every call runs, in
+    order; an unknown tool, bad arguments or an exception become `{"error": ...}` text, a list result stays a list."""
+    tools = {tool.__name__: tool for tool in environment_tools(env)}
+    messages = []
+    for call in tool_calls:
+        if call.get("type") == "function":
+            name = call["function"]["name"]
+            try:
+                if name not in tools:
+                    raise ValueError(f"Tool {name} not found.")
+                result = tools[name](**call["function"]["arguments"])
+            except Exception as err:  # noqa: BLE001 - as TRL: the error is an observation, the rollout goes on
+                result = {"error": str(err)}
+        else:
+            name = call.get("name", "unknown")
+            result = {"error": f"Unsupported tool call type: {call.get('type')}"}
+        messages.append({"role": "tool", "name": name, "content": result if isinstance(result, list) else str(result)})
+    return messages
+
+
+# ------------------------------------------------------------------------------------------------- token budget
+@dataclass(frozen=True)
+class TokenBudget:
+    """The worst case of one rollout in tokens, against the lengths it must fit (`check_token_budget`)."""
+
+    prompt_image: int  # tokens of the largest prompt image
+    prompt_text: int  # system prompt, tools schema and a one-word question
+    crop_response: int  # one tool response with the largest crop, plus the next assistant header
+    call_turn: int  # the shortest well-formed turn that calls the tool
+    answer_turn: int  # the shortest well-formed answering turn
+    iterations: int
+    max_completion_length: int
+    context_length: int
+
+    @property
+    def completion(self) -> int:
+        """Every tool round used, one call per turn, each turn as short as it can be."""
+        return self.iterations * (self.call_turn + self.crop_response) + self.answer_turn
+
+    @property
+    def prompt(self) -> int:
+        return self.prompt_image + self.prompt_text
+
+    def problems(self) -> list[str]:
+        out = []
+        arithmetic = (
+            f"{self.iterations} x ({self.crop_response} tool response with a full-size crop + {self.call_turn} "
+            f"shortest call turn) + {self.answer_turn} shortest answer = {self.completion} tokens"
+        )
+        if self.completion > self.max_completion_length:
+            out.append(
+                f"a rollout that uses all max_tool_calling_iterations needs at least {arithmetic}, over "
+                f"max_completion_length={self.max_completion_length}: its later tool responses are dropped. Lower "
+                "crop_max_pixels or max_tool_calling_iterations, or raise max_completion_length."
+            )
+        if self.prompt + self.max_completion_length > self.context_length:
+            out.append(
+                f"prompt ({self.prompt_image} image + {self.prompt_text} text tokens) + max_completion_length="
+                f"{self.max_completion_length} exceeds the model's context ({self.context_length}): lower max_pixels "
+                "or max_completion_length."
+            )
+        return out
+
+
+def token_budget(
+    processor: ProcessorMixin,
+    config: ToolConfig,
+    *,
+    max_completion_length: int,
+    max_tool_calling_iterations: int,
+    context_length: int,
+) -> TokenBudget:
+    """Measure a rollout's worst case with the real chat template: the largest prompt image and crop the budgets
+    allow, the tool response exactly as TRL renders it, and the shortest well-formed turns."""
+    budget = pixel_budget(processor)
+    env = _environment_factory(config, budget)()
+    side = int(budget.max_pixels**0.5)
+    env.reset(image=Image.new("RGB", (side, side)))  # a box in this frame has as many digits as real ones
+    response = env.image_zoom_in_tool([0, 0, env.seen_size[0], env.seen_size[1]], "the object")
+    suffix = tool_suffix_ids(processor, [{"role": "tool", "name": TOOL_NAME, "content": response}])
+    pad = processor.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
+    # The response's text as rendered, and the largest crop the budget allows (smart_resize keeps h * w under it).
+    crop_response = len(suffix) - suffix.count(pad) + env.crop_budget.max_tokens
+    small = Image.new("RGB", (budget.factor, budget.factor))
+    text_ids = prompt_ids(processor, prepare_multimodal_messages(build_prompt("?"), images=[small]), env)
+    tokenizer = processor.tokenizer
+
+    def length(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    call = '{"name": "' + TOOL_NAME + '", "arguments": {"bbox_2d": [10, 20, 100, 200], "label": "the object"}}'
+    return TokenBudget(
+        prompt_image=budget.max_tokens,
+        prompt_text=len(text_ids) - text_ids.count(pad),
+        crop_response=crop_response,
+        call_turn=length(f"<think>zoom</think>\n<tool_call>\n{call}\n</tool_call>{tokenizer.eos_token}"),
+        answer_turn=length(f"<think>seen</think><answer>A</answer>{tokenizer.eos_token}"),
+        iterations=max_tool_calling_iterations,
+        max_completion_length=max_completion_length,
+        context_length=context_length,
+    )
+
+
+def check_token_budget(
+    processor: ProcessorMixin,
+    config: ToolConfig,
+    *,
+    max_completion_length: int,
+    max_tool_calling_iterations: int | None,
+    context_length: int,
+) -> TokenBudget | None:
+    """Warn, with the numbers, when a rollout's worst case does not fit `max_completion_length` or the context.
+
+    A crop costs up to `crop_max_pixels / factor^2` tokens of the completion budget (1,280 at Qwen2.5-VL-7B's usual
+    1M-pixel budget), and TRL silently drops a tool response that overflows it. Returns the measured budget.
+    """
+    if max_tool_calling_iterations is None:
+        warnings.warn(
+            "max_tool_calling_iterations is None: TRL lets a rollout call the tool until max_completion_length runs "
+            "out, and drops the response that overflows it. Set a limit.",
+            stacklevel=2,
+        )
+        return None
+    budget = token_budget(
+        processor,
+        config,
+        max_completion_length=max_completion_length,
+        max_tool_calling_iterations=max_tool_calling_iterations,
+        context_length=context_length,
+    )
+    logger.info("rollout token budget: %s", budget)
+    for problem in budget.problems():
+        warnings.warn(problem, stacklevel=2)
+    return budget
 
 
 # ------------------------------------------------------------------------------------------------------ backends
 class Backend(Protocol):
-    """Generates one assistant turn for each prompt, returning its token ids cut after the first stop token."""
+    """Generates one assistant turn per prompt, at most `max_new_tokens[i]` tokens, cut after the first EOS."""
 
-    stop_token_ids: list[int]
+    eos_token_ids: list[int]
     max_context: int
 
-    def generate(self, prompts: Sequence[Prompt]) -> list[list[int]]: ...
+    def generate(self, prompts: Sequence[Prompt], max_new_tokens: Sequence[int]) -> list[list[int]]: ...
 
 
 class TransformersBackend:
     """`model.generate` on left-padded batches: TRL's generation path without vLLM, on CPU or GPU."""
 
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        processor: ProcessorMixin,
-        *,
-        max_new_tokens: int = 1024,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-    ):
+    def __init__(self, model: PreTrainedModel, processor: ProcessorMixin, *, temperature: float = 0.0, top_p=1.0):
         self.model, self.processor = model.eval(), processor
         tokenizer = processor.tokenizer
-        self.stop_token_ids = turn_stop_ids(tokenizer, model.generation_config.eos_token_id)
+        self.eos_token_ids = eos_token_ids(tokenizer, model.generation_config.eos_token_id)
         self.max_context = model.config.get_text_config().max_position_embeddings
         self.image_token_id = model.config.image_token_id
         sampling = (
             dict(do_sample=True, temperature=temperature, top_p=top_p) if temperature > 0 else dict(do_sample=False)
         )
-        self.generation_config = GenerationConfig(
-            max_new_tokens=max_new_tokens,
-            eos_token_id=self.stop_token_ids,
+        self.generation_kwargs = dict(
+            eos_token_id=self.eos_token_ids,
             pad_token_id=tokenizer.pad_token_id,
             suppress_tokens=[self.image_token_id],  # as TRL: a sampled image pad would not match the image features
             **sampling,
         )
 
     @torch.inference_mode()
-    def generate(self, prompts: Sequence[Prompt]) -> list[list[int]]:
+    def generate(self, prompts: Sequence[Prompt], max_new_tokens: Sequence[int]) -> list[list[int]]:
         pad, width = self.processor.tokenizer.pad_token_id, max(len(ids) for ids, _ in prompts)
         input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids, _ in prompts])
         attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids, _ in prompts])
@@ -218,9 +328,10 @@ class TransformersBackend:
             attention_mask=attention_mask.to(device),
             mm_token_type_ids=(input_ids == self.image_token_id).long().to(device),  # as TRL builds it for tool turns
             **{key: value.to(device) for key, value in vision.items()},
-            generation_config=self.generation_config,
+            generation_config=GenerationConfig(max_new_tokens=max(max_new_tokens), **self.generation_kwargs),
         )
-        return [until_stop(row, self.stop_token_ids) for row in output[:, width:].tolist()]
+        rows = output[:, width:].tolist()
+        return [until_eos(row, self.eos_token_ids, budget) for row, budget in zip(rows, max_new_tokens)]
 
 
 class VLLMBackend:
@@ -237,7 +348,6 @@ class VLLMBackend:
         model_name_or_path: str,
         processor: ProcessorMixin,
         *,
-        max_new_tokens: int = 1024,
         temperature: float = 0.0,
         top_p: float = 1.0,
         max_images: int = 16,
@@ -253,7 +363,7 @@ class VLLMBackend:
                 "backend='vllm' needs vLLM on a CUDA machine: pip install -r requirements-gpu.txt"
             ) from err
         tokenizer = self.tokenizer = processor.tokenizer
-        min_pixels, max_pixels, _ = pixel_budget(processor)
+        budget = pixel_budget(processor)
         self.llm = LLM(
             model=str(model_name_or_path),
             dtype=dtype,
@@ -261,21 +371,22 @@ class VLLMBackend:
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
             limit_mm_per_prompt={"image": max_images},
-            mm_processor_kwargs={"min_pixels": min_pixels, "max_pixels": max_pixels},
+            mm_processor_kwargs={"min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels},
         )
-        eos_token_id = GenerationConfig.from_pretrained(model_name_or_path).eos_token_id
-        self.stop_token_ids = turn_stop_ids(tokenizer, eos_token_id)
+        self.eos_token_ids = eos_token_ids(
+            tokenizer, GenerationConfig.from_pretrained(model_name_or_path).eos_token_id
+        )
         self.max_context = self.llm.llm_engine.model_config.max_model_len
         self.image_pad_id = tokenizer.convert_tokens_to_ids(IMAGE_PAD)
-        self.sampling = SamplingParams(
+        self.sampling_params = lambda max_tokens: SamplingParams(
             temperature=temperature,
             top_p=top_p,
-            max_tokens=max_new_tokens,
-            stop_token_ids=self.stop_token_ids,
+            max_tokens=max_tokens,
+            stop_token_ids=self.eos_token_ids,
             skip_special_tokens=False,
         )
 
-    def generate(self, prompts: Sequence[Prompt]) -> list[list[int]]:
+    def generate(self, prompts: Sequence[Prompt], max_new_tokens: Sequence[int]) -> list[list[int]]:
         requests = [
             {
                 "prompt": re.sub(f"(?:{re.escape(IMAGE_PAD)})+", IMAGE_PAD, self.tokenizer.decode(ids)),
@@ -283,8 +394,11 @@ class VLLMBackend:
             }
             for ids, images in prompts
         ]
+        params = [self.sampling_params(budget) for budget in max_new_tokens]
         completions = []
-        for output, (ids, _) in zip(self.llm.generate(requests, self.sampling, use_tqdm=False), prompts):
+        for output, (ids, _), budget in zip(
+            self.llm.generate(requests, params, use_tqdm=False), prompts, max_new_tokens
+        ):
             if output.prompt_token_ids.count(self.image_pad_id) != ids.count(self.image_pad_id):
                 raise RuntimeError(
                     f"vLLM expanded the images to {output.prompt_token_ids.count(self.image_pad_id)} image tokens, "
@@ -293,8 +407,8 @@ class VLLMBackend:
             completion = output.outputs[0]
             tokens = list(completion.token_ids)
             if isinstance(completion.stop_reason, int) and tokens[-1:] != [completion.stop_reason]:
-                tokens.append(completion.stop_reason)  # keep the stop token: the agent reads how the turn ended
-            completions.append(until_stop(tokens, self.stop_token_ids))
+                tokens.append(completion.stop_reason)  # keep the EOS: TRL's completions end with it
+            completions.append(until_eos(tokens, self.eos_token_ids, budget))
         return completions
 
 
@@ -303,35 +417,79 @@ class ZoomAgent:
     """Runs episodes of the zoom-in agent over a batch of rows, one generation call per turn for all of them.
 
     `rows` are dataset rows: `id`, `prompt` (conversational, from `task.build_prompt`) and `image` (a PIL image or
-    an undecoded `datasets.Image` cell). `tool_limits` are `ZoomInEnv`'s keyword arguments (label limits), which
-    must match training's.
+    an undecoded `datasets.Image` cell). `config` is the tool the policy was trained with, and
+    `max_completion_length` / `max_tool_calling_iterations` its rollout budget (`GRPOConfig`'s fields).
     """
 
-    def __init__(self, backend: Backend, processor: ProcessorMixin, *, max_turns: int = 6, **tool_limits):
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self.backend, self.max_turns = backend, max_turns
+    def __init__(
+        self,
+        backend: Backend,
+        processor: ProcessorMixin,
+        config: ToolConfig,
+        *,
+        max_completion_length: int,
+        max_tool_calling_iterations: int | None,
+    ):
+        if max_completion_length < 1:
+            raise ValueError(f"max_completion_length must be >= 1, got {max_completion_length}")
+        self.backend, self.max_completion_length = backend, max_completion_length
+        self.max_iterations = max_tool_calling_iterations
         if getattr(processor.tokenizer, "response_template", None) is None:
             add_response_schema(processor)  # what GRPOTrainer sets up so `parse_response` reads tool calls
         self.processor, self.tokenizer = processor, processor.tokenizer
-        min_pixels, max_pixels, factor = pixel_budget(processor)
-        self.make_env = make_environment_factory(
-            "zoom_in", min_pixels=min_pixels, max_pixels=max_pixels, factor=factor, **tool_limits
-        )
-        self.tool_call_end = self.tokenizer.convert_tokens_to_ids(TOOL_CALL_END)
+        self.make_env = _environment_factory(config, pixel_budget(processor))
 
     def run(self, rows: Sequence[Mapping[str, Any]]) -> list[Episode]:
         episodes = [self._start(row) for row in rows]
-        for turn in range(1, self.max_turns + 1):
-            for episode in episodes:
-                if not episode.done and len(episode.ids) >= self.backend.max_context:
-                    episode.finish(failure=f"context full ({len(episode.ids)} tokens) before an <answer>")
-            active = [episode for episode in episodes if not episode.done]
-            if not active:
-                break
-            for episode, completion in zip(active, self.backend.generate([(e.ids, e.images) for e in active])):
-                self._step(episode, completion, last=turn == self.max_turns)
+        active = [episode for episode in episodes if episode.failure is None]
+        # The first turn, as `_generate`: every prompt with the whole budget.
+        pending = self._generate(active, [(e.prompt_ids, e.images) for e in active])
+        iteration = 0
+        # The tool loop, as `_tool_call_loop`.
+        while pending and (self.max_iterations is None or iteration < self.max_iterations):
+            ready, inputs = [], []
+            for episode in pending:
+                tool_messages = run_tool_calls(episode.env, episode.completion[-1]["tool_calls"])
+                ids = episode.prompt_ids + episode.completion_ids + tool_suffix_ids(self.processor, tool_messages)
+                if (
+                    len(ids) - len(episode.prompt_ids) > self.max_completion_length
+                    or len(ids) >= self.backend.max_context
+                ):
+                    episode.dropped_response = True  # rolled back: the environment's record of it stays unused
+                    continue
+                episode.completion += tool_messages
+                for message in tool_messages:  # crops join the conversation's images in order, as TRL collects them
+                    if isinstance(message["content"], list):
+                        episode.images += [p["image"] for p in message["content"] if p.get("type") == "image"]
+                episode.completion_ids = ids[len(episode.prompt_ids) :]
+                ready.append(episode)
+                inputs.append((ids, episode.images))
+            pending = self._generate(ready, inputs)
+            iteration += 1
+        for episode in active:
+            self._finish(episode)
         return episodes
+
+    def _generate(self, episodes: list[Episode], inputs: list[Prompt]) -> list[Episode]:
+        """One turn for `episodes`, each within its budget left; returns those whose turn called a tool."""
+        budgets = [self.max_completion_length - len(e.completion_ids) for e in episodes]
+        ask = [i for i, budget in enumerate(budgets) if budget > 0]  # TRL trims a spent budget's turn to nothing
+        outputs = [[] for _ in episodes]
+        if ask:
+            generated = self.backend.generate([inputs[i] for i in ask], [budgets[i] for i in ask])
+            for i, ids in zip(ask, generated):
+                outputs[i] = ids
+        calling = []
+        for episode, (prefix, _), ids in zip(episodes, inputs, outputs):
+            if not ids:
+                continue
+            parsed = parse_response(self.tokenizer, ids, prefix=prefix, tools=environment_tools(episode.env))
+            episode.completion.append(parsed)
+            episode.turn_ids.append(ids)
+            episode.completion_ids = episode.completion_ids + ids
+            if parsed.get("tool_calls"):
+                calling.append(episode)
+        return calling
 
     def _start(self, row: Mapping[str, Any]) -> Episode:
         episode = Episode(id=str(row["id"]))
@@ -339,57 +497,35 @@ class ZoomAgent:
             image = open_image(row["image"])
             env = self.make_env()
             env.reset(image=image)
-            ids = prompt_ids(self.processor, prepare_multimodal_messages(list(row["prompt"]), images=[env.image]), env)
-        except Exception as err:
-            episode.finish(failure=f"image could not be processed: {type(err).__name__}: {err}")
+            prompt = prepare_multimodal_messages(list(row["prompt"]), images=[env.image])
+            ids = prompt_ids(self.processor, prompt, env)
+        except Exception as err:  # noqa: BLE001
+            episode.failure = f"image could not be processed: {type(err).__name__}: {err}"
+            return episode
+        if len(ids) >= self.backend.max_context:
+            episode.failure = f"prompt of {len(ids)} tokens does not fit the context ({self.backend.max_context})"
             return episode
         episode.image, episode.seen_size, episode.env = env.image, env.seen_size, env
-        episode.ids, episode.images = ids, [env.image]
+        episode.prompt_ids, episode.images = ids, [env.image]
         return episode
 
-    def _step(self, episode: Episode, completion: list[int], last: bool) -> None:
-        parsed = parse_response(self.tokenizer, completion, prefix=episode.ids, tools=environment_tools(episode.env))
-        episode.messages.append(_assistant_message(parsed, self.tokenizer.decode(completion)))
-        text = message_text(parsed)
-        answer = extract_answer(text)
-        if answer is not None:
-            episode.finish(prediction=answer)
+    def _finish(self, episode: Episode) -> None:
+        """Read the answer from the last assistant turn, as the outcome reward does; otherwise say why there is none."""
+        episode.prediction = extract_answer(final_text(episode.completion))
+        if episode.prediction is not None:
             return
-        tool_calls = parsed.get("tool_calls") or []
-        if not tool_calls:
-            if TOOL_CALL_START in text:  # a call whose JSON did not parse: training's parser ends the rollout too
-                episode.calls.append(Call(episode.num_turns, None, None, error="tool call did not parse"))
-            cut = bool(completion) and completion[-1] not in self.backend.stop_token_ids
-            episode.finish(failure="no <answer>" + (" (turn cut at max_new_tokens)" if cut else ""))
-            return
-        if last:
-            episode.finish(failure=f"no <answer> within max_turns={self.max_turns}")
-            return
-        tool_messages = [self._call(episode, call) for call in tool_calls]
-        if completion[-1] == self.tool_call_end:
-            completion = [*completion, self.tokenizer.eos_token_id]  # the turn stopped at the call; close it
-        episode.ids = episode.ids + completion + tool_suffix_ids(self.processor, tool_messages)
-        for message in tool_messages:  # the crops join the conversation's images in order, as TRL collects them
-            if isinstance(message["content"], list):
-                episode.images += [part["image"] for part in message["content"] if part.get("type") == "image"]
-
-    def _call(self, episode: Episode, tool_call: dict) -> dict:
-        """Run one parsed call as TRL's tool loop does; records it and returns the tool message."""
-        name, arguments = tool_call["function"]["name"], tool_call["function"]["arguments"]
-        recorded = len(episode.env.calls)
-        try:
-            if name != TOOL_NAME:
-                raise ValueError(f"Tool {name} not found.")
-            result = episode.env.image_zoom_in_tool(**arguments)
-        except Exception as err:  # as TRL: the error goes back to the model, the episode goes on
-            result = {"error": str(err)}
-        content = result if isinstance(result, list) else str(result)
-        if len(episode.env.calls) > recorded:  # the tool ran: ZoomInEnv recorded the crop, or why it refused
-            made = episode.env.calls[recorded]
-            call = Call(episode.num_turns, name, arguments, made.label, made.box, made.crop, made.error)
+        last = next((m for m in reversed(episode.completion) if m["role"] == "assistant"), {})
+        if episode.dropped_response:
+            episode.failure = (
+                f"no <answer>: a tool response would overflow max_completion_length={self.max_completion_length}"
+            )
+        elif last.get("tool_calls"):
+            episode.failure = (
+                f"no <answer>: still calling the tool after max_tool_calling_iterations={self.max_iterations}"
+            )
+        elif len(episode.completion_ids) >= self.max_completion_length:
+            episode.failure = f"no <answer> within max_completion_length={self.max_completion_length}"
+        elif TOOL_CALL_START in final_text(episode.completion):
+            episode.failure = "no <answer>: a <tool_call> that did not parse"
         else:
-            call = Call(episode.num_turns, name, arguments, error=result["error"])
-        episode.calls.append(call)
-        observation = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
-        episode.messages.append({"role": "tool", "name": name, "content": observation, "call": len(episode.calls) - 1})
-        return {"role": "tool", "name": name, "content": content}
+            episode.failure = "no <answer>"

@@ -23,45 +23,49 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import datasets  # noqa: E402
-from trl import ModelConfig, SFTConfig, TrlParser  # noqa: E402
+from trl import ModelConfig, SFTConfig  # noqa: E402
 
 import rl  # noqa: E402
 import sft  # noqa: E402
 from clip_training import train_clip  # noqa: E402
 from data.synthetic import build_synthetic  # noqa: E402
 from data.trajectories import TrajectoryArguments  # noqa: E402
-from evaluate import EvalArguments, run_evaluation  # noqa: E402
-from launch import ScriptArguments  # noqa: E402
+from evaluate import parse_args as evaluate_args  # noqa: E402
+from evaluate import run_evaluation  # noqa: E402
+from launch import ScriptArguments, parse_args_and_record  # noqa: E402
 from mapo_trainer import MAPOConfig  # noqa: E402
 from tiny_models import build_tiny_kit, kit_paths  # noqa: E402
+from tools import ToolConfig  # noqa: E402
 
 SFT_RECIPE = "recipes/tiny/sft/config_sft.yaml"
 RL_RECIPE = "recipes/tiny/rl/config_mapo.yaml"
 SUMMARY_KEYS = ("accuracy", "tool_call_rate", "valid_call_rate", "mean_z", "gap_rate", "calls_per_sample")
 
 
+def flags(**values) -> list[str]:
+    return [item for key, value in values.items() for item in (f"--{key}", str(value))]
+
+
 def parse_recipe(dataclasses: tuple, recipe: str, **overrides) -> tuple:
     """Parse `recipe` exactly as the entry script does, with `--key value` overrides."""
-    argv = ["--config", recipe]
-    for key, value in overrides.items():
-        argv += [f"--{key}", str(value)]
-    return TrlParser(dataclasses).parse_args_and_config(argv)
+    return parse_args_and_record(dataclasses, ["--config", recipe, *flags(**overrides)])
 
 
-def evaluate(model: str, clip: str, data: str, output_dir: Path, limit: int) -> dict:
-    args = EvalArguments(
-        model_name_or_path=model,
-        benchmark="synthetic",
-        data_path=data,
-        split="test",
-        output_dir=str(output_dir),
-        limit=limit,
-        max_turns=3,
-        max_new_tokens=128,
-        clip_model=clip,
-        dtype="float32",
+def evaluate(model: str, data: str, output_dir: Path, limit: int, **overrides) -> dict:
+    """`make eval` on the synthetic test split; tool settings and rollout budget come from the checkpoint's record."""
+    args = evaluate_args(
+        flags(
+            model_name_or_path=model,
+            benchmark="synthetic",
+            data_path=data,
+            split="test",
+            output_dir=output_dir,
+            limit=limit,
+            dtype="float32",
+            **overrides,
+        )
     )
-    return run_evaluation(args)
+    return run_evaluation(*args)
 
 
 def main() -> None:
@@ -102,13 +106,21 @@ def main() -> None:
 
     results = {}
     results["base"] = stage(
-        "evaluate the untrained policy",
-        lambda: evaluate(str(kit["policy"]), str(clip_dir), str(data_dir), out / "eval" / "base", args.test_rows),
+        "evaluate the untrained policy",  # no record yet: the tiny recipes' rollout budget, the trained verifier
+        lambda: evaluate(
+            kit["policy"],
+            data_dir,
+            out / "eval" / "base",
+            args.test_rows,
+            clip_model=clip_dir,
+            max_completion_length=320,
+            max_tool_calling_iterations=2,
+        ),  # fmt: skip
     )
 
     sft_dir = out / "sft"
     sft_args = parse_recipe(
-        (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments),
+        (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig),
         SFT_RECIPE,
         model_name_or_path=kit["policy"],
         dataset_name=data_dir,
@@ -118,12 +130,20 @@ def main() -> None:
     stage("SFT cold start", lambda: sft.main(*sft_args))
     results["sft"] = stage(
         "evaluate after SFT",
-        lambda: evaluate(str(sft_dir), str(clip_dir), str(data_dir), out / "eval" / "sft", args.test_rows),
+        lambda: evaluate(
+            sft_dir,
+            data_dir,
+            out / "eval" / "sft",
+            args.test_rows,
+            clip_model=clip_dir,  # SFT scores nothing with CLIP, so its record names no verifier
+            max_completion_length=320,
+            max_tool_calling_iterations=2,
+        ),  # fmt: skip
     )
 
     rl_dir = out / "rl"
     rl_args = parse_recipe(
-        (ScriptArguments, MAPOConfig, ModelConfig),
+        (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig),
         RL_RECIPE,
         model_name_or_path=sft_dir,
         dataset_name=data_dir,
@@ -134,7 +154,7 @@ def main() -> None:
     rl_trainer = stage("MAPO RL", lambda: rl.main(*rl_args))
     results["rl"] = stage(
         "evaluate after RL",
-        lambda: evaluate(str(rl_dir), str(clip_dir), str(data_dir), out / "eval" / "rl", args.test_rows),
+        lambda: evaluate(rl_dir, data_dir, out / "eval" / "rl", args.test_rows),
     )
 
     rl_log = [entry for entry in rl_trainer.state.log_history if "rewards/semantic/mean" in entry]

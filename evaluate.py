@@ -13,31 +13,30 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import datasets
 import torch
+from PIL.Image import Image
 from tqdm import tqdm
 from transformers import set_seed
-from trl import TrlParser
 
 from agent import Episode, TransformersBackend, VLLMBackend, ZoomAgent, open_image
-from data.benchmarks import BENCHMARKS, read_benchmark
+from data.benchmarks import BENCHMARKS, accuracy_by, benchmark_metrics, mean, read_benchmark, score_answer
+from launch import parse_args_and_record
 from mapo_trainer import ClipVerifier
 from models import load_model, load_processor
 from report import write_report
-from task import OPTION_LETTERS, is_correct, parse_choice
+from tools import ToolConfig, ZoomCall
 
-# Fields that change what a run measures: a resumed run must not mix samples scored under different values.
+# Fields that change what a run measures: a resumed run must not mix samples scored under different values (every
+# `ToolConfig` field counts too).
 RESULT_FIELDS = (
-    "model_name_or_path", "benchmark", "data_path", "split", "backend", "dtype", "max_turns", "max_new_tokens",
-    "temperature", "top_p", "seed", "min_pixels", "max_pixels", "clip_model", "clip_pretrained", "max_label_words",
-    "max_label_chars",
+    "model_name_or_path", "benchmark", "data_path", "split", "backend", "dtype", "max_completion_length",
+    "max_tool_calling_iterations", "temperature", "top_p", "seed",
 )  # fmt: skip
 
 
@@ -66,29 +65,28 @@ class EvalArguments:
         default="transformers", metadata={"help": "Generation backend.", "choices": ["transformers", "vllm"]}
     )
     batch_size: int = field(default=8, metadata={"help": "Samples whose turns are generated together."})
-    max_turns: int = field(
-        default=6,
-        metadata={"help": "Most assistant turns per sample: training's max_tool_calling_iterations (5) + 1."},
+    max_completion_length: int = field(
+        default=2048,
+        metadata={
+            "help": "One token budget per rollout, shared by every turn and tool response: TRL's "
+            "max_completion_length. Default: the checkpoint's RL record (tool_config.json), else 2048."
+        },
     )
-    max_new_tokens: int = field(default=1024, metadata={"help": "Most tokens per assistant turn."})
+    max_tool_calling_iterations: int | None = field(
+        default=5,
+        metadata={
+            "help": "Most tool-calling rounds per rollout: TRL's max_tool_calling_iterations. Default: the "
+            "checkpoint's RL record, else 5."
+        },
+    )
     temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding (the default)."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling, when temperature > 0."})
     seed: int = field(default=0, metadata={"help": "Seed for sampled decoding."})
-    min_pixels: int | None = field(default=None, metadata={"help": "Image processor min pixels (None: the model's)."})
-    max_pixels: int | None = field(
-        default=None, metadata={"help": "Image processor max pixels (None: the model's); use training's value."}
-    )
     dtype: str = field(default="auto", metadata={"help": "Model dtype (auto, bfloat16, float32...)."})
     attn_implementation: str | None = field(default=None, metadata={"help": "e.g. sdpa or flash_attention_2."})
     device: str | None = field(
         default=None, metadata={"help": "Device for the model and CLIP (default: cuda if any)."}
     )
-    clip_model: str = field(
-        default="ViT-B-32", metadata={"help": "open_clip model scoring z_t, or a local directory; use training's."}
-    )
-    clip_pretrained: str | None = field(default="openai", metadata={"help": "open_clip pretrained tag."})
-    max_label_words: int = field(default=12, metadata={"help": "Zoom-in tool label limit; use training's."})
-    max_label_chars: int = field(default=80, metadata={"help": "Zoom-in tool label limit; use training's."})
     report_max_samples: int = field(
         default=500, metadata={"help": "Samples shown in report.html (all are in samples.jsonl)."}
     )
@@ -104,77 +102,60 @@ class EvalArguments:
             self.output_dir = str(Path("outputs") / "eval" / name)
 
 
-# ------------------------------------------------------------------------------------------------------- scoring
-_MME_PREFIXES = (
-    "The best answer is", "The correct answer is", "The answer is", "The answer", "The best option is",
-    "The correct option is", "Best answer:", "Best option:",
-)  # fmt: skip
+# ------------------------------------------------------------------------------------------------------- records
+def clip_scores(verifier: ClipVerifier, images: Sequence[Image], calls: Sequence[list[ZoomCall]]) -> list[list]:
+    """For each episode (its original image and its calls), per call: `(z_t, z_full)`, the CLIP cosine of the call's
+    label with its crop and with the whole image, or None for a call that returned no crop. One batched CLIP call."""
+    pairs = [(call, image) for image, episode_calls in zip(images, calls) for call in episode_calls if call.ok]
+    cosine = verifier.similarity(
+        [call.label for call, _ in pairs] * 2, [call.crop for call, _ in pairs] + [image for _, image in pairs]
+    ).tolist()
+    scores = iter(zip(cosine[: len(pairs)], cosine[len(pairs) :]))
+    return [[next(scores) if call.ok else None for call in episode_calls] for episode_calls in calls]
 
 
-def mme_choice(prediction: str, options: Sequence[str]) -> int | None:
-    """The option MME-RealWorld's reference scorer reads in `prediction` (`eval_your_results.py`,
-    `extract_characters_regex`): the first capital A-E anywhere, once answer prefixes are removed; without one, the
-    option whose "(X) text" contains the prediction. Looser than `task.parse_choice`, and kept so because the
-    benchmark's published numbers use it."""
-    text = prediction.strip()
-    for prefix in _MME_PREFIXES:
-        text = text.replace(prefix, "")
-    letter = re.search(r"[ABCDE]", text)
-    if letter is None:
-        if len(text.split()) > 10:
-            return None
-        choices = [f"({OPTION_LETTERS[i]}) {option}".lower() for i, option in enumerate(options)]
-        return next((i for i, choice in enumerate(choices) if text.lower() in choice), None)
-    index = OPTION_LETTERS.index(letter.group())
-    return index if index < len(options) else None
+def _messages(episode: Episode, tokenizer) -> list[dict]:
+    """The episode's completion, JSON-ready: assistant turns as parsed (with their raw text, for turns the parser
+    could not read) and tool replies as text, each pointing at its call."""
+    messages, turns, call = [], iter(episode.turn_ids), 0
+    for message in episode.completion:
+        if message["role"] == "assistant":
+            messages.append(
+                {
+                    "role": "assistant",
+                    "reasoning": message.get("reasoning_content"),
+                    "content": message.get("content") or "",
+                    "tool_calls": [c.get("function", c) for c in message.get("tool_calls") or []],
+                    "raw": tokenizer.decode(next(turns)),
+                }
+            )
+        else:
+            content = message["content"]
+            text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+            messages.append({"role": "tool", "name": message["name"], "content": text, "call": call})
+            call += 1
+    return messages
 
 
-def score_answer(
-    benchmark: str, prediction: str | None, answer: str, options: Sequence[str]
-) -> tuple[bool, str | None]:
-    """(correct, failure reason) of a final answer under the benchmark's rule.
-
-    Every benchmark uses training's rule (`task.is_correct`: the option letter or the option's text, else normalised
-    equality), except MME-RealWorld, whose reference scorer is looser (`mme_choice`). A multiple-choice answer that
-    names no option is a failure; a missing answer is the agent's failure, already recorded.
-    """
-    if prediction is None:
-        return False, None
-    if not prediction.strip():
-        return False, "empty <answer>"
-    if not options:
-        return is_correct(prediction, answer), None
-    if benchmark == "mme_realworld":
-        choice = mme_choice(prediction, options)
-        correct = choice is not None and choice == parse_choice(answer, options)
-    else:
-        choice = parse_choice(prediction, options)
-        correct = is_correct(prediction, answer, options)
-    if choice is None:
-        return False, f"answer outside the options: {prediction[:100]!r}"
-    return correct, None
-
-
-def clip_scores(verifier: ClipVerifier, episodes: Iterable[Episode]) -> dict[int, tuple[float, float]]:
-    """For every call that returned a crop, keyed by `id(call)`: z_t, the CLIP cosine of its label with its crop,
-    and the cosine of the label with the whole image. One batched CLIP call."""
-    pairs = [(call, episode.image) for episode in episodes for call in episode.calls if call.ok]
-    if not pairs:
-        return {}
-    labels = [call.label for call, _ in pairs]
-    cosine = verifier.similarity(labels * 2, [call.crop for call, _ in pairs] + [image for _, image in pairs]).tolist()
-    return {id(call): (cosine[i], cosine[len(pairs) + i]) for i, (call, _) in enumerate(pairs)}
-
-
-def episode_record(benchmark: str, row: dict, episode: Episode, scores: dict[int, tuple[float, float]]) -> dict:
-    """The `samples.jsonl` line of one sample."""
+def episode_record(
+    benchmark: str, row: dict, episode: Episode, calls: list[ZoomCall], scores: list, tokenizer
+) -> dict:
+    """The `samples.jsonl` line of one sample; `calls` are `episode.calls`, `scores` their `clip_scores`."""
     correct, reason = score_answer(benchmark, episode.prediction, row["answer"], row["options"])
-    calls = []
-    for call in episode.calls:
-        z, z_full = scores.get(id(call), (None, None))
-        calls.append(
+    messages = _messages(episode, tokenizer)
+    turn_of_call = {}
+    turn = 0
+    for message in messages:
+        turn += message["role"] == "assistant"
+        if message["role"] == "tool":
+            turn_of_call[message["call"]] = turn
+    records = []
+    for k, (call, score) in enumerate(zip(calls, scores)):
+        z, z_full = score or (None, None)
+        records.append(
             {
-                "turn": call.turn,
+                "t": call.turn,
+                "turn": turn_of_call[k],
                 "name": call.name,
                 "arguments": call.arguments,
                 "label": call.label,
@@ -195,24 +176,14 @@ def episode_record(benchmark: str, row: dict, episode: Episode, scores: dict[int
         "correct": correct,
         "failure": episode.failure or reason,
         "num_turns": episode.num_turns,
+        "completion_tokens": len(episode.completion_ids),
         "image_size": list(episode.image.size) if episode.image else None,
         "seen_size": list(episode.seen_size) if episode.seen_size else None,
         "target_bbox": row.get("target_bbox"),
         "target_label": row.get("target_label"),
-        "messages": episode.messages,
-        "calls": calls,
+        "messages": messages,
+        "calls": records,
     }
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def _accuracy_by(records: Iterable[dict], key) -> dict[str, float]:
-    groups = defaultdict(list)
-    for record in records:
-        groups[key(record)].append(float(record["correct"]))
-    return {name: _mean(values) for name, values in sorted(groups.items())}
 
 
 def compute_metrics(records: Sequence[dict], benchmark: str, skipped_rows: int = 0) -> dict[str, Any]:
@@ -225,23 +196,16 @@ def compute_metrics(records: Sequence[dict], benchmark: str, skipped_rows: int =
         "n": len(records),
         "n_failed": sum(record["failure"] is not None for record in records),
         "skipped_rows": skipped_rows,
-        "accuracy": _mean([float(record["correct"]) for record in records]),
-        "accuracy_by_source": _accuracy_by(records, lambda r: r["source"]),
-        "turns_per_sample": _mean([record["num_turns"] for record in records]),
-        "calls_per_sample": _mean([len(record["calls"]) for record in records]),
-        "tool_call_rate": _mean([float(bool(record["calls"])) for record in records]),
+        "accuracy": mean([float(record["correct"]) for record in records]),
+        "accuracy_by_source": accuracy_by(records, lambda r: r["source"]),
+        "turns_per_sample": mean([record["num_turns"] for record in records]),
+        "calls_per_sample": mean([len(record["calls"]) for record in records]),
+        "tool_call_rate": mean([float(bool(record["calls"])) for record in records]),
         "valid_call_rate": len(valid) / len(calls) if calls else None,
-        "mean_z": _mean([call["z"] for call in scored]),
-        "gap_rate": _mean([float(call["gap"]) for call in scored]),
+        "mean_z": mean([call["z"] for call in scored]),
+        "gap_rate": mean([float(call["gap"]) for call in scored]),
     }
-    if benchmark == "hrbench":  # the reference reports each category and their mean
-        by_category = _accuracy_by(records, lambda r: r["source"].rsplit("/", 1)[-1])
-        single, cross = by_category.get("single"), by_category.get("cross")
-        metrics |= {"single": single, "cross": cross, "mean": _mean([v for v in (single, cross) if v is not None])}
-    if benchmark == "mme_realworld":  # sources are <variant>/<Task>/<Subtask>/<Category>
-        metrics["accuracy_by_task"] = _accuracy_by(records, lambda r: r["source"].split("/")[1])
-        metrics["accuracy_by_subtask"] = _accuracy_by(records, lambda r: "/".join(r["source"].split("/")[1:3]))
-    return metrics
+    return metrics | benchmark_metrics(benchmark, records)
 
 
 # ----------------------------------------------------------------------------------------------------------- run
@@ -256,27 +220,27 @@ def read_samples(path: Path) -> list[dict]:
     return [json.loads(line) for line in complete.splitlines() if line]
 
 
-def _check_resume(out: Path, args: EvalArguments) -> None:
-    """Record the run's arguments; refuse to resume a run made with different result-defining ones."""
+def _check_resume(out: Path, args: EvalArguments, tool: ToolConfig) -> None:
+    """Record the run's settings; refuse to resume a run made with different result-defining ones."""
     path = out / "eval_args.json"
-    current = asdict(args)
+    current = asdict(args) | {"tool": asdict(tool)}
     if path.exists():
         previous = json.loads(path.read_text(encoding="utf-8"))
-        changed = {k: (previous.get(k), current[k]) for k in RESULT_FIELDS if previous.get(k) != current[k]}
+        changed = {k: (previous.get(k), current[k]) for k in (*RESULT_FIELDS, "tool") if previous.get(k) != current[k]}
         if changed:
             raise ValueError(f"{out} holds a run with other settings {changed}; choose another --output_dir")
     path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
 
 
-def build_agent(args: EvalArguments, device: str) -> ZoomAgent:
+def build_agent(args: EvalArguments, tool: ToolConfig, device: str) -> ZoomAgent:
     """The policy behind the chosen backend, with its processor, loaded as training loads them."""
-    processor = load_processor(args.model_name_or_path, min_pixels=args.min_pixels, max_pixels=args.max_pixels)
-    generation = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
+    processor = load_processor(args.model_name_or_path, min_pixels=tool.min_pixels, max_pixels=tool.max_pixels)
+    sampling = dict(temperature=args.temperature, top_p=args.top_p)
     if args.backend == "vllm":
         backend = VLLMBackend(
             args.model_name_or_path,
             processor,
-            **generation,
+            **sampling,
             max_images=args.vllm_max_images,
             dtype=args.dtype,
             gpu_memory_utilization=args.vllm_gpu_memory_utilization,
@@ -285,22 +249,22 @@ def build_agent(args: EvalArguments, device: str) -> ZoomAgent:
         )
     else:
         model = load_model(args.model_name_or_path, dtype=args.dtype, attn_implementation=args.attn_implementation)
-        backend = TransformersBackend(model.to(device), processor, **generation)
+        backend = TransformersBackend(model.to(device), processor, **sampling)
     return ZoomAgent(
         backend,
         processor,
-        max_turns=args.max_turns,
-        max_label_words=args.max_label_words,
-        max_label_chars=args.max_label_chars,
+        tool,
+        max_completion_length=args.max_completion_length,
+        max_tool_calling_iterations=args.max_tool_calling_iterations,
     )
 
 
-def run_evaluation(args: EvalArguments) -> dict[str, Any]:
-    """Evaluate (or resume evaluating) `args.model_name_or_path` on `args.benchmark`; returns the metrics written to
-    `<output_dir>/metrics.json`."""
+def run_evaluation(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
+    """Evaluate (or resume evaluating) `args.model_name_or_path` on `args.benchmark` with the zoom-in tool and CLIP
+    verifier of `tool` (training's: see `parse_args`); returns the metrics written to `<output_dir>/metrics.json`."""
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _check_resume(out, args)
+    _check_resume(out, args, tool)
     dataset, skipped = read_benchmark(
         args.benchmark, args.data_path, split=args.split, skip_bad_rows=args.skip_bad_rows
     )
@@ -315,8 +279,8 @@ def run_evaluation(args: EvalArguments) -> dict[str, Any]:
     if todo:
         set_seed(args.seed)
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        agent = build_agent(args, device)
-        verifier = ClipVerifier(args.clip_model, args.clip_pretrained, device=device)
+        agent = build_agent(args, tool, device)
+        verifier = ClipVerifier(tool, device=device)
         with (
             samples_path.open("a", encoding="utf-8") as sink,
             tqdm(
@@ -326,9 +290,13 @@ def run_evaluation(args: EvalArguments) -> dict[str, Any]:
             for start in range(0, len(todo), args.batch_size):
                 rows = [dataset[i] for i in todo[start : start + args.batch_size]]
                 episodes = agent.run(rows)
-                scores = clip_scores(verifier, episodes)
-                for row, episode in zip(rows, episodes):
-                    sink.write(json.dumps(episode_record(args.benchmark, row, episode, scores)) + "\n")
+                calls = [episode.calls for episode in episodes]
+                scores = clip_scores(verifier, [episode.image for episode in episodes], calls)
+                for row, episode, episode_calls, episode_scores in zip(rows, episodes, calls, scores):
+                    record = episode_record(
+                        args.benchmark, row, episode, episode_calls, episode_scores, agent.tokenizer
+                    )
+                    sink.write(json.dumps(record) + "\n")
                 sink.flush()
                 progress.update(len(rows))
 
@@ -354,16 +322,17 @@ def run_evaluation(args: EvalArguments) -> dict[str, Any]:
     return metrics
 
 
-def parse_args(argv: Sequence[str] | None = None) -> EvalArguments:
-    """`EvalArguments` from command-line flags and/or a `--config` YAML file (flags win), as the training scripts."""
-    (args,) = TrlParser((EvalArguments,)).parse_args_and_config(argv)
-    return args
+def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, ToolConfig]:
+    """`EvalArguments` and `ToolConfig` from flags and/or a `--config` YAML file (flags win), as the training scripts
+    parse them. Settings the command line and YAML leave out come from the checkpoint's `tool_config.json` (what it
+    was trained with); a value that differs from that record warns with both."""
+    return parse_args_and_record((EvalArguments, ToolConfig), argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")  # skipped rows, say
-    args = parse_args(argv)
-    metrics = run_evaluation(args)
+    args, tool = parse_args(argv)
+    metrics = run_evaluation(args, tool)
     print(json.dumps(metrics, indent=2))
     print(f"samples, metrics and report in {args.output_dir}")
 

@@ -41,8 +41,10 @@ from PIL import Image
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from models import load_clip
-from tools import executed_calls
+from agent import check_token_budget
+from models import load_clip, pixel_budget
+from resume import ExactResume
+from tools import ToolConfig, ToolConfigRecorder, executed_calls, make_environment_factory
 
 SEMANTIC_REWARD_NAME = "semantic"
 SEMANTIC_SCORES = ("cosine", "clipscore")
@@ -136,17 +138,6 @@ class MAPOConfig(GRPOConfig):
             "'no call' score like a call whose crop is unrelated to its label under the raw cosine."
         },
     )
-    clip_model: str = field(
-        default="ViT-B-32",
-        metadata={"help": "open_clip model name of the CLIP verifier, or a local directory (tiny models)."},
-    )
-    clip_pretrained: str | None = field(
-        default="openai", metadata={"help": "open_clip pretrained tag; ignored for a local directory."}
-    )
-    max_label_words: int = field(
-        default=12, metadata={"help": "Longest label (words) the zoom-in tool accepts; longer calls are rejected."}
-    )
-    max_label_chars: int = field(default=80, metadata={"help": "Longest label (characters) the zoom-in tool accepts."})
 
     def __post_init__(self):
         super().__post_init__()
@@ -169,16 +160,21 @@ class ClipVerifier:
     """Frozen open_clip model scoring (label, crop) pairs: z_t = cosine of the L2-normalised embeddings.
 
     It lives beside the policy, not inside it: never wrapped by DeepSpeed/accelerate, no gradients, eval mode,
-    half precision on GPU. `similarity` scores a whole generation batch in one call.
+    half precision on GPU. `similarity` scores a whole generation batch in one call. Built from a `ToolConfig`, so
+    training and evaluation score with the same model and the same preprocessing: by default each crop is letterboxed
+    to CLIP's square input (`clip_resize: pad`), since open_clip's default centre crop would score only the middle
+    square of an elongated crop.
     """
 
-    def __init__(self, name: str, pretrained: str | None = None, device: torch.device | str = "cpu"):
+    def __init__(self, config: ToolConfig, device: torch.device | str = "cpu"):
         self.device = torch.device(device)
         self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
         # Building the model draws its random init from the global RNG; fork it so adding the verifier does not
         # change the policy's sampling (MAPO with beta = 0 must reproduce GRPO on the same seed).
         with torch.random.fork_rng(devices=[]):
-            self.model, self.preprocess, self.tokenizer = load_clip(name, pretrained)
+            self.model, self.preprocess, self.tokenizer = load_clip(
+                config.clip_model, config.clip_pretrained, resize=config.clip_resize
+            )
         self.model.to(device=self.device, dtype=self.dtype).eval().requires_grad_(False)
 
     @torch.no_grad()
@@ -194,21 +190,52 @@ class ClipVerifier:
 
 
 # --------------------------------------------------------------------------------------------------- trainer
-class MAPOTrainer(GRPOTrainer):
+class MAPOTrainer(ExactResume, GRPOTrainer):
     """GRPO with MAPO's semantic reward (see the module docstring for the method and its deviations).
 
-    Needs an `environment_factory` whose environments record zoom-in calls (`tools.ZoomInEnv`). Overrides one hook,
-    `_calculate_rewards`, to log group-level metrics; R_sem enters as one more reward column, weighted
-    `semantic_beta` ('mapo') or 0 ('grpo').
+    Builds its own `environment_factory` (`tools.ZoomInEnv`, which records every zoom-in call) and CLIP verifier from
+    `tool_config`, the settings evaluation must replay; every checkpoint it saves records them (`tool_config.json`).
+    Overrides one hook, `_calculate_rewards`: it marks R_sem unscorable where the outcome is, and logs group-level
+    metrics. R_sem enters as one more reward column, weighted `semantic_beta` ('mapo') or 0 ('grpo'). `ExactResume`
+    mends two resume bugs of transformers/TRL (`resume.py`).
     """
 
     _tag_names = ["trl", "grpo", "mapo"]
 
-    def __init__(self, *args, environment_factory=None, **kwargs):
-        if environment_factory is None:
-            raise ValueError("MAPOTrainer needs environment_factory=ZoomInEnv (tools.make_environment_factory).")
-        super().__init__(*args, environment_factory=environment_factory, **kwargs)
-        self.verifier = ClipVerifier(self.args.clip_model, self.args.clip_pretrained, device=self.accelerator.device)
+    def __init__(self, *args, processing_class, tool_config: ToolConfig | None = None, **kwargs):
+        if "environment_factory" in kwargs or "tools" in kwargs:
+            raise ValueError("MAPOTrainer builds its zoom-in environment from `tool_config`; pass that instead.")
+        tool_config = tool_config or ToolConfig()
+        budget = pixel_budget(processing_class)
+        for name in ("min_pixels", "max_pixels"):
+            wanted = getattr(tool_config, name)
+            if wanted is not None and wanted != getattr(budget, name):
+                raise ValueError(
+                    f"tool_config.{name}={wanted} but the processor resizes images with {name}="
+                    f"{getattr(budget, name)}: load it with models.load_processor(..., {name}={wanted})."
+                )
+        super().__init__(
+            *args,
+            processing_class=processing_class,
+            environment_factory=make_environment_factory(tool_config, budget),
+            **kwargs,
+        )
+        self.tool_config = tool_config.resolved(budget)
+        self.add_callback(
+            ToolConfigRecorder(
+                self.tool_config.as_record(),
+                max_completion_length=self.args.max_completion_length,
+                max_tool_calling_iterations=self.args.max_tool_calling_iterations,
+            )
+        )
+        check_token_budget(
+            processing_class,
+            self.tool_config,
+            max_completion_length=self.args.max_completion_length,
+            max_tool_calling_iterations=self.args.max_tool_calling_iterations,
+            context_length=self.model.config.get_text_config().max_position_embeddings,
+        )
+        self.verifier = ClipVerifier(self.tool_config, device=self.accelerator.device)
         self._warned_unscorable = False
         weight = self.args.semantic_beta if self.args.advantage_estimator == "mapo" else 0.0
         self.reward_funcs.append(self._semantic_reward)
@@ -267,15 +294,19 @@ class MAPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         # Everything below is gathered over processes, so groups split across ranks are seen whole.
+        # TRL treats a row as unscorable only when every column is NaN, and R_sem is never NaN: a row whose outcome
+        # rewards all returned None (a judge that timed out) would be trained as R_out = 0. Its R_sem is made NaN
+        # too, so TRL leaves it out of its group's statistics and gives it advantage 0, as stock GRPO does.
+        unscorable = torch.isnan(rewards_per_func[:, :-1]).all(dim=1)
+        rewards_per_func[unscorable, -1] = torch.nan
         semantic = rewards_per_func[:, -1]
         weights = self.reward_weights.to(rewards_per_func.device)
         outcome = (rewards_per_func[:, :-1] * weights[:-1]).nansum(dim=1)
-        outcome[torch.isnan(rewards_per_func[:, :-1]).all(dim=1)] = torch.nan
+        outcome[unscorable] = torch.nan
         advantages = mapo_advantages(outcome, semantic, num_generations, weights[-1].item(), self.scale_rewards)
         grouped = outcome.view(-1, num_generations)
         all_equal = (grouped == grouped[:, :1]).all(dim=1).float().mean().item()
         self._metrics[mode]["mapo/frac_groups_outcome_all_equal"].append(all_equal)
+        self._metrics[mode]["mapo/frac_unscorable"].append(unscorable.float().mean().item())
         self._metrics[mode]["mapo/advantage_std"].append(advantages.std().item() if advantages.numel() > 1 else 0.0)
-        if torch.isnan(semantic).any():
-            self._warn_unscorable(ValueError("NaN semantic reward"))
         return rewards_per_func

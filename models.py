@@ -16,6 +16,8 @@ import torch
 from transformers import AutoModel, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer, ProcessorMixin
 from transformers.image_utils import SizeDict
 
+from tools.config import OPEN_CLIP_RESIZE_MODE, PixelBudget
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
     from trl import ModelConfig
@@ -55,12 +57,12 @@ def load_processor(
     return processor
 
 
-def pixel_budget(processor: ProcessorMixin) -> tuple[int, int, int]:
-    """`(min_pixels, max_pixels, factor)` of the image processor; resized image sides are multiples of `factor`."""
+def pixel_budget(processor: ProcessorMixin) -> PixelBudget:
+    """The image processor's budget; resized image sides are multiples of `factor` (patch size x merge size)."""
     image_processor = processor.image_processor
     size = image_processor.size
     factor = image_processor.patch_size * image_processor.merge_size
-    return size["shortest_edge"], size["longest_edge"], factor
+    return PixelBudget(size["shortest_edge"], size["longest_edge"], factor)
 
 
 def load_model(
@@ -92,18 +94,28 @@ def _clip_name(name: str | os.PathLike) -> str:
 
 
 def load_clip(
-    name: str | os.PathLike, pretrained: str | None = None, *, device: str | torch.device = "cpu"
+    name: str | os.PathLike,
+    pretrained: str | None = None,
+    *,
+    resize: str = "pad",
+    device: str | torch.device = "cpu",
 ) -> tuple[torch.nn.Module, Any, Any]:
     """A frozen open_clip model with its eval transform and tokenizer: `(model, preprocess, tokenizer)`.
 
     `name` is an open_clip architecture (`ViT-B-32`, with `pretrained="openai"`), `hf-hub:org/repo`, or a local
     directory (`local-dir:/path` or just `/path`) holding `open_clip_config.json` and weights, as `save_clip` writes.
     For `local-dir:` open_clip reads the tokenizer type and context length from that config and ignores `pretrained`.
+    `resize` is how an image is fitted to the model's square input (`tools.ToolConfig.clip_resize`): `pad`
+    letterboxes it (open_clip's `longest` mode), so an elongated crop is scored whole, not by its middle square.
     """
+    if resize not in OPEN_CLIP_RESIZE_MODE:
+        raise ValueError(f"clip_resize must be one of {sorted(OPEN_CLIP_RESIZE_MODE)}; got {resize!r}")
     name = _clip_name(name)
     if name.startswith("local-dir:"):
         pretrained = None  # the directory carries its weights; recipes may still name a tag for hub models
-    model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, device=device)
+    model, _, preprocess = open_clip.create_model_and_transforms(
+        name, pretrained=pretrained, device=device, image_resize_mode=OPEN_CLIP_RESIZE_MODE[resize]
+    )
     model.eval().requires_grad_(False)
     return model, preprocess, open_clip.get_tokenizer(name)
 

@@ -1,43 +1,54 @@
 """MAPO reinforcement learning: `accelerate launch rl.py --config recipes/<model>/rl/config_<variant>.yaml`.
 
 Any recipe field can be overridden on the command line (`--semantic_beta 0.2`); a key no dataclass knows fails at
-start with its name.
+start with its name. Tool settings not given default to those the starting checkpoint was trained with (its
+`tool_config.json`, written by `sft.py`); `--resume_from_checkpoint true` continues from the last checkpoint.
 """
 
 from __future__ import annotations
 
 from transformers import set_seed
-from trl import ModelConfig, TrlParser, get_peft_config
+from trl import ModelConfig, get_peft_config
 
-from launch import ScriptArguments, environment_factory, load_policy, load_split
+from launch import (
+    ScriptArguments,
+    check_master_weights,
+    load_policy,
+    load_split,
+    parse_args_and_record,
+    save_outputs,
+)
 from mapo_trainer import MAPOConfig, MAPOTrainer
+from resume import resume_checkpoint
 from task import get_reward_funcs
+from tools import ToolConfig
 
 
-def main(script_args: ScriptArguments, training_args: MAPOConfig, model_args: ModelConfig) -> MAPOTrainer:
+def main(
+    script_args: ScriptArguments, training_args: MAPOConfig, model_args: ModelConfig, tool_config: ToolConfig
+) -> MAPOTrainer:
     set_seed(training_args.seed)
-    model, processor = load_policy(model_args, script_args)
-    train_dataset = load_split(script_args, script_args.dataset_train_split)
+    model, processor = load_policy(model_args, tool_config)
     trainer = MAPOTrainer(
         model=model,
         reward_funcs=get_reward_funcs(script_args.reward_funcs),
         args=training_args,
-        train_dataset=train_dataset,
+        train_dataset=load_split(script_args, script_args.dataset_train_split),
         processing_class=processor,
-        environment_factory=environment_factory(
-            script_args,
-            processor,
-            max_label_words=training_args.max_label_words,
-            max_label_chars=training_args.max_label_chars,
-        ),
+        tool_config=tool_config,
         peft_config=get_peft_config(model_args),
     )
-    trainer.train()
-    trainer.save_model(training_args.output_dir)
-    processor.save_pretrained(training_args.output_dir)
+    check_master_weights(trainer.model.named_parameters(), trainer.accelerator.distributed_type)
+    trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+    save_outputs(
+        trainer,
+        processor,
+        trainer.tool_config.as_record(),
+        max_completion_length=training_args.max_completion_length,
+        max_tool_calling_iterations=training_args.max_tool_calling_iterations,
+    )
     return trainer
 
 
 if __name__ == "__main__":
-    parser = TrlParser((ScriptArguments, MAPOConfig, ModelConfig))
-    main(*parser.parse_args_and_config())
+    main(*parse_args_and_record((ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)))

@@ -36,11 +36,12 @@ def force_tool_calls(
     tokenizer,
     labels: Sequence[str] = DEFAULT_LABELS,
     first_turn: Callable[[int, str], str] | None = None,
+    answer: Callable[[int], str] = answer_turn,
 ) -> list[str]:
     """Make `model.generate` emit a zoom-in call on turns without a tool response, and an answer after one.
 
     Returns the list the scripted turns are appended to, for inspection. `first_turn(row, label)` overrides the
-    scripted call text.
+    scripted call text and `answer(row)` the answer; `row` is the row's index in the generation batch.
     """
     original = model.generate
     scripts: list[str] = []
@@ -54,7 +55,7 @@ def force_tool_calls(
                 label = labels[i % len(labels)]
                 text = first_turn(i, label) if first_turn else tool_call_turn(label)
             else:
-                text = answer_turn(i)
+                text = answer(i)
             scripts.append(text)
             rows.append(tokenizer(text, add_special_tokens=False)["input_ids"])
         completion = torch.full((len(rows), max(map(len, rows))), tokenizer.pad_token_id, dtype=input_ids.dtype)
@@ -73,23 +74,27 @@ def tiny_trainer(
     output_dir: str,
     *,
     peft_config=None,
-    reward_funcs: Sequence[str] = ("outcome", "format"),
+    reward_funcs: Sequence = ("outcome", "format"),
+    tool_config=None,
+    callbacks=None,
+    script: dict | None = None,
     **config,
 ):
     """A `MAPOTrainer` (or stock `GRPOTrainer`) on the tiny kit with scripted tool calls, for tests and benchmarks.
 
     `config` overrides the small CPU defaults below; any `MAPOConfig` field is accepted (the stock trainer ignores
-    the MAPO ones).
+    the MAPO ones). `reward_funcs` are registry names or callables. `tool_config` defaults to the kit's CLIP;
+    `script` holds `force_tool_calls`' keyword arguments (`first_turn`, `answer`).
     """
     # Imported here: the scripted turns above must stay importable without the trainer stack.
-    from launch import ScriptArguments, environment_factory
-    from mapo_trainer import MAPOConfig
-    from models import load_model, load_processor
+    from mapo_trainer import MAPOConfig, MAPOTrainer
+    from models import load_model, load_processor, pixel_budget
     from task import get_reward_funcs
+    from tools import ToolConfig, make_environment_factory
 
     processor = load_processor(str(kit["policy"]))
     model = load_model(str(kit["policy"]), dtype=torch.float32)
-    force_tool_calls(model, processor.tokenizer)
+    force_tool_calls(model, processor.tokenizer, **(script or {}))
     fields = {
         "output_dir": str(output_dir),
         "use_cpu": not torch.cuda.is_available(),
@@ -106,14 +111,21 @@ def tiny_trainer(
         "logging_steps": 1,
         "save_strategy": "no",
         "report_to": "none",
-        "clip_model": str(kit["clip"]),
     } | config
+    tool_config = tool_config or ToolConfig(clip_model=str(kit["clip"]))
+    if issubclass(trainer_cls, MAPOTrainer):
+        environment = {"tool_config": tool_config}
+    else:
+        environment = {"environment_factory": make_environment_factory(tool_config, pixel_budget(processor))}
+    names = [f for f in reward_funcs if isinstance(f, str)]
+    funcs = iter(get_reward_funcs(names))
     return trainer_cls(
         model=model,
-        reward_funcs=get_reward_funcs(list(reward_funcs)),
+        reward_funcs=[next(funcs) if isinstance(f, str) else f for f in reward_funcs],
         args=MAPOConfig(**fields),
         train_dataset=dataset,
         processing_class=processor,
-        environment_factory=environment_factory(ScriptArguments(), processor),
         peft_config=peft_config,
+        callbacks=callbacks,
+        **environment,
     )

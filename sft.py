@@ -2,22 +2,37 @@
 
 Teaches the policy the format MAPO then optimises (think, call `image_zoom_in_tool` with a box in the frame it sees
 and a label, read the crop, answer) on trajectories from `data.trajectories`, rendered exactly as RL renders them:
-same prompt, same tool schema (`data.collator`), same crops (the RL environment). The loss covers the assistant
-turns only. LoRA is `use_peft: true` with TRL's `ModelConfig` fields. Any recipe field can be overridden on the
-command line; a key no dataclass knows fails at start with its name.
+same prompt, same tool schema (`data.collator`), same crops and label limits (the RL environment, built from the same
+`ToolConfig`, which the checkpoint records for RL and evaluation). The loss covers the assistant turns only. LoRA is
+`use_peft: true` with TRL's `ModelConfig` fields. Any recipe field can be overridden on the command line; a key no
+dataclass knows fails at start with its name.
 """
 
 from __future__ import annotations
 
 import logging
 
+import trl
 from transformers import set_seed
-from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
+from trl import ModelConfig, SFTConfig, get_peft_config
 
 from data.collator import DataCollatorForVisionToolCalling
 from data.trajectories import TrajectoryArguments, build_gold_trajectories
-from launch import ScriptArguments, environment_factory, load_policy, load_split
-from tools import environment_tools
+from launch import (
+    ScriptArguments,
+    check_master_weights,
+    load_policy,
+    load_split,
+    parse_args_and_record,
+    save_outputs,
+)
+from models import pixel_budget
+from resume import ExactResume, resume_checkpoint
+from tools import ToolConfig, ToolConfigRecorder, environment_tools, make_environment_factory
+
+
+class SFTTrainer(ExactResume, trl.SFTTrainer):
+    """TRL's `SFTTrainer`, resuming exactly (`resume.ExactResume`)."""
 
 
 def main(
@@ -25,18 +40,18 @@ def main(
     training_args: SFTConfig,
     model_args: ModelConfig,
     trajectory_args: TrajectoryArguments,
+    tool_config: ToolConfig,
 ) -> SFTTrainer:
     if training_args.remove_unused_columns:
         raise ValueError(
             "remove_unused_columns must be false: gold trajectories are rendered on the fly from the dataset's columns"
         )
     set_seed(training_args.seed)
-    model, processor = load_policy(model_args, script_args)
-    make_environment = environment_factory(script_args, processor)
+    model, processor = load_policy(model_args, tool_config)
+    budget = pixel_budget(processor)
+    make_environment = make_environment_factory(tool_config, budget)
     train_dataset, _ = build_gold_trajectories(
-        load_split(script_args, script_args.dataset_train_split),
-        make_environment,
-        trajectory_args,
+        load_split(script_args, script_args.dataset_train_split), make_environment, trajectory_args
     )
     collator = DataCollatorForVisionToolCalling(
         processor=processor,
@@ -45,6 +60,7 @@ def main(
         pad_to_multiple_of=training_args.pad_to_multiple_of,
         assistant_only_loss=training_args.assistant_only_loss,
     )
+    record = tool_config.resolved(budget).as_record(verifier=False)  # SFT scores nothing with CLIP
     trainer = SFTTrainer(
         model=model,
         args=training_args,
@@ -52,14 +68,14 @@ def main(
         train_dataset=train_dataset,
         processing_class=processor,
         peft_config=get_peft_config(model_args),
+        callbacks=[ToolConfigRecorder(record)],
     )
-    trainer.train()
-    trainer.save_model(training_args.output_dir)
-    processor.save_pretrained(training_args.output_dir)
+    check_master_weights(trainer.model.named_parameters(), trainer.accelerator.distributed_type)
+    trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+    save_outputs(trainer, processor, record)
     return trainer
 
 
 if __name__ == "__main__":
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments))
-    main(*parser.parse_args_and_config())
+    main(*parse_args_and_record((ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig)))

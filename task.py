@@ -16,6 +16,8 @@ import re
 import string
 from collections.abc import Callable, Sequence
 
+from tools import executed_calls
+
 SYSTEM_PROMPT = (
     "You are a visual search agent. The image you see is downscaled, so small details may be unreadable.\n"
     "Reason inside <think>...</think>. To look closer, call image_zoom_in_tool with bbox_2d = [x1, y1, x2, y2] "
@@ -164,9 +166,29 @@ def format_reward(completions: list, **kwargs) -> list[float]:
     return scores
 
 
+def gated_outcome_reward(completions: list, answer: list[str], options: list[Sequence[str]] | None = None, **kwargs):
+    """Binary R_out with format as a gate: 1.0 when the answer is correct *and* every turn is well formed
+    (`format_reward`), else 0.0. MAPO pairs R_sem with a binary outcome reward (section 3.3); gating keeps it binary
+    while still refusing credit to a right answer in a broken format."""
+    correct = outcome_reward(completions, answer, options)
+    return [c * f for c, f in zip(correct, format_reward(completions))]
+
+
+def tool_bonus_reward(
+    completions: list, answer: list[str], environments: list, options: list[Sequence[str]] | None = None, **kwargs
+):
+    """DeepEyes' tool bonus: 1.0 when the answer is correct and at least one zoom-in call of the trained completion
+    returned a crop (DeepEyes counts returned images; a call that only errored earns nothing), else 0.0."""
+    correct = outcome_reward(completions, answer, options)
+    used = [any(call.ok for call in executed_calls(env, c)) for env, c in zip(environments, completions)]
+    return [c * float(u) for c, u in zip(correct, used)]
+
+
 REWARDS: dict[str, Callable[..., list[float | None]]] = {
     "outcome": outcome_reward,
     "format": format_reward,
+    "gated_outcome": gated_outcome_reward,
+    "tool_bonus": tool_bonus_reward,
 }
 
 

@@ -24,6 +24,10 @@ Every row is validated before the dataset is built: a missing or unreadable imag
 answer that is not one of the options, or a duplicate id raises `BadRowError` naming the file, the row (0-based
 record index) and the field; with `skip_bad_rows=True` the row is skipped, logged and returned by `read_benchmark`.
 Images are checked by their header only; one that fails to decode later is a scored failure of that sample.
+
+Each benchmark's scoring rule lives here too, beside its reader: `score_answer` (training's rule everywhere but
+MME-RealWorld, whose reference scorer is looser: `mme_choice`) and `benchmark_metrics` (the breakdowns each benchmark
+reports: HR-Bench's single/cross mean, MME-RealWorld's per task and subtask).
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -45,7 +50,7 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 from data.synthetic import FEATURES, build_synthetic
-from task import OPTION_LETTERS, build_prompt, parse_choice
+from task import OPTION_LETTERS, build_prompt, is_correct, parse_choice
 
 logger = logging.getLogger(__name__)
 
@@ -367,3 +372,80 @@ def load_benchmark(
     raises `BadRowError`, or is skipped and logged with `skip_bad_rows=True` (`read_benchmark` also returns them).
     """
     return read_benchmark(name, path, split=split, skip_bad_rows=skip_bad_rows)[0]
+
+
+# ------------------------------------------------------------------------------------------------------- scoring
+_MME_PREFIXES = (
+    "The best answer is", "The correct answer is", "The answer is", "The answer", "The best option is",
+    "The correct option is", "Best answer:", "Best option:",
+)  # fmt: skip
+
+
+def mme_choice(prediction: str, options: Sequence[str]) -> int | None:
+    """The option MME-RealWorld's reference scorer reads in `prediction` (`eval_your_results.py`,
+    `extract_characters_regex`): the first capital A-E anywhere, once answer prefixes are removed; without one, the
+    option whose "(X) text" contains the prediction. Looser than `task.parse_choice`, and kept so because the
+    benchmark's published numbers use it."""
+    text = prediction.strip()
+    for prefix in _MME_PREFIXES:
+        text = text.replace(prefix, "")
+    letter = re.search(r"[ABCDE]", text)
+    if letter is None:
+        if len(text.split()) > 10:
+            return None
+        choices = [f"({OPTION_LETTERS[i]}) {option}".lower() for i, option in enumerate(options)]
+        return next((i for i, choice in enumerate(choices) if text.lower() in choice), None)
+    index = OPTION_LETTERS.index(letter.group())
+    return index if index < len(options) else None
+
+
+def score_answer(
+    benchmark: str, prediction: str | None, answer: str, options: Sequence[str]
+) -> tuple[bool, str | None]:
+    """(correct, failure reason) of a final answer under the benchmark's rule.
+
+    Every benchmark uses training's rule (`task.is_correct`: the option letter or the option's text, else normalised
+    equality), except MME-RealWorld, whose reference scorer is looser (`mme_choice`). A multiple-choice answer that
+    names no option is a failure; a missing answer is the agent's failure, already recorded.
+    """
+    if prediction is None:
+        return False, None
+    if not prediction.strip():
+        return False, "empty <answer>"
+    if not options:
+        return is_correct(prediction, answer), None
+    if benchmark == "mme_realworld":
+        choice = mme_choice(prediction, options)
+        correct = choice is not None and choice == parse_choice(answer, options)
+    else:
+        choice = parse_choice(prediction, options)
+        correct = is_correct(prediction, answer, options)
+    if choice is None:
+        return False, f"answer outside the options: {prediction[:100]!r}"
+    return correct, None
+
+
+def mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def accuracy_by(records: Iterable[dict], key: Callable[[dict], str]) -> dict[str, float]:
+    """Accuracy of `records` (dicts with a boolean `correct`) grouped by `key(record)`, in key order."""
+    groups = defaultdict(list)
+    for record in records:
+        groups[key(record)].append(float(record["correct"]))
+    return {name: mean(values) for name, values in sorted(groups.items())}
+
+
+def benchmark_metrics(benchmark: str, records: Sequence[dict]) -> dict:
+    """The breakdowns a benchmark's reference reports, from records carrying `source` and `correct`."""
+    if benchmark == "hrbench":  # the reference reports each category and their mean
+        by_category = accuracy_by(records, lambda r: r["source"].rsplit("/", 1)[-1])
+        single, cross = by_category.get("single"), by_category.get("cross")
+        return {"single": single, "cross": cross, "mean": mean([v for v in (single, cross) if v is not None])}
+    if benchmark == "mme_realworld":  # sources are <variant>/<Task>/<Subtask>/<Category>
+        return {
+            "accuracy_by_task": accuracy_by(records, lambda r: r["source"].split("/")[1]),
+            "accuracy_by_subtask": accuracy_by(records, lambda r: "/".join(r["source"].split("/")[1:3])),
+        }
+    return {}

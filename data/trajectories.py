@@ -34,8 +34,7 @@ from dataclasses import dataclass, field
 import datasets
 import numpy as np
 
-from tools import TOOL_NAME, ToolError, ZoomInEnv, crop_box
-from tools.zoom_in import validate_label
+from tools import TOOL_NAME, ToolError, ZoomInEnv, crop_box, validate_label
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +95,7 @@ def plan_calls(row: dict, label: str, env: ZoomInEnv, num_calls: int, rng: np.ra
     env.reset(**row)
     (width, height), (seen_w, seen_h) = env.image.size, env.seen_size
     # min_side=0: the target as given, clamped to the image; the tool expands small boxes itself when it crops.
-    target = crop_box(env.image.size, row.get("target_bbox"), min_side=0, max_aspect=env.max_aspect)
+    target = crop_box(env.image.size, row.get("target_bbox"), min_side=0, max_aspect=env.config.max_aspect)
     # Integer products divided once: exact, so a box touching the image edge maps onto the seen frame's edge.
     gold = [
         math.floor(target[0] * seen_w / width),
@@ -112,7 +111,11 @@ def plan_calls(row: dict, label: str, env: ZoomInEnv, num_calls: int, rng: np.ra
         x, y = int(rng.integers(0, seen_w - box_w + 1)), int(rng.integers(0, seen_h - box_h + 1))
         miss = [x, y, x + box_w, y + box_h]
         seen = crop_box(
-            env.image.size, miss, seen_size=env.seen_size, min_side=env.min_side, max_aspect=env.max_aspect
+            env.image.size,
+            miss,
+            seen_size=env.seen_size,
+            min_side=env.config.min_side,
+            max_aspect=env.config.max_aspect,
         )
         if not _intersects(seen, target):
             return [{"bbox_2d": miss, "label": label}, *calls]
@@ -137,7 +140,7 @@ def build_gold_trajectories(
     stats, keep, plans = SynthesisStats(), [], []
     for index, row in enumerate(dataset):
         try:
-            label = validate_label(row.get("target_label"), env.label_limits)
+            label = validate_label(row.get("target_label"), env.config.max_label_words, env.config.max_label_chars)
         except ToolError:
             stats.skipped["target_label"] += 1
             continue

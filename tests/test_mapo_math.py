@@ -162,9 +162,9 @@ def _rollout(env, labels_and_boxes):
 def test_semantic_reward_of_a_batch_by_hand():
     from PIL import Image
 
-    from tools import ZoomInEnv
+    from tools import PixelBudget, ToolConfig, ZoomInEnv
 
-    envs = [ZoomInEnv(min_pixels=3136, max_pixels=12544) for _ in range(3)]
+    envs = [ZoomInEnv(ToolConfig(), PixelBudget(3136, 12544, 28)) for _ in range(3)]
     for env in envs:
         env.reset(image=Image.new("RGB", (600, 400), "white"))
     completions = [

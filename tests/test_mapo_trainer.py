@@ -1,19 +1,25 @@
 """MAPOTrainer on the tiny models, CPU: forced tool calls (`scripted.force_tool_calls`), real crops, real CLIP
 scoring, real optimizer steps."""
 
+import math
+import re
+
 import pytest
 import torch
 import yaml
 from peft import LoraConfig
+from transformers import TrainerCallback
 from trl import GRPOTrainer, ModelConfig, TrlParser
 
 from data.synthetic import build_synthetic
-from launch import ScriptArguments
+from launch import ScriptArguments, parse_args_and_record
 from mapo_trainer import SEMANTIC_REWARD_NAME, MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
 from models import load_model, load_processor
+from resume import resume_checkpoint
 from scripted import DEFAULT_LABELS as LABELS
 from scripted import tiny_trainer
 from task import get_reward_funcs
+from tools import ToolConfig, read_record
 
 pytestmark = pytest.mark.slow
 
@@ -23,8 +29,8 @@ def train_dataset():
     return build_synthetic(4, seed=0, split="train")
 
 
-def make_trainer(tiny_kit, dataset, tmp_path, trainer_cls=MAPOTrainer, peft_config=None, **overrides):
-    return tiny_trainer(trainer_cls, tiny_kit, dataset, tmp_path, peft_config=peft_config, **overrides)
+def make_trainer(tiny_kit, dataset, tmp_path, trainer_cls=MAPOTrainer, **overrides):
+    return tiny_trainer(trainer_cls, tiny_kit, dataset, tmp_path, **overrides)
 
 
 def spy_on_verifier(trainer):
@@ -138,16 +144,51 @@ def test_overflowing_tool_response_is_not_scored(tiny_kit, train_dataset, tmp_pa
     assert list(trainer._logs["rewards"][SEMANTIC_REWARD_NAME])[-4:] == [0.0] * 4  # no_tool_semantic
 
 
-def test_environment_factory_is_required(tiny_kit, train_dataset, tmp_path):
+def test_the_environment_comes_from_tool_config_only(tiny_kit, train_dataset, tmp_path):
     processor = load_processor(str(tiny_kit["policy"]))
-    with pytest.raises(ValueError, match="environment_factory"):
-        MAPOTrainer(
-            model=load_model(str(tiny_kit["policy"])),
-            reward_funcs=get_reward_funcs(["outcome"]),
-            args=MAPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, clip_model=str(tiny_kit["clip"])),
-            train_dataset=train_dataset,
-            processing_class=processor,
+    kwargs = dict(
+        model=load_model(str(tiny_kit["policy"])),
+        reward_funcs=get_reward_funcs(["outcome"]),
+        args=MAPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False),
+        train_dataset=train_dataset,
+        processing_class=processor,
+    )
+    with pytest.raises(ValueError, match="tool_config"):
+        MAPOTrainer(**kwargs, environment_factory=lambda: None)
+    with pytest.raises(ValueError, match="max_pixels=12544"):  # a budget the processor was not loaded with
+        MAPOTrainer(**kwargs, tool_config=ToolConfig(max_pixels=28 * 28 * 64, clip_model=str(tiny_kit["clip"])))
+
+
+def test_unscorable_outcome_rows_get_zero_advantage_as_in_stock_grpo(tiny_kit, train_dataset, tmp_path):
+    """A reward returning None (a judge that timed out) makes its row unscorable: stock GRPO leaves it out of its
+    group's statistics and gives it advantage 0. R_sem must not make it scorable, under 'grpo' or 'mapo'."""
+
+    def flaky(completions, **kwargs):
+        return [1.0, None, 1.0, 0.0][: len(completions)]
+
+    runs = {}
+    for name, cls, extra in (
+        ("stock", GRPOTrainer, {}),
+        ("grpo", MAPOTrainer, {"advantage_estimator": "grpo"}),
+        ("mapo", MAPOTrainer, {"advantage_estimator": "mapo"}),
+    ):
+        trainer = make_trainer(
+            tiny_kit, train_dataset, tmp_path / name, cls, reward_funcs=[flaky], max_steps=1, **extra
         )
+        trainer.train()
+        runs[name] = trainer
+    stock = list(runs["stock"]._logs["advantages"])
+    assert stock == pytest.approx([0.0, 0.0, 0.7071, -0.7071], abs=1e-3)  # the issue's numbers, from TRL itself
+    assert list(runs["grpo"]._logs["advantages"]) == stock
+    mapo = runs["mapo"]
+    semantic = list(mapo._logs["rewards"][SEMANTIC_REWARD_NAME])
+    assert math.isnan(semantic[1])  # R_sem of the unscorable row is withheld too
+    expected = mapo_advantages(torch.tensor([1.0, float("nan"), 1.0, 0.0]), torch.tensor(semantic), 2, beta=0.4)
+    advantages = list(mapo._logs["advantages"])
+    assert advantages[:2] == [0.0, 0.0]  # alone in its group: no signal; the unscorable row: none either
+    assert advantages == pytest.approx(expected.tolist(), abs=1e-5)
+    logged = [e for e in mapo.state.log_history if "mapo/frac_unscorable" in e][-1]
+    assert logged["mapo/frac_unscorable"] == 0.25
 
 
 # ----------------------------------------------------------------------------------------------- recipes
@@ -155,16 +196,28 @@ RECIPES = [
     "recipes/tiny/rl/config_mapo.yaml",
     "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo.yaml",
     "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo_lora.yaml",
+    "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo_deepeyes.yaml",
 ]
+PARSER_TYPES = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_recipes_parse_into_the_dataclasses(recipe):
-    parser = TrlParser((ScriptArguments, MAPOConfig, ModelConfig))
+    parser = TrlParser(PARSER_TYPES)
     # bf16 recipes cannot be instantiated on a CPU-only machine; everything else is parsed as written
-    script_args, config, model_args = parser.parse_args_and_config(["--config", recipe, "--bf16", "false"])
-    assert config.advantage_estimator == "mapo" and config.semantic_beta == 0.4
-    assert model_args.model_name_or_path
+    script_args, config, model_args, tool = parser.parse_args_and_config(["--config", recipe, "--bf16", "false"])
+    assert config.advantage_estimator == "mapo" and config.semantic_beta == 0.4 and config.semantic_lambda == 0.95
+    assert model_args.model_name_or_path and tool.clip_resize == "pad"
+    if "deepeyes" not in recipe:  # the paper's recipe: a binary R_out, each trajectory averaged over its own tokens
+        assert script_args.reward_funcs == ["gated_outcome"] and config.loss_type == "grpo"
+        assert config.scale_rewards == "group" and config.beta == 0.0
+
+
+@pytest.mark.parametrize("recipe", RECIPES[1:])
+def test_mapo_values_in_real_recipes_cite_the_paper(recipe):
+    lines = {line.split(":")[0]: line for line in open(recipe) if not line.startswith((" ", "#"))}
+    for key in ("advantage_estimator", "semantic_beta", "semantic_lambda", "semantic_score"):
+        assert re.search(r"#.*(eq\. \d|section \d)", lines[key]), f"{recipe}: {key} cites no paper section"
 
 
 def test_unknown_recipe_key_fails_at_start_with_its_name(tmp_path):
@@ -172,7 +225,7 @@ def test_unknown_recipe_key_fails_at_start_with_its_name(tmp_path):
     recipe["semantik_beta"] = 0.3
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(recipe))
-    parser = TrlParser((ScriptArguments, MAPOConfig, ModelConfig))
+    parser = TrlParser(PARSER_TYPES)
     with pytest.raises(ValueError, match="semantik_beta"):
         parser.parse_args_and_config(["--config", str(path)])
 
@@ -180,10 +233,59 @@ def test_unknown_recipe_key_fails_at_start_with_its_name(tmp_path):
 def test_rl_entry_point_trains_and_saves(tiny_kit, tmp_path):
     import rl
 
-    parser = TrlParser((ScriptArguments, MAPOConfig, ModelConfig))
     argv = ["--config", RECIPES[0], "--output_dir", str(tmp_path), "--max_steps", "1", "--num_samples", "2"]
     argv += ["--model_name_or_path", str(tiny_kit["policy"]), "--clip_model", str(tiny_kit["clip"])]
-    trainer = rl.main(*parser.parse_args_and_config(argv))
+    trainer = rl.main(*parse_args_and_record(PARSER_TYPES, argv))
     assert trainer.state.global_step == 1
     assert (tmp_path / "model.safetensors").exists() and (tmp_path / "chat_template.jinja").exists()
     assert any("rewards/semantic/mean" in e for e in trainer.state.log_history)
+
+
+class StopAt(TrainerCallback):
+    """Stops training after `step` (as a killed job would, once its checkpoint is saved)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
+RESUMED_KEYS = ("loss", "reward", "rewards/semantic/mean", "rewards/outcome_reward/mean", "semantic/z_mean")
+
+
+def test_a_resumed_run_logs_what_an_uninterrupted_one_does(tiny_kit, train_dataset, tmp_path):
+    config = dict(max_steps=4, save_strategy="steps", save_steps=2, learning_rate=1e-3)
+    whole = make_trainer(tiny_kit, train_dataset, tmp_path / "whole", **config)
+    whole.train()
+    stopped = make_trainer(tiny_kit, train_dataset, tmp_path / "run", callbacks=[StopAt(2)], **config)
+    stopped.train()
+    assert stopped.state.global_step == 2 and (tmp_path / "run" / "checkpoint-2").is_dir()
+    assert read_record(tmp_path / "run" / "checkpoint-2")["rollout"]["max_completion_length"] == 320
+    resumed = make_trainer(tiny_kit, train_dataset, tmp_path / "run", resume_from_checkpoint="true", **config)
+    resumed.train(resume_from_checkpoint=resume_checkpoint(resumed.args))
+    assert resumed.state.global_step == 4
+
+    def late_steps(trainer):
+        return [e for e in trainer.state.log_history if e.get("step") in (3, 4) and "loss" in e]
+
+    expected, got = late_steps(whole), late_steps(resumed)
+    assert [e["step"] for e in got] == [3, 4]
+    for key in RESUMED_KEYS:  # float32 weights and optimizer state reload exactly; kernels may round differently
+        assert [e[key] for e in got] == pytest.approx([e[key] for e in expected], rel=1e-4, abs=1e-6), key
+    # The checkpoint's weights were really loaded (transformers alone loads none of them: `resume.py`), and the same
+    # data in the same order trained them on: the final weights agree.
+    final = dict(whole.model.named_parameters())
+    for name, param in resumed.model.named_parameters():
+        assert torch.allclose(param, final[name], rtol=1e-4, atol=1e-6), name
+
+
+def test_bf16_full_fine_tuning_on_one_process_fails_at_start(tiny_kit, tmp_path):
+    import rl
+
+    argv = ["--config", RECIPES[0], "--output_dir", str(tmp_path), "--num_samples", "2", "--dtype", "bfloat16"]
+    argv += ["--model_name_or_path", str(tiny_kit["policy"]), "--clip_model", str(tiny_kit["clip"])]
+    with pytest.raises(ValueError, match=r"stored in bfloat16.*dtype: float32"):
+        rl.main(*parse_args_and_record(PARSER_TYPES, argv))
+    assert not (tmp_path / "model.safetensors").exists()  # nothing trained, nothing saved

@@ -17,7 +17,9 @@ def test_two_processes_score_their_own_rollouts_and_gather(tiny_kit, tmp_path):
     # torchrun, since `accelerate launch --cpu` runs one process; Accelerate reads torchrun's rank variables
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
     cmd += ["tests/scripts/two_process_mapo.py", str(result)]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    # Prepend: replacing PYTHONPATH would drop packages a machine installs on it (seen on a GPU machine).
+    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": pythonpath, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(result.read_text())

@@ -8,46 +8,47 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from agent import Call, Episode
+from agent import Episode
 from evaluate import episode_record
 from report import render_report, write_report
 from task import build_prompt
+from tools import ZoomCall
 
 CHROMIUM = Path("/usr/bin/chromium")
 
 
-def make_records():
+def make_records(tokenizer):
     """Three samples through `evaluate.episode_record`, so the report reads the real `samples.jsonl` format: a
     correct answer after a gap call, a wrong answer after a good call, and a failure after a rejected call."""
     image = Image.new("RGB", (400, 300), (240, 240, 230))
     crop = image.crop((10, 10, 110, 90))
-    rows, episodes, scores = [], [], {}
+    records = []
     for i, (prediction, z, failure) in enumerate(
         [("A", (0.2, 0.3), None), ("B", (0.4, 0.1), None), (None, None, "x")]
     ):
-        rows.append(
-            {
-                "id": f"s{i}",
-                "source": "synthetic/colour",
-                "prompt": build_prompt("What colour is the <star>?", ["red", "blue"]),
-                "answer": "A",
-                "options": ["red", "blue"],
-                "target_bbox": [20, 20, 60, 60],
-                "target_label": "red star",
-            }
-        )
-        call = Call(1, "image_zoom_in_tool", {"bbox_2d": [1, 1, 20, 20], "label": "red star"}, "red star")
+        row = {
+            "id": f"s{i}",
+            "source": "synthetic/colour",
+            "prompt": build_prompt("What colour is the <star>?", ["red", "blue"]),
+            "answer": "A",
+            "options": ["red", "blue"],
+            "target_bbox": [20, 20, 60, 60],
+            "target_label": "red star",
+        }
+        arguments = {"bbox_2d": [1, 1, 20, 20], "label": "red star"}
         if z is None:
-            call.error = "bbox_2d is empty inside the image"
+            call = ZoomCall(1, arguments, "red star", None, None, "bbox_2d is empty inside the image")
         else:
-            call.box, call.crop = (10, 10, 110, 90), crop
-            scores[id(call)] = z
-        messages = [
-            {"role": "assistant", "reasoning": "look <closer>", "content": "", "tool_calls": [], "raw": ""},
-            {"role": "tool", "name": "image_zoom_in_tool", "content": "Zoomed in.", "call": 0},
+            call = ZoomCall(1, arguments, "red star", (10, 10, 110, 90), crop)
+        completion = [
+            {"role": "assistant", "reasoning_content": "look <closer>", "content": "", "tool_calls": []},
+            {"role": "tool", "name": "image_zoom_in_tool", "content": [{"type": "text", "text": "Zoomed in."}]},
         ]
-        episodes.append(Episode(f"s{i}", image, (112, 84), messages, [call], prediction, failure and "no <answer>"))
-    records = [episode_record("synthetic", row, episode, scores) for row, episode in zip(rows, episodes)]
+        episode = Episode(
+            f"s{i}", image, (112, 84), completion=completion, turn_ids=[[1]], prediction=prediction,
+            failure=failure and "no <answer>",
+        )  # fmt: skip
+        records.append(episode_record("synthetic", row, episode, [call], [z], tokenizer))
     return records, {record["id"]: image for record in records}
 
 
@@ -71,8 +72,8 @@ class Outline(HTMLParser):
         self.links += [v for k, v in attrs.items() if k in ("href", "src") and not (v or "").startswith("data:")]
 
 
-def test_report_structure():
-    records, images = make_records()
+def test_report_structure(tiny_processor):
+    records, images = make_records(tiny_processor.tokenizer)
     page = render_report(records, images.get, metrics={"accuracy": 1 / 3, "by": {"x": 0.5}}, title="tiny on synthetic")
     outline = Outline()
     outline.feed(page)
@@ -90,8 +91,8 @@ def test_report_structure():
     assert "z=0.200 (whole image 0.300) · gap" in page and "failure: no &lt;answer&gt;" in page
 
 
-def test_report_shows_a_capped_number_of_samples():
-    records, images = make_records()
+def test_report_shows_a_capped_number_of_samples(tiny_processor):
+    records, images = make_records(tiny_processor.tokenizer)
     page = render_report(records, images.get, metrics={}, title="t", max_samples=2)
     outline = Outline()
     outline.feed(page)
@@ -102,8 +103,8 @@ def test_report_shows_a_capped_number_of_samples():
 @pytest.mark.parametrize(
     ("fragment", "visible"), [("", ["s0", "s1", "s2"]), ("#wrong", ["s1", "s2"]), ("#gap", ["s0"])]
 )
-def test_report_filters_render_in_headless_chromium(tmp_path, fragment, visible):
-    records, images = make_records()
+def test_report_filters_render_in_headless_chromium(tmp_path, fragment, visible, tiny_processor):
+    records, images = make_records(tiny_processor.tokenizer)
     path = write_report(tmp_path / "report.html", records, images.get, metrics={"accuracy": 1 / 3}, title="t")
     dom = subprocess.run(
         [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", path.as_uri() + fragment],

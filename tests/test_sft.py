@@ -14,17 +14,17 @@ import sft
 from data.collator import DataCollatorForVisionToolCalling
 from data.synthetic import build_synthetic
 from data.trajectories import TrajectoryArguments, build_gold_trajectories
-from launch import ScriptArguments, environment_factory
-from models import load_model
+from launch import ScriptArguments, parse_args_and_record
+from models import load_model, pixel_budget
 from task import get_reward_funcs
-from tools import environment_tools
+from tools import ToolConfig, environment_tools, make_environment_factory, read_record
 
 RECIPES = [
     "recipes/tiny/sft/config_sft.yaml",
     "recipes/Qwen2.5-VL-7B-Instruct/sft/config_sft.yaml",
     "recipes/Qwen2.5-VL-7B-Instruct/sft/config_sft_lora.yaml",
 ]
-PARSER_TYPES = (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments)
+PARSER_TYPES = (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig)
 ASSISTANT = "<|im_start|>assistant\n"
 
 
@@ -35,7 +35,7 @@ def rows():
 
 @pytest.fixture(scope="module")
 def make_env(tiny_processor):
-    return environment_factory(ScriptArguments(), tiny_processor)
+    return make_environment_factory(ToolConfig(), pixel_budget(tiny_processor))
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def train(tiny_kit, tmp_path, *overrides: str):
         "--model_name_or_path",
         str(tiny_kit["policy"]),
     ]
-    return sft.main(*TrlParser(PARSER_TYPES).parse_args_and_config([*argv, *overrides]))
+    return sft.main(*parse_args_and_record(PARSER_TYPES, [*argv, *overrides]))
 
 
 def test_two_steps_train_the_model_and_save_it(tiny_kit, tmp_path):
@@ -138,7 +138,7 @@ def test_columns_must_be_kept_for_rendering(tiny_kit, tmp_path):
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_recipes_parse_into_the_dataclasses(recipe):
     # bf16 recipes cannot be instantiated on a CPU-only machine; everything else is parsed as written
-    script_args, config, model_args, trajectory_args = TrlParser(PARSER_TYPES).parse_args_and_config(
+    script_args, config, model_args, trajectory_args, _ = TrlParser(PARSER_TYPES).parse_args_and_config(
         ["--config", recipe, "--bf16", "false"]
     )
     assert config.assistant_only_loss and not config.remove_unused_columns
@@ -153,3 +153,20 @@ def test_unknown_recipe_key_fails_at_start_with_its_name(tmp_path):
     path.write_text(yaml.safe_dump(recipe))
     with pytest.raises(ValueError, match="call_mixx"):
         TrlParser(PARSER_TYPES).parse_args_and_config(["--config", str(path)])
+
+
+def test_sft_uses_the_tool_settings_it_is_given_and_records_them(tiny_kit, tmp_path):
+    """Gold labels are checked against the run's own label limits (not the defaults), gold crops come back at its crop
+    budget, and the checkpoint records those settings for RL and evaluation, without a verifier SFT never used."""
+    with pytest.raises(ValueError, match="no row of the dataset has a usable target"):  # every gold label too long
+        train(tiny_kit, tmp_path / "strict", "--max_label_words", "1")
+    trainer = train(tiny_kit, tmp_path / "run", "--crop_max_pixels", str(28 * 28 * 4), "--max_label_words", "6")
+    record = read_record(tmp_path / "run")
+    assert record["tool"]["crop_max_pixels"] == 28 * 28 * 4 and record["tool"]["max_label_words"] == 6
+    assert record["tool"]["max_pixels"] == 28 * 28 * 16  # resolved from the processor: the frame boxes are in
+    assert "clip_model" not in record["tool"] and record["rollout"] == {}
+    example = trainer.train_dataset[0]
+    crops = [
+        p["image"] for m in example["messages"] if m["role"] == "tool" for p in m["content"] if p["type"] == "image"
+    ]
+    assert crops and all(c.width * c.height <= 28 * 28 * 4 for c in crops)

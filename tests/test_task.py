@@ -8,10 +8,12 @@ from task import (
     build_prompt,
     extract_answer,
     format_reward,
+    gated_outcome_reward,
     get_reward_funcs,
     is_correct,
     outcome_reward,
     parse_choice,
+    tool_bonus_reward,
 )
 
 OPTIONS = ["red", "green", "blue", "yellow"]
@@ -125,3 +127,33 @@ def test_reward_registry_by_name():
     assert get_reward_funcs(["outcome", "format"]) == [REWARDS["outcome"], REWARDS["format"]]
     with pytest.raises(ValueError, match="unknown reward.*'nope'"):
         get_reward_funcs(["outcome", "nope"])
+
+
+def test_gated_outcome_is_binary_and_needs_a_well_formed_rollout():
+    """The paper's R_out is binary (MAPO section 3.3): correct and well formed is 1, anything else 0."""
+    completions = [
+        [assistant("<think>t</think><answer>C</answer>")],  # right, well formed
+        [assistant("<answer>C</answer>")],  # right, no thinking
+        [assistant("<think>t</think><answer>A</answer>")],  # wrong, well formed
+    ]
+    assert gated_outcome_reward(completions, answer=["C"] * 3, options=[OPTIONS] * 3) == [1.0, 0.0, 0.0]
+    assert set(gated_outcome_reward(completions, answer=["C"] * 3, options=[OPTIONS] * 3)) <= {0.0, 1.0}
+
+
+def test_tool_bonus_needs_a_correct_answer_and_a_zoom_that_returned_a_crop():
+    from PIL import Image
+
+    from tools import PixelBudget, ToolConfig, ZoomInEnv
+
+    envs = [ZoomInEnv(ToolConfig(), PixelBudget(3136, 12544, 28)) for _ in range(3)]
+    completions = []
+    for env, box in zip(envs, ([0, 0, 50, 50], [50, 50, 10, 10], None)):
+        env.reset(image=Image.new("RGB", (400, 300)))
+        turns = []
+        if box is not None:
+            response = {"role": "tool", "name": "image_zoom_in_tool", "content": env.image_zoom_in_tool(box, "x")}
+            turns = [assistant("<think>t</think>", tool=True), response]
+        completions.append([*turns, assistant("<think>u</think><answer>C</answer>")])
+    # a crop and right; a rejected box (no crop) and right; no call and right
+    assert tool_bonus_reward(completions, answer=["C"] * 3, environments=envs, options=[OPTIONS] * 3) == [1, 0, 0]
+    assert tool_bonus_reward(completions[:1], answer=["A"], environments=envs[:1], options=[OPTIONS]) == [0.0]

@@ -20,6 +20,7 @@ from trl.chat_template_utils import (
 import models
 import task
 from tiny_models import ADDED_TOKENS, BPE_VOCAB_SIZE, build_tiny_kit
+from tools import PixelBudget
 
 ZOOM_CALL = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [10, 20, 100, 200], "label": "red circle"}}
 
@@ -103,9 +104,9 @@ def test_image_forward_and_generate(policy, tiny_processor):
 
 
 def test_pixel_budget_override(tiny_kit, tiny_processor, tmp_path):
-    assert models.pixel_budget(tiny_processor) == (28 * 28 * 4, 28 * 28 * 16, 28)
+    assert models.pixel_budget(tiny_processor) == PixelBudget(28 * 28 * 4, 28 * 28 * 16, 28)
     processor = models.load_processor(tiny_kit["policy"], max_pixels=28 * 28 * 64)
-    assert models.pixel_budget(processor) == (28 * 28 * 4, 28 * 28 * 64, 28)
+    assert models.pixel_budget(processor) == PixelBudget(28 * 28 * 4, 28 * 28 * 64, 28)
     assert image_prompt(processor)["image_grid_thw"].tolist() == [[1, 16, 16]]
     processor.save_pretrained(tmp_path)  # checkpoints keep the budget they were trained with
     assert models.pixel_budget(models.load_processor(tmp_path)) == models.pixel_budget(processor)

@@ -8,8 +8,8 @@ from PIL import ImageChops
 import task
 from data.synthetic import build_synthetic
 from data.trajectories import TrajectoryArguments, build_gold_trajectories
-from launch import ScriptArguments, environment_factory
-from tools import TOOL_NAME, crop_box
+from models import pixel_budget
+from tools import TOOL_NAME, ToolConfig, crop_box, make_environment_factory
 
 SMALL = {"min_size": 600, "max_size": 900}  # fast to draw, still far larger than the tiny model's ~112 px frame
 ONE_CALL, TWO_CALLS = TrajectoryArguments([0.0, 1.0, 0.0]), TrajectoryArguments([0.0, 0.0, 1.0])
@@ -23,7 +23,7 @@ def rows() -> datasets.Dataset:
 
 @pytest.fixture(scope="module")
 def make_env(tiny_processor):
-    return environment_factory(ScriptArguments(), tiny_processor)
+    return make_environment_factory(ToolConfig(), pixel_budget(tiny_processor))
 
 
 def completion(messages: list[dict]) -> list[dict]:
@@ -68,7 +68,7 @@ def test_gold_box_is_the_target_in_the_seen_frame(rows, make_env):
         assert all(isinstance(v, int) for v in bbox)
         assert 0 <= bbox[0] < bbox[2] <= env.seen_size[0] and 0 <= bbox[1] < bbox[3] <= env.seen_size[1]
         # Mapped back as the tool maps it, the box holds the whole target, and at most one seen pixel more per side.
-        back = crop_box(row["image"].size, bbox, seen_size=env.seen_size, min_side=0)
+        back = crop_box(row["image"].size, bbox, seen_size=env.seen_size, min_side=0, max_aspect=100)
         target = row["target_bbox"]
         slack = [row["image"].size[i % 2] / env.seen_size[i % 2] + 1 for i in range(4)]
         assert back[0] <= target[0] and back[1] <= target[1] and back[2] >= target[2] and back[3] >= target[3]

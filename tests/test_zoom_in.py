@@ -7,10 +7,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image, ImageDraw
 
-from tools import TOOL_NAME, LabelLimits, ToolError, ZoomInEnv, crop, crop_box, executed_calls, seen_size
-from tools.zoom_in import validate_label
+from tools import (
+    TOOL_NAME,
+    PixelBudget,
+    ToolConfig,
+    ToolError,
+    ZoomInEnv,
+    crop,
+    crop_box,
+    executed_calls,
+    seen_size,
+    validate_label,
+)
+from tools.zoom_in import crop_box as _crop_box
 
-BUDGET = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16, "factor": 28}
+BUDGET = PixelBudget(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16, factor=28)  # the tiny kit's
+RULES = {"min_side": 28, "max_aspect": 100.0}  # ToolConfig's defaults
+
+
+def crop_box(image_size, bbox_2d, **kwargs):  # noqa: F811 - the tool's, with its default rules unless given
+    return _crop_box(image_size, bbox_2d, **(RULES | kwargs))
 
 
 # ------------------------------------------------------------------------------------------------- geometry
@@ -86,17 +102,17 @@ def test_expansion_is_capped_by_a_small_image():
 def test_drawn_target_is_cropped_from_the_original_with_a_box_in_resized_coordinates():
     original = Image.new("RGB", (2400, 1600), "white")
     ImageDraw.Draw(original).rectangle([1800, 1200, 1860, 1260], fill=(255, 0, 0))
-    seen = seen_size(original.size, **BUDGET)
+    seen = seen_size(original.size, BUDGET)
     sx, sy = seen[0] / original.width, seen[1] / original.height
     # The model points at the red square in its own (downscaled) frame.
     box_seen = [1790 * sx, 1190 * sy, 1870 * sx, 1270 * sy]
-    patch = crop(original, box_seen, seen_size=seen)
+    patch = crop(original, box_seen, seen_size=seen, **RULES)
     pixels = list(patch.getdata())
     red = sum(p == (255, 0, 0) for p in pixels)
     assert red >= 61 * 61  # the whole square is in the crop
     assert red / len(pixels) > 0.4  # and the crop is mostly the square, not the wrong region
     # Applying the same box to the original without mapping (DeepEyes #141) misses the square entirely.
-    wrong = crop(original, box_seen)
+    wrong = crop(original, box_seen, **RULES)
     assert all(p != (255, 0, 0) for p in wrong.getdata())
 
 
@@ -105,7 +121,7 @@ def test_seen_size_matches_the_processor_grid(tiny_processor):
     out = tiny_processor.image_processor(images=[image], return_tensors="pt")
     _, grid_h, grid_w = out["image_grid_thw"][0].tolist()
     patch = tiny_processor.image_processor.patch_size
-    assert seen_size(image.size, **BUDGET) == (grid_w * patch, grid_h * patch)
+    assert seen_size(image.size, BUDGET) == (grid_w * patch, grid_h * patch)
 
 
 # ---------------------------------------------------------------------------------------------------- labels
@@ -115,20 +131,24 @@ def test_seen_size_matches_the_processor_grid(tiny_processor):
 )
 def test_bad_labels_are_rejected(label, match):
     with pytest.raises(ToolError, match=match):
-        validate_label(label)
+        validate_label(label, max_words=12, max_chars=80)
 
 
 def test_label_limits_are_configurable_and_whitespace_is_collapsed():
-    assert validate_label("  red \n star ") == "red star"
-    assert validate_label("w " * 12) == " ".join(["w"] * 12)
+    assert validate_label("  red \n star ", 12, 80) == "red star"
+    assert validate_label("w " * 12, 12, 80) == " ".join(["w"] * 12)
     with pytest.raises(ToolError):
-        validate_label("one two three", LabelLimits(max_words=2))
+        validate_label("one two three", max_words=2, max_chars=80)
+    env = ZoomInEnv(ToolConfig(max_label_words=2), BUDGET)  # the environment applies its config's limits
+    env.reset(image=Image.new("RGB", (200, 200)))
+    env.image_zoom_in_tool([0, 0, 50, 50], "one two three")
+    assert "too long" in env.calls[-1].error
 
 
 # ------------------------------------------------------------------------------------------------ environment
 @pytest.fixture
 def env():
-    environment = ZoomInEnv(**BUDGET)
+    environment = ZoomInEnv(ToolConfig(), BUDGET)
     image = Image.new("RGB", (2000, 1500), "white")
     ImageDraw.Draw(image).ellipse([1000, 700, 1060, 760], fill=(0, 0, 255))
     environment.reset(image=image, prompt=[], answer="A")
@@ -141,11 +161,38 @@ def test_env_returns_crop_and_text_and_records_the_call(env):
     assert [part["type"] for part in result] == ["image", "text"]
     crop_image = result[0]["image"]
     pixels = crop_image.width * crop_image.height
-    assert BUDGET["min_pixels"] <= pixels <= BUDGET["max_pixels"]  # resized to the processor's budget
+    assert BUDGET.min_pixels <= pixels <= BUDGET.max_pixels  # resized to the processor's budget
     assert crop_image.width % 28 == 0 and crop_image.height % 28 == 0
     (call,) = env.calls
     assert call.ok and call.turn == 1 and call.label == "blue circle" and call.crop is crop_image
     assert call.box[0] <= 1000 and call.box[2] >= 1060  # recorded in original pixels
+    assert call.arguments == {"bbox_2d": [w * 0.45, h * 0.42, w * 0.55, h * 0.55], "label": "blue circle"}
+
+
+def test_the_response_is_the_crop_and_its_box_never_the_label(env):
+    """Echoing the label beside the crop would hand the model its own claim as text: "walk the talk" forbids it."""
+    result = env.image_zoom_in_tool([10, 10, 60, 50], "blue circle")
+    assert result[1] == {"type": "text", "text": "Zoomed in on [10, 10, 60, 50]."}
+    assert "blue" not in result[1]["text"] and "circle" not in result[1]["text"]
+
+
+def test_crops_have_their_own_pixel_budget():
+    """A crop is resized to crop_max_pixels while the prompt image (the frame of bbox_2d) keeps the image budget."""
+    crop_budget = 28 * 28 * 4
+    env = ZoomInEnv(ToolConfig(crop_max_pixels=crop_budget), BUDGET)
+    env.reset(image=Image.new("RGB", (2000, 1500)))
+    assert env.seen_size == seen_size((2000, 1500), BUDGET)  # unchanged by the crop budget
+    (image, _) = env.image_zoom_in_tool([0, 0, env.seen_size[0], env.seen_size[1]], "everything")
+    assert image["image"].width * image["image"].height <= crop_budget
+    env_default = ZoomInEnv(ToolConfig(), BUDGET)
+    env_default.reset(image=Image.new("RGB", (2000, 1500)))
+    (image, _) = env_default.image_zoom_in_tool([0, 0, env.seen_size[0], env.seen_size[1]], "everything")
+    assert image["image"].width * image["image"].height > crop_budget  # the image's budget when not set
+
+
+def test_a_number_too_large_for_a_float_is_an_error_observation(env):
+    result = env.image_zoom_in_tool([0, 0, 10**400, 10], "huge")
+    assert result[0]["text"].startswith("Error:") and "too large" in env.calls[-1].error
 
 
 def test_env_turns_a_bad_call_into_an_error_observation(env):
@@ -159,12 +206,12 @@ def test_env_turns_a_bad_call_into_an_error_observation(env):
 def test_reset_clears_previous_calls(env):
     env.image_zoom_in_tool([0, 0, 50, 50], "corner")
     env.reset(image=Image.new("RGB", (600, 400)))
-    assert env.calls == [] and env.seen_size == seen_size((600, 400), **BUDGET)
+    assert env.calls == [] and env.seen_size == seen_size((600, 400), BUDGET)
 
 
 def test_reset_without_an_image_names_the_column():
     with pytest.raises(TypeError, match="'image'"):
-        ZoomInEnv(**BUDGET).reset(prompt=[])
+        ZoomInEnv(ToolConfig(), BUDGET).reset(prompt=[])
 
 
 def _tool_message(content):
@@ -190,7 +237,18 @@ def test_executed_calls_skip_messages_trl_rejected_before_running_the_tool(env):
     ]
     first, second = executed_calls(env, completion)
     assert (first.turn, first.ok, first.label) == (1, False, None) and "missing" in first.error
+    assert first.arguments is None  # no assistant turn here to say what was asked
     assert (second.turn, second.ok, second.label) == (2, True, "only")
+
+
+def test_executed_calls_keep_the_arguments_of_calls_trl_rejected(env):
+    asked = {"name": TOOL_NAME, "arguments": {"bbox_2d": [1, 2, 3, 4]}}
+    completion = [
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": asked}]},
+        _tool_message("{'error': \"missing 1 required positional argument: 'label'\"}"),
+    ]
+    (call,) = executed_calls(env, completion)
+    assert call.arguments == {"bbox_2d": [1, 2, 3, 4]} and call.name == TOOL_NAME and not call.ok
 
 
 # ------------------------------------------------------------------------------------------------- fuzzing
@@ -199,7 +257,10 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=5), children, max_size=3),
     max_leaves=10,
 )
-numbers = st.integers(-5000, 5000) | st.floats(allow_nan=True, allow_infinity=True)
+# Integers of up to 500 digits: JSON allows any number, and one past ~1.8e308 does not fit a float (hypothesis'
+# unbounded `st.integers()` stays under 2**128, so it would never find that).
+huge = st.builds(lambda digits, sign: sign * 10**digits, st.integers(0, 500), st.sampled_from((1, -1)))
+numbers = st.integers(-5000, 5000) | huge | st.floats(allow_nan=True, allow_infinity=True)
 boxes = st.lists(numbers, min_size=0, max_size=6) | json_values
 
 

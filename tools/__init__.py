@@ -4,25 +4,39 @@ from __future__ import annotations
 
 import functools
 
+from tools.config import (
+    CLIP_RESIZE,
+    RECORD_NAME,
+    PixelBudget,
+    ToolConfig,
+    ToolConfigRecorder,
+    read_record,
+    record_mismatches,
+    warn_on_mismatch,
+    write_record,
+)
 from tools.env import ZoomCall, ZoomInEnv, environment_tools, executed_calls
-from tools.zoom_in import TOOL_NAME, LabelLimits, ToolError, crop, crop_box, resize_to_budget, seen_size
+from tools.zoom_in import TOOL_NAME, ToolError, crop, crop_box, resize_to_budget, seen_size, validate_label
 
 ENVIRONMENTS = {"zoom_in": ZoomInEnv}
 
 
-def make_environment_factory(
-    name: str, *, min_pixels: int, max_pixels: int, factor: int = 28, **limits
-) -> functools.partial:
-    """A zero-argument factory for TRL's `environment_factory`, bound to the processor's pixel budget."""
-    if name not in ENVIRONMENTS:
-        raise ValueError(f"environment: unknown environment {name!r}; known: {sorted(ENVIRONMENTS)}")
-    return functools.partial(ENVIRONMENTS[name], min_pixels=min_pixels, max_pixels=max_pixels, factor=factor, **limits)
+def make_environment_factory(config: ToolConfig, image_budget: PixelBudget) -> functools.partial:
+    """A zero-argument factory for TRL's `environment_factory`: `config.environment` in the processor's frame
+    (`models.pixel_budget(processor)`)."""
+    if config.environment not in ENVIRONMENTS:
+        raise ValueError(f"environment: unknown environment {config.environment!r}; known: {sorted(ENVIRONMENTS)}")
+    return functools.partial(ENVIRONMENTS[config.environment], config, image_budget)
 
 
 __all__ = [
+    "CLIP_RESIZE",
     "ENVIRONMENTS",
+    "RECORD_NAME",
     "TOOL_NAME",
-    "LabelLimits",
+    "PixelBudget",
+    "ToolConfig",
+    "ToolConfigRecorder",
     "ToolError",
     "ZoomCall",
     "ZoomInEnv",
@@ -31,6 +45,11 @@ __all__ = [
     "environment_tools",
     "executed_calls",
     "make_environment_factory",
+    "read_record",
+    "record_mismatches",
     "resize_to_budget",
     "seen_size",
+    "validate_label",
+    "warn_on_mismatch",
+    "write_record",
 ]

@@ -3,7 +3,8 @@
 TRL creates one instance per rollout, calls `reset(**row)` with the dataset row, exposes every public method except
 `reset` as a tool (its schema comes from the signature and Google docstring), and hands the instances to the reward
 functions as `environments`. The environment records every call it executes; `executed_calls` then keeps only the
-calls whose response survived into the trained completion (see there).
+calls whose response survived into the trained completion (see there). Training (MAPO's R_sem) and evaluation both
+read a rollout's calls through `executed_calls`, so both count and score exactly the same calls.
 """
 
 from __future__ import annotations
@@ -11,30 +12,28 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from PIL import Image
 
-from tools.zoom_in import (
-    TOOL_NAME,
-    LabelLimits,
-    ToolError,
-    crop_box,
-    observation,
-    resize_to_budget,
-    seen_size,
-    validate_label,
-)
+from tools.config import PixelBudget, ToolConfig
+from tools.zoom_in import TOOL_NAME, ToolError, crop_box, observation, resize_to_budget, seen_size, validate_label
 
 
 @dataclass
 class ZoomCall:
-    """One executed `image_zoom_in_tool` call: MAPO's (y_t, I_t) pair when `ok`."""
+    """One tool call of a rollout, as the model made it and as the tool answered: MAPO's (y_t, I_t) pair when `ok`.
 
-    turn: int  # 1-based index among this rollout's calls to the tool
+    The one record of a call, for training (R_sem) and evaluation (reports, tool-use metrics) alike.
+    """
+
+    turn: int  # t: 1-based index among this rollout's tool calls
+    arguments: Any  # what the model passed (the parsed JSON arguments); None when TRL rejected the call first
     label: str | None  # the validated label, or the raw value when the label itself was rejected
     box: tuple[int, int, int, int] | None  # cropped region in original pixels (None when rejected)
-    crop: Image.Image | None  # the crop as shown to the model (resized to the pixel budget)
+    crop: Image.Image | None  # the crop as shown to the model (resized to the crop budget)
     error: str | None = None
+    name: str = TOOL_NAME
 
     @property
     def ok(self) -> bool:
@@ -44,24 +43,13 @@ class ZoomCall:
 class ZoomInEnv:
     """Environment exposing `image_zoom_in_tool` over the row's image.
 
-    Built with `functools.partial(ZoomInEnv, min_pixels=..., max_pixels=...)` (see `tools.make_environment_factory`)
-    so the frame the model's coordinates refer to is the one the processor really produced.
+    Built by `tools.make_environment_factory(config, processor)`, so the frame the model's coordinates refer to is the
+    one the processor really produced (`image_budget`), and crops come back at `config.crop_budget(image_budget)`.
     """
 
-    def __init__(
-        self,
-        *,
-        min_pixels: int,
-        max_pixels: int,
-        factor: int = 28,
-        min_side: int = 28,
-        max_aspect: float = 100.0,
-        max_label_words: int = 12,
-        max_label_chars: int = 80,
-    ):
-        self.min_pixels, self.max_pixels, self.factor = min_pixels, max_pixels, factor
-        self.min_side, self.max_aspect = min_side, max_aspect
-        self.label_limits = LabelLimits(max_label_words, max_label_chars)
+    def __init__(self, config: ToolConfig, image_budget: PixelBudget):
+        self.config, self.image_budget = config, image_budget
+        self.crop_budget = config.crop_budget(image_budget)
         self.image: Image.Image | None = None
         self.seen_size: tuple[int, int] | None = None
         self.calls: list[ZoomCall] = []
@@ -74,7 +62,7 @@ class ZoomInEnv:
         if not isinstance(image, Image.Image):
             raise TypeError(f"ZoomInEnv.reset needs a PIL image in the row's 'image' column; got {type(image)}.")
         self.image = image.convert("RGB") if image.mode != "RGB" else image
-        self.seen_size = seen_size(self.image.size, self.min_pixels, self.max_pixels, self.factor)
+        self.seen_size = seen_size(self.image.size, self.image_budget)
         self.calls = []
 
     def image_zoom_in_tool(self, bbox_2d: list[float], label: str) -> list[dict]:
@@ -85,18 +73,24 @@ class ZoomInEnv:
                 the top-left corner and (x2, y2) the bottom-right corner.
             label: A few words naming what you expect to see in the box, e.g. "red star" or "the small sign".
         """
-        turn = len(self.calls) + 1
+        config, turn = self.config, len(self.calls) + 1
+        arguments = {"bbox_2d": bbox_2d, "label": label}
         try:
-            clean_label = validate_label(label, self.label_limits)
+            clean_label = validate_label(label, config.max_label_words, config.max_label_chars)
             box = crop_box(
-                self.image.size, bbox_2d, seen_size=self.seen_size, min_side=self.min_side, max_aspect=self.max_aspect
+                self.image.size,
+                bbox_2d,
+                seen_size=self.seen_size,
+                min_side=config.min_side,
+                max_aspect=config.max_aspect,
             )
         except ToolError as err:
-            self.calls.append(ZoomCall(turn, label if isinstance(label, str) else None, None, None, str(err)))
+            raw_label = label if isinstance(label, str) else None
+            self.calls.append(ZoomCall(turn, arguments, raw_label, None, None, str(err)))
             return observation(None, f"Error: {err} Fix the call, or answer if you can.")
-        crop = resize_to_budget(self.image.crop(box), self.min_pixels, self.max_pixels, self.factor)
-        self.calls.append(ZoomCall(turn, clean_label, box, crop))
-        return observation(crop, f"Zoomed in on {list(bbox_2d)} (expected: {clean_label}).")
+        crop = resize_to_budget(self.image.crop(box), self.crop_budget)
+        self.calls.append(ZoomCall(turn, arguments, clean_label, box, crop))
+        return observation(crop, f"Zoomed in on {list(bbox_2d)}.")
 
 
 def environment_tools(environment: object) -> list[Callable]:
@@ -109,8 +103,8 @@ def environment_tools(environment: object) -> list[Callable]:
     ]
 
 
-def executed_calls(env: ZoomInEnv, completion: list[dict]) -> list[ZoomCall]:
-    """The zoom-in calls of a trained `completion`, in order: MAPO's t = 1..T.
+def executed_calls(env: ZoomInEnv, completion: list[dict] | str) -> list[ZoomCall]:
+    """The tool calls of a trained `completion`, in order: MAPO's t = 1..T.
 
     TRL 1.16 runs a tool, then drops its response if appending it would overflow `max_completion_length`
     (grpo_trainer.py, `_tool_call_loop`), so `env.calls` can hold calls the policy is never trained on; they are left
@@ -122,16 +116,22 @@ def executed_calls(env: ZoomInEnv, completion: list[dict]) -> list[ZoomCall]:
     if isinstance(completion, str):
         return []
     recorded = iter(env.calls)
+    requested: list[dict] = []  # the calls of the last assistant turn, which TRL answers in order
     calls = []
     for message in completion:
+        if message.get("role") == "assistant":
+            requested = [call.get("function", call) for call in message.get("tool_calls") or []]
+            continue
         if message.get("role") != "tool":
             continue
         content = message.get("content")
+        asked = requested.pop(0) if requested else {}
         if message.get("name") == TOOL_NAME and isinstance(content, list):
             call = next(recorded, None)
             if call is None:
                 raise RuntimeError("completion holds more zoom-in responses than the environment recorded calls")
         else:
-            call = ZoomCall(0, None, None, None, error=str(content))
+            name = message.get("name") or "unknown"
+            call = ZoomCall(0, asked.get("arguments"), None, None, None, error=str(content), name=name)
         calls.append(replace(call, turn=len(calls) + 1))
     return calls

@@ -9,7 +9,9 @@ How this differs from DeepEyes' tool:
   (DeepEyes applies it to the original unmapped, its issue #141), so crops are taken at full resolution;
 - a box smaller than `min_side` is expanded about its centre and kept inside the image (DeepEyes' expansion branch
   is unreachable behind its `> 30 px` check), instead of being rejected;
-- `label` is required and length-limited: the paper constrains labels to stop reward hacking through long captions.
+- `label` is required and length-limited: the paper constrains labels to stop reward hacking through long captions;
+- the response is the crop and the box it was cut from, never the label: repeating the model's claim beside the crop
+  would hand it a text crutch against "walk the talk".
 
 Everything here is pure (PIL in, PIL out) so it is tested without a model; `tools.env.ZoomInEnv` wraps it for TRL.
 """
@@ -17,11 +19,12 @@ Everything here is pure (PIL in, PIL out) so it is tested without a model; `tool
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from numbers import Real
 
 from PIL import Image
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+from tools.config import PixelBudget
 
 TOOL_NAME = "image_zoom_in_tool"
 
@@ -30,26 +33,19 @@ class ToolError(ValueError):
     """A rejected tool call. The message is shown to the model, so it says what to change."""
 
 
-@dataclass(frozen=True)
-class LabelLimits:
-    """Length limits on the `label` argument (the paper limits label length against reward hacking)."""
-
-    max_words: int = 12
-    max_chars: int = 80
-
-
-def validate_label(label: object, limits: LabelLimits = LabelLimits()) -> str:
-    """Return the stripped label, or raise `ToolError` if it is missing, not a string, empty or too long."""
+def validate_label(label: object, max_words: int, max_chars: int) -> str:
+    """Return the label with its whitespace collapsed, or raise `ToolError` if it is missing, not a string, empty or
+    longer than `max_words` words / `max_chars` characters (MAPO section 3.3 limits labels against reward hacking)."""
     if not isinstance(label, str):
         raise ToolError(f"label must be a short text naming what you expect to see; got {type(label).__name__}.")
     label = " ".join(label.split())
     if not label:
         raise ToolError("label is empty: name what you expect to see in the box, e.g. 'red star'.")
     words = len(label.split())
-    if words > limits.max_words or len(label) > limits.max_chars:
+    if words > max_words or len(label) > max_chars:
         raise ToolError(
             f"label is too long ({words} words, {len(label)} characters); "
-            f"use at most {limits.max_words} words and {limits.max_chars} characters."
+            f"use at most {max_words} words and {max_chars} characters."
         )
     return label
 
@@ -61,9 +57,12 @@ def _parse_box(bbox_2d: object) -> tuple[float, float, float, float]:
         raise ToolError(f"bbox_2d must have 4 numbers [x1, y1, x2, y2]; got {len(bbox_2d)}.")
     if not all(isinstance(v, Real) and not isinstance(v, bool) for v in bbox_2d):
         raise ToolError("bbox_2d must contain only numbers [x1, y1, x2, y2].")
-    if not all(math.isfinite(v) for v in bbox_2d):
+    try:
+        x1, y1, x2, y2 = (float(v) for v in bbox_2d)
+    except OverflowError:  # an integer too large for a float (JSON allows any number of digits)
+        raise ToolError("bbox_2d must contain pixel coordinates, not numbers too large to represent.") from None
+    if not all(math.isfinite(v) for v in (x1, y1, x2, y2)):
         raise ToolError("bbox_2d must contain finite numbers (no NaN or infinity).")
-    x1, y1, x2, y2 = (float(v) for v in bbox_2d)
     return x1, y1, x2, y2
 
 
@@ -83,8 +82,8 @@ def crop_box(
     bbox_2d: object,
     *,
     seen_size: tuple[int, int] | None = None,
-    min_side: int = 28,
-    max_aspect: float = 100.0,
+    min_side: int,
+    max_aspect: float,
 ) -> tuple[int, int, int, int]:
     """The pixel box of the original image that `crop` cuts out, as integers (left, top, right, bottom).
 
@@ -125,8 +124,8 @@ def crop(
     bbox_2d: object,
     *,
     seen_size: tuple[int, int] | None = None,
-    min_side: int = 28,
-    max_aspect: float = 100.0,
+    min_side: int,
+    max_aspect: float,
 ) -> Image.Image:
     """Cut `bbox_2d` (given in the model's resized frame `seen_size`) out of the full-resolution `image`.
 
@@ -135,17 +134,20 @@ def crop(
     return image.crop(crop_box(image.size, bbox_2d, seen_size=seen_size, min_side=min_side, max_aspect=max_aspect))
 
 
-def seen_size(image_size: tuple[int, int], min_pixels: int, max_pixels: int, factor: int = 28) -> tuple[int, int]:
-    """(width, height) of `image_size` after Qwen2-VL's `smart_resize`: the frame the model's coordinates live in."""
+def seen_size(image_size: tuple[int, int], budget: PixelBudget) -> tuple[int, int]:
+    """(width, height) of `image_size` after Qwen2-VL's `smart_resize` under `budget`: the frame the model's
+    coordinates live in."""
     width, height = image_size
-    h, w = smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+    h, w = smart_resize(
+        height, width, factor=budget.factor, min_pixels=budget.min_pixels, max_pixels=budget.max_pixels
+    )
     return w, h
 
 
-def resize_to_budget(image: Image.Image, min_pixels: int, max_pixels: int, factor: int = 28) -> Image.Image:
-    """Resize to the processor's pixel budget now, so crops kept in memory and logs are no larger than what the
-    model is fed (a full-resolution crop can be many megapixels), and tiny crops are upscaled to be legible."""
-    size = seen_size(image.size, min_pixels, max_pixels, factor)
+def resize_to_budget(image: Image.Image, budget: PixelBudget) -> Image.Image:
+    """Resize to a pixel budget now, so crops kept in memory and logs are no larger than what the model is fed (a
+    full-resolution crop can be many megapixels), and tiny crops are upscaled to be legible."""
+    size = seen_size(image.size, budget)
     return image if size == image.size else image.resize(size, Image.Resampling.BICUBIC)
 
 

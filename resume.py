@@ -1,0 +1,89 @@
+"""Resuming a run exactly: `--resume_from_checkpoint` continues where the checkpoint left off, weights and data order.
+
+Two things in transformers 5.24 / TRL 1.16 make a resumed run differ from an uninterrupted one, silently; `ExactResume`
+mends both for the trainers of this repo (`MAPOTrainer`, `sft.SFTTrainer`):
+
+- Weights. `save_pretrained` writes checkpoints in the hub's key layout (it reverts Qwen2.5-VL's key renames,
+  `model.language_model.*` -> `model.*`, `model.visual.*` -> `visual.*`), but `Trainer._load_from_checkpoint` reads
+  them back with `load_state_dict(strict=False)` and no renames: every key is "missing", no weight is loaded, and the
+  run goes on from its starting weights with the checkpoint's optimizer state (transformers#43701; a fix is proposed
+  in #48822). A whole-model checkpoint is loaded here through `from_pretrained`, which renames, strictly. DeepSpeed,
+  FSDP and PEFT adapters resume through their own loaders and are left to them.
+- Data order. TRL's `RepeatSampler` draws each epoch's shuffle from one generator seeded once, so the k-th epoch's
+  order depends on how many epochs this process has iterated: a run resumed in epoch k replays epoch 0's order.
+  `EpochSeededRepeatSampler` draws epoch k's order from (seed, k) (the Trainer calls `set_epoch`), so it is the same
+  whether or not the run was interrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+from transformers.trainer_utils import get_last_checkpoint
+from trl.trainer.utils import RepeatSampler
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def resume_checkpoint(training_args: Any) -> str | None:
+    """The checkpoint `training_args.resume_from_checkpoint` asks for: a folder, or `true` for the last
+    `checkpoint-*` in `output_dir`; None when not asked (then an existing checkpoint is pointed out, not used)."""
+    value, output_dir = training_args.resume_from_checkpoint, training_args.output_dir
+    last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+    if value is None or str(value).lower() in ("", "false"):
+        if last is not None:
+            logger.warning("%s holds %s; pass --resume_from_checkpoint true to continue from it", output_dir, last)
+        return None
+    if str(value).lower() == "true":
+        if last is None:
+            raise ValueError(f"resume_from_checkpoint: true, but {output_dir} holds no checkpoint-* folder")
+        return last
+    if not os.path.isdir(value):
+        raise ValueError(f"resume_from_checkpoint: {value} is not a checkpoint folder")
+    return value
+
+
+class EpochSeededRepeatSampler(RepeatSampler):
+    """TRL's `RepeatSampler` whose epoch-k shuffle is drawn from (seed, k), whatever ran before in this process."""
+
+    @classmethod
+    def like(cls, sampler: RepeatSampler) -> EpochSeededRepeatSampler:
+        return cls(
+            data_source=sampler.data_source,
+            mini_repeat_count=sampler.mini_repeat_count,
+            batch_size=sampler.batch_size,
+            repeat_count=sampler.repeat_count,
+            shuffle=sampler.shuffle,
+            seed=sampler.seed,
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        if self.shuffle and self.seed is not None:
+            # Mixed, not `seed + epoch`: torch's randperm gives consecutive seeds the same small permutations
+            # (seeds 7 and 8 both shuffle 4 rows as [3, 2, 0, 1]).
+            self.generator.manual_seed(int(np.random.SeedSequence([self.seed, epoch]).generate_state(1)[0]))
+
+
+class ExactResume:
+    """Trainer mixin: resume with the checkpoint's weights and the uninterrupted run's data order (module docstring).
+
+    Overrides `_load_from_checkpoint` and `_get_train_sampler`; everything else is the trainer's own.
+    """
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        model = self.model if model is None else model
+        whole = any(os.path.isfile(os.path.join(resume_from_checkpoint, name)) for name in CHECKPOINT_WEIGHTS)
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled or not whole or hasattr(model, "peft_config"):
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        dtype = next(model.parameters()).dtype
+        loaded = type(model).from_pretrained(resume_from_checkpoint, dtype=dtype)
+        model.load_state_dict(loaded.state_dict(), strict=True)
+
+    def _get_train_sampler(self, dataset=None):
+        sampler = super()._get_train_sampler(dataset)
+        return EpochSeededRepeatSampler.like(sampler) if isinstance(sampler, RepeatSampler) else sampler

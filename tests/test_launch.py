@@ -1,0 +1,144 @@
+"""Start-up checks every run gets: no silent no-learning in half precision, resuming only when asked, and a rollout
+token budget whose worst case is checked against the lengths."""
+
+import warnings
+from types import SimpleNamespace
+
+import pytest
+import torch
+from accelerate.utils import DistributedType
+from peft import LoraConfig, get_peft_model
+from trl import ModelConfig, TrlParser
+
+from agent import check_token_budget, token_budget
+from launch import ScriptArguments, check_master_weights
+from mapo_trainer import MAPOConfig
+from models import load_model, load_processor
+from resume import resume_checkpoint
+from tools import ToolConfig
+
+RL_TYPES = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)
+
+
+# ------------------------------------------------------------------------------------------- master weights (bf16)
+def test_bfloat16_rounds_a_small_update_away():
+    """Why the check exists: a 1e-6 step on a weight of 0.02 does not change its bfloat16 value."""
+    weight = torch.tensor(0.02, dtype=torch.bfloat16)
+    assert weight - 1e-6 == weight
+    assert torch.tensor(0.02) - 1e-6 != torch.tensor(0.02)
+
+
+@pytest.fixture
+def bf16_model(tiny_kit):
+    return load_model(tiny_kit["policy"], dtype=torch.bfloat16)
+
+
+def test_half_precision_weights_without_master_copy_fail_with_the_fields_to_change(bf16_model):
+    for distributed in (DistributedType.NO, DistributedType.MULTI_GPU):  # single_gpu and ddp
+        with pytest.raises(ValueError, match="bfloat16") as err:
+            check_master_weights(bf16_model.named_parameters(), distributed)
+        for fix in ("dtype: float32", "bf16: true", "zero2", "use_peft: true"):
+            assert fix in str(err.value)
+
+
+def test_zero_and_fsdp_keep_fp32_master_weights(bf16_model):
+    for distributed in (DistributedType.DEEPSPEED, DistributedType.FSDP):
+        check_master_weights(bf16_model.named_parameters(), distributed)
+
+
+def test_lora_adapters_train_in_fp32_over_a_frozen_bf16_base(bf16_model):
+    lora = get_peft_model(bf16_model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    trainable = [p for p in lora.parameters() if p.requires_grad]
+    assert trainable and all(p.dtype == torch.float32 for p in trainable)  # PEFT upcasts the adapters
+    check_master_weights(lora.named_parameters(), DistributedType.NO)
+
+
+def test_fp32_weights_pass(tiny_kit):
+    check_master_weights(load_model(tiny_kit["policy"], dtype=torch.float32).named_parameters(), DistributedType.NO)
+
+
+# ---------------------------------------------------------------------------------------------------------- resume
+def test_resume_only_when_asked(tmp_path, caplog):
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-10").mkdir()
+    args = SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=None)
+    assert resume_checkpoint(args) is None
+    assert "checkpoint-10" in caplog.text and "--resume_from_checkpoint true" in caplog.text
+    assert resume_checkpoint(SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint="true")).endswith(
+        "checkpoint-10"
+    )
+    folder = str(tmp_path / "checkpoint-2")
+    assert resume_checkpoint(SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=folder)) == folder
+    with pytest.raises(ValueError, match="no checkpoint"):
+        resume_checkpoint(SimpleNamespace(output_dir=str(tmp_path / "new"), resume_from_checkpoint="true"))
+    with pytest.raises(ValueError, match="not a checkpoint folder"):
+        resume_checkpoint(SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=str(tmp_path / "nope")))
+
+
+# ---------------------------------------------------------------------------------------------------- token budget
+def test_the_worst_case_is_measured_with_the_real_template(tiny_processor):
+    budget = token_budget(
+        tiny_processor, ToolConfig(), max_completion_length=320, max_tool_calling_iterations=2, context_length=128000
+    )
+    assert budget.prompt_image == 16  # 28 * 28 * 16 pixels / 28^2: the tiny kit's image budget
+    assert budget.crop_response > 16  # the full-size crop plus the tool-response text around it
+    assert budget.completion == 2 * (budget.call_turn + budget.crop_response) + budget.answer_turn
+    small = token_budget(
+        tiny_processor,
+        ToolConfig(crop_max_pixels=28 * 28 * 4),
+        max_completion_length=320,
+        max_tool_calling_iterations=2,
+        context_length=128000,
+    )
+    assert budget.crop_response - small.crop_response == 16 - 4  # a crop costs its budget / 28^2 tokens
+
+
+def test_a_budget_that_cannot_hold_the_tool_responses_warns_with_the_numbers(tiny_processor):
+    with pytest.warns(UserWarning, match=r"max_completion_length=100: its later tool responses are dropped") as w:
+        budget = check_token_budget(
+            tiny_processor,
+            ToolConfig(),
+            max_completion_length=100,
+            max_tool_calling_iterations=5,
+            context_length=128000,
+        )
+    assert f"= {budget.completion} tokens" in str(w[0].message)
+    with pytest.warns(UserWarning, match="exceeds the model's context"):
+        check_token_budget(
+            tiny_processor, ToolConfig(), max_completion_length=320, max_tool_calling_iterations=2, context_length=300
+        )
+    with pytest.warns(UserWarning, match="is None"):
+        check_token_budget(
+            tiny_processor,
+            ToolConfig(),
+            max_completion_length=320,
+            max_tool_calling_iterations=None,
+            context_length=128000,
+        )
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        "recipes/tiny/rl/config_mapo.yaml",
+        "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo.yaml",
+        "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo_lora.yaml",
+        "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo_deepeyes.yaml",
+    ],
+)
+def test_every_rl_recipe_fits_its_worst_case(tiny_kit, recipe):
+    """Image tokens depend only on the pixel budgets (the tiny processor has Qwen2.5-VL's 28-pixel factor); its
+    byte-level tokenizer spends more tokens on text than Qwen's, so a recipe that fits here fits the real model."""
+    _, config, _, tool = TrlParser(RL_TYPES).parse_args_and_config(["--config", recipe, "--bf16", "false"])
+    processor = load_processor(tiny_kit["policy"], min_pixels=tool.min_pixels, max_pixels=tool.max_pixels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        budget = check_token_budget(
+            processor,
+            tool,
+            max_completion_length=config.max_completion_length,
+            max_tool_calling_iterations=config.max_tool_calling_iterations,
+            context_length=128000,  # Qwen2.5-VL's max_position_embeddings
+        )
+    if "Qwen2.5-VL-7B" in recipe:  # the arithmetic in the recipes' comments
+        assert budget.prompt_image == 1280 and 512 < budget.crop_response < 512 + 60

@@ -1,0 +1,138 @@
+"""One declaration of the tool settings (`ToolConfig`): parsed by every entry script, recorded in checkpoints, replayed
+from the record unless the recipe or command line says otherwise (with a warning naming both values); and the CLIP
+verifier that scores the whole crop."""
+
+import json
+import warnings
+
+import pytest
+from PIL import Image
+from trl import ModelConfig, SFTConfig
+
+from data.trajectories import TrajectoryArguments
+from evaluate import EvalArguments
+from launch import ScriptArguments, parse_args_and_record
+from mapo_trainer import ClipVerifier, MAPOConfig
+from tools import RECORD_NAME, PixelBudget, ToolConfig, read_record, write_record
+
+RL_TYPES = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)
+SFT_TYPES = (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig)
+
+
+def test_crop_budget_defaults_to_the_image_budget_and_resolves_for_the_record():
+    image = PixelBudget(3136, 12544, 28)
+    assert ToolConfig().crop_budget(image) == image
+    assert ToolConfig(crop_max_pixels=6272).crop_budget(image) == PixelBudget(3136, 6272, 28)
+    assert ToolConfig(crop_max_pixels=100).crop_budget(image).max_pixels == 3136  # never below the minimum
+    record = ToolConfig(clip_model="x").resolved(image).as_record(verifier=False)
+    assert (record["min_pixels"], record["max_pixels"], record["crop_max_pixels"]) == (3136, 12544, 12544)
+    assert "clip_model" not in record and "clip_resize" not in record  # SFT scores nothing with CLIP
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"clip_resize": "crop"}, "clip_resize"), ({"max_pixels": 0}, "max_pixels"), ({"max_label_words": 0}, "label")],
+)
+def test_bad_settings_name_the_field(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ToolConfig(**kwargs)
+
+
+def test_a_record_with_an_unknown_setting_names_it(tmp_path):
+    write_record(tmp_path, {"max_pixels": 1, "max_pixelz": 2})
+    with pytest.raises(ValueError, match="max_pixelz"):
+        read_record(tmp_path)
+    assert read_record(tmp_path / "elsewhere") is None and read_record("Qwen/Qwen2.5-VL-7B-Instruct") is None
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A checkpoint folder whose record says what it was trained with."""
+    record = ToolConfig(max_pixels=6272, crop_max_pixels=3136, max_label_words=5, clip_model="trained-clip")
+    write_record(tmp_path, record.as_record(), max_completion_length=512, max_tool_calling_iterations=3)
+    return tmp_path
+
+
+def test_settings_not_given_come_from_the_checkpoint_record(checkpoint):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing differs: no warning
+        args, tool = parse_args_and_record((EvalArguments, ToolConfig), ["--model_name_or_path", str(checkpoint)])
+    assert (tool.max_pixels, tool.crop_max_pixels, tool.max_label_words, tool.clip_model) == (
+        6272,
+        3136,
+        5,
+        "trained-clip",
+    )
+    assert (args.max_completion_length, args.max_tool_calling_iterations) == (512, 3)  # the RL rollout budget
+
+
+def test_the_command_line_and_recipe_win_and_warn_with_both_values(checkpoint, tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"model_name_or_path: {checkpoint}\nmax_label_words: 8\n")
+    argv = ["--config", str(recipe), "--max_pixels", "12544", "--max_completion_length", "1024"]
+    with pytest.warns(UserWarning) as caught:
+        args, tool = parse_args_and_record((EvalArguments, ToolConfig), argv)
+    assert (tool.max_pixels, tool.max_label_words, args.max_completion_length) == (12544, 8, 1024)
+    assert tool.crop_max_pixels == 3136  # not given: the record's
+    (message,) = [str(w.message) for w in caught if RECORD_NAME in str(w.message)]
+    for expected in ("max_pixels: trained with 6272, now 12544", "max_label_words: trained with 5, now 8"):
+        assert expected in message
+    assert "max_completion_length: trained with 512, now 1024" in message
+
+
+def test_without_a_record_the_dataclass_defaults_apply(tmp_path):
+    _, _, _, tool = parse_args_and_record(RL_TYPES, ["--model_name_or_path", str(tmp_path), "--use_cpu", "true"])
+    assert tool == ToolConfig()
+
+
+def test_rl_from_an_sft_checkpoint_inherits_its_tool_settings(checkpoint):
+    """`make sft` then `make rl`: the tiny RL recipe starts from the SFT output and takes its tool settings."""
+    argv = ["--config", "recipes/tiny/rl/config_mapo.yaml", "--model_name_or_path", str(checkpoint)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        script_args, config, model_args, tool = parse_args_and_record(RL_TYPES, argv)
+    assert (tool.max_pixels, tool.crop_max_pixels, tool.max_label_words) == (6272, 3136, 5)
+    assert tool.clip_model == "outputs/tiny/clip"  # the recipe names its verifier: that wins, and says so
+    assert any("clip_model: trained with 'trained-clip'" in str(w.message) for w in caught)
+
+
+def test_the_tiny_rl_recipe_starts_from_the_tiny_sft_output():
+    import yaml
+
+    sft = yaml.safe_load(open("recipes/tiny/sft/config_sft.yaml"))
+    rl = yaml.safe_load(open("recipes/tiny/rl/config_mapo.yaml"))
+    assert rl["model_name_or_path"] == sft["output_dir"]
+
+
+# ---------------------------------------------------------------------------------------------- the CLIP verifier
+def elongated_crop() -> Image.Image:
+    """A 896x112 crop: grey, with a red square at its right end (what an 8:1 zoom on a shelf label looks like)."""
+    image = Image.new("RGB", (896, 112), (128, 128, 128))
+    image.paste((255, 0, 0), (800, 8, 892, 104))
+    return image
+
+
+@pytest.mark.parametrize(("resize", "sees_red"), [("pad", True), ("squash", True), ("center_crop", False)])
+def test_clip_sees_the_whole_crop_unless_told_to_centre_crop(tiny_kit, resize, sees_red):
+    verifier = ClipVerifier(ToolConfig(clip_model=str(tiny_kit["clip"]), clip_resize=resize))
+    pixels = verifier.preprocess(elongated_crop())  # normalised: red has a high R and a low G channel
+    red = (pixels[0] > 1.0) & (pixels[1] < -1.0)
+    assert bool(red.any()) == sees_red
+    if resize == "pad":  # letterboxed: the crop keeps its 8:1 shape inside the square, padded above and below
+        padding = pixels[:, 0, 0]  # the top row is padding: black, normalised
+        content = ((pixels - padding[:, None, None]).abs().sum(0) > 1e-3).any(1)
+        assert 0 < int(content.sum()) <= pixels.shape[1] // 8 + 2
+
+
+def test_training_and_evaluation_score_with_the_same_preprocessing(tiny_kit):
+    """Both build `ClipVerifier` from the one `ToolConfig`; the default lets CLIP see the whole crop."""
+    assert ToolConfig().clip_resize == "pad"
+    verifier = ClipVerifier(ToolConfig(clip_model=str(tiny_kit["clip"])))
+    assert (
+        verifier.preprocess(elongated_crop()).shape[-2:] == verifier.preprocess(Image.new("RGB", (64, 64))).shape[-2:]
+    )
+
+
+def test_record_file_is_plain_json(checkpoint):
+    data = json.loads((checkpoint / RECORD_NAME).read_text())
+    assert set(data) == {"tool", "rollout"} and data["rollout"]["max_tool_calling_iterations"] == 3

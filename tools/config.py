@@ -1,0 +1,175 @@
+"""`ToolConfig`: the one declaration of what SFT, RL and evaluation must agree on about the zoom-in tool and its
+CLIP verifier, and the record of it that every checkpoint carries.
+
+`sft.py`, `rl.py` and `evaluate.py` all parse `ToolConfig` (flat keys in a recipe, `--field value` on the command
+line). Each checkpoint they write holds `tool_config.json`: the settings it was trained with, with the pixel budgets
+resolved from the processor (and, for RL, the rollout budget). A run that starts from a checkpoint takes those values
+unless the recipe or the command line says otherwise, and then warns with both values: a policy evaluated with
+another pixel budget than it was trained with sees its coordinates in another frame, silently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+RECORD_NAME = "tool_config.json"
+VERIFIER_FIELDS = ("clip_model", "clip_pretrained", "clip_resize")
+CLIP_RESIZE = ("pad", "squash", "center_crop")
+# open_clip's names for the same inference resize modes (`create_model_and_transforms(image_resize_mode=...)`).
+OPEN_CLIP_RESIZE_MODE = {"pad": "longest", "squash": "squash", "center_crop": "shortest"}
+
+
+@dataclass(frozen=True)
+class PixelBudget:
+    """An image processor's budget: images are resized so that `min_pixels <= h * w <= max_pixels`, with sides
+    multiples of `factor` (patch size x merge size), and every `factor x factor` block costs one token."""
+
+    min_pixels: int
+    max_pixels: int
+    factor: int
+
+    @property
+    def max_tokens(self) -> int:
+        """Image tokens of the largest image this budget allows."""
+        return self.max_pixels // (self.factor * self.factor)
+
+
+@dataclass
+class ToolConfig:
+    """The zoom-in tool and its verifier; shared by SFT, RL and evaluation and recorded in each checkpoint."""
+
+    environment: str = field(default="zoom_in", metadata={"help": "Tool environment by name (tools.ENVIRONMENTS)."})
+    min_pixels: int | None = field(
+        default=None, metadata={"help": "Image processor min pixels (None: the model's own)."}
+    )
+    max_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "Image processor max pixels (None: the model's own): the budget of the prompt image, and the "
+            "frame the model's bbox_2d coordinates live in."
+        },
+    )
+    crop_max_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "Max pixels of a zoomed crop fed back to the model (None: max_pixels). Each crop costs up to "
+            "crop_max_pixels / 28^2 tokens of max_completion_length, so it is usually below the image's budget."
+        },
+    )
+    min_side: int = field(
+        default=28, metadata={"help": "A box side shorter than this (original pixels) is expanded about its centre."}
+    )
+    max_aspect: float = field(default=100.0, metadata={"help": "Boxes more elongated than this are rejected."})
+    max_label_words: int = field(
+        default=12,
+        metadata={"help": "Longest label (words) the tool accepts; MAPO section 3.3 limits labels against hacking."},
+    )
+    max_label_chars: int = field(default=80, metadata={"help": "Longest label (characters) the tool accepts."})
+    clip_model: str = field(
+        default="ViT-B-32",
+        metadata={"help": "open_clip model name of the CLIP verifier, or a local directory (tiny models)."},
+    )
+    clip_pretrained: str | None = field(
+        default="openai", metadata={"help": "open_clip pretrained tag; ignored for a local directory."}
+    )
+    clip_resize: str = field(
+        default="pad",
+        metadata={
+            "help": "How a crop is fitted to CLIP's square input. 'pad': letterbox (the whole crop is scored); "
+            "'squash': stretch; 'center_crop': open_clip's default, which scores only the middle square of an "
+            "elongated crop.",
+            "choices": list(CLIP_RESIZE),
+        },
+    )
+
+    def __post_init__(self):
+        if self.clip_resize not in CLIP_RESIZE:
+            raise ValueError(f"clip_resize must be one of {CLIP_RESIZE}; got {self.clip_resize!r}")
+        for name in ("min_pixels", "max_pixels", "crop_max_pixels"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be a positive number of pixels or None; got {value}")
+        if self.max_label_words < 1 or self.max_label_chars < 1:
+            raise ValueError(
+                f"max_label_words and max_label_chars must be >= 1; got {self.max_label_words}, {self.max_label_chars}"
+            )
+
+    def crop_budget(self, image_budget: PixelBudget) -> PixelBudget:
+        """The budget crops are resized to: the image's, with `crop_max_pixels` as its ceiling when set."""
+        if self.crop_max_pixels is None:
+            return image_budget
+        return replace(image_budget, max_pixels=max(self.crop_max_pixels, image_budget.min_pixels))
+
+    def as_record(self, verifier: bool = True) -> dict[str, Any]:
+        """The settings a checkpoint records; without the verifier's for a stage that scored nothing (SFT)."""
+        return {k: v for k, v in asdict(self).items() if verifier or k not in VERIFIER_FIELDS}
+
+    def resolved(self, image_budget: PixelBudget) -> ToolConfig:
+        """A copy with the pixel budgets the processor really uses, as a checkpoint records them."""
+        return replace(
+            self,
+            min_pixels=image_budget.min_pixels,
+            max_pixels=image_budget.max_pixels,
+            crop_max_pixels=self.crop_budget(image_budget).max_pixels,
+        )
+
+
+# --------------------------------------------------------------------------------------------------- the record
+def write_record(output_dir: str | os.PathLike, tool: dict[str, Any], **rollout: Any) -> Path:
+    """Write `tool_config.json` into `output_dir`: the tool settings (`ToolConfig.as_record`), plus the rollout budget
+    RL trained with (`max_completion_length`, `max_tool_calling_iterations`), which evaluation replays."""
+    path = Path(output_dir) / RECORD_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"tool": tool, "rollout": rollout}, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def read_record(checkpoint: str | os.PathLike | None) -> dict[str, dict[str, Any]] | None:
+    """The record of a local checkpoint folder, or None (no record, or a hub name: nothing is downloaded for it)."""
+    if checkpoint is None:
+        return None
+    path = Path(checkpoint) / RECORD_NAME
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text(encoding="utf-8"))
+    known = {f.name for f in fields(ToolConfig)}
+    unknown = set(record.get("tool", {})) - known
+    if unknown:
+        raise ValueError(f"{path}: unknown tool setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    return {"tool": record.get("tool", {}), "rollout": record.get("rollout", {})}
+
+
+def record_mismatches(record: dict[str, dict[str, Any]], values: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """`{name: (recorded, used)}` for every recorded setting that `values` sets to something else."""
+    recorded = {**record["tool"], **record["rollout"]}
+    return {
+        name: (recorded[name], values[name]) for name in recorded if name in values and values[name] != recorded[name]
+    }
+
+
+def warn_on_mismatch(checkpoint: str | os.PathLike, mismatches: dict[str, tuple[Any, Any]]) -> None:
+    """One warning naming every setting that differs from what `checkpoint` was trained with, and both values."""
+    if mismatches:
+        lines = "; ".join(
+            f"{name}: trained with {old!r}, now {new!r}" for name, (old, new) in sorted(mismatches.items())
+        )
+        warnings.warn(f"{checkpoint} was trained with other tool settings ({RECORD_NAME}): {lines}", stacklevel=2)
+
+
+class ToolConfigRecorder(TrainerCallback):
+    """Writes the tool record into every checkpoint folder the trainer saves (`checkpoint-<step>/`), so a run
+    resumed or evaluated from an intermediate checkpoint knows its settings too."""
+
+    def __init__(self, tool: dict[str, Any], **rollout: Any):
+        self.tool, self.rollout = tool, rollout
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            write_record(Path(args.output_dir) / f"checkpoint-{state.global_step}", self.tool, **self.rollout)
