@@ -1,0 +1,443 @@
+"""GPU memory of a training recipe, worked out from the architecture alone: the model is built on the meta device.
+
+No weights are read and nothing is allocated, so a 7B or 8B recipe can be checked on a laptop: do the LoRA targets
+exist, and roughly how much memory per GPU will weights, gradients, optimizer states and activations take?
+
+    python memory.py --model_config recipes/model_configs/Qwen2.5-VL-7B-Instruct
+    python memory.py --model_config recipes/model_configs/Qwen2.5-VL-7B-Instruct --lora_r 64 \\
+        --lora_target_modules q_proj k_proj v_proj o_proj
+    python memory.py --model_config recipes/model_configs/Qwen3-VL-8B-Instruct --zero_stage 3 --num_gpus 8
+
+Parameters, gradients and optimizer states are exact byte counts under the stated storage rules; activations are a
+rough model (see `activation_bytes`). Sizes are GiB (2**30 bytes), per GPU. Not counted: the CUDA context and
+allocator fragmentation (`torch.cuda.max_memory_allocated` does not see them either), DDP's gradient buckets,
+DeepSpeed's communication buckets, the KV cache of generation, and models living beside the policy (the CLIP verifier,
+a reference model when `beta > 0`). `recipes/model_configs/README.md` compares an estimate with a measured peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModelForImageTextToText, PreTrainedModel
+
+GIB = 2**30
+MODEL_CONFIGS_DIR = Path(__file__).parent / "recipes" / "model_configs"
+ALL_LINEAR = "all-linear"  # peft's shorthand for every Linear layer but the output head
+
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
+# Optimizer states per trainable parameter. Each takes 4 bytes beside an fp32 master copy, otherwise the weights' own
+# size: torch creates them with `zeros_like(param)`, so a bf16 model gets bf16 AdamW states.
+OPTIMIZER_STATES = {"adamw": 2, "sgd": 0}  # AdamW: exp_avg and exp_avg_sq; plain SGD: none
+ADAMW_8BIT_BYTES = 2.0  # bitsandbytes 8-bit AdamW: two 1-byte states (plus a negligible fp32 scale per 2048 values)
+
+# bitsandbytes NF4/FP4: 4 bits per weight plus one absmax per block of 64 weights, an fp32 (4 bytes) or, with nested
+# ("double") quantisation, one byte plus an fp32 second-level constant per 256 blocks.
+QUANT_4BIT_BLOCK = 64
+QUANT_4BIT_BYTES = 0.5 + 4 / QUANT_4BIT_BLOCK
+QUANT_4BIT_NESTED_BYTES = 0.5 + 1 / QUANT_4BIT_BLOCK + 4 / (QUANT_4BIT_BLOCK * 256)
+
+# Saved-for-backward elements per token of a Llama/Qwen decoder layer (SDPA or flash attention, so no seq^2 score
+# matrix): the normed input, q, rotated q, attention output, post-attention norm input and output (6 x hidden);
+# k, rotated k and v (3 x kv_dim); for a gated MLP gate, up, act(gate) and their product (4 x intermediate), for a
+# plain fc1 -> act -> fc2 MLP the fc1 output and its activation (2 x intermediate).
+HIDDEN_TENSORS_PER_LAYER = 6
+KV_TENSORS_PER_LAYER = 3
+# TRL 1.16's SFT, GRPO and DPO trainers patch the model with a fused LM head (`trl.trainer.utils.add_fused_lm_head`):
+# log-probs come from [4096 tokens x 32768 vocab] logit tiles, never the full [tokens x vocab] logits; its backward
+# accumulates the head's weight gradient in fp32. Without it (a plain transformers loss), the logits of the scored
+# tokens are materialised: bf16 logits, an fp32 upcast for the log-softmax and a bf16 gradient, 2 + 4 + 2 bytes each.
+FUSED_TOKEN_CHUNK, FUSED_VOCAB_CHUNK = 4096, 32768  # trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE, TRL's chunk_size
+LOGIT_BYTES = 8
+VISION_MARKERS = ("visual", "vision_tower", "vision_model")
+
+
+def resolve_config_path(config_dir_or_name: str | os.PathLike) -> str:
+    """A local config folder as is; a hub name such as `Qwen/Qwen2.5-VL-7B-Instruct` mapped to the shipped copy of
+    its `config.json` under `recipes/model_configs/` when there is one (so recipes naming hub models validate
+    offline); anything else goes to `AutoConfig` unchanged."""
+    path = Path(config_dir_or_name)
+    if path.is_dir():
+        return str(path)
+    shipped = MODEL_CONFIGS_DIR / path.name
+    return str(shipped) if (shipped / "config.json").is_file() else os.fspath(config_dir_or_name)
+
+
+def build_on_meta(config_dir_or_name: str | os.PathLike) -> PreTrainedModel:
+    """`AutoModelForImageTextToText.from_config` under `torch.device("meta")`: the real module tree and parameter
+    shapes, no storage, built in about a second even for 8B models."""
+    config = AutoConfig.from_pretrained(resolve_config_path(config_dir_or_name))
+    with torch.device("meta"):
+        return AutoModelForImageTextToText.from_config(config)
+
+
+def _output_module_names(model: nn.Module) -> set[str]:
+    """Names of the output head (and any module sharing its weight), which peft's `all-linear` leaves out."""
+    head = model.get_output_embeddings() if isinstance(model, PreTrainedModel) else None
+    if head is None:
+        return set()
+    return {name for name, module in model.named_modules() if module is head}
+
+
+def _is_lora_supported(module: nn.Module) -> bool:
+    # peft's LoRA also wraps nn.MultiheadAttention and GPT-2's Conv1D; neither occurs in the models this repo trains.
+    return isinstance(module, nn.Linear | nn.Embedding | nn.Conv1d | nn.Conv2d | nn.Conv3d)
+
+
+def normalise_target_modules(target_modules: str | Sequence[str] | None) -> str | list[str] | None:
+    """What TRL's `ModelConfig` hands peft: a one-element list becomes its element, a plain string.
+
+    That is how `[all-linear]` works in a recipe, and also why `[q_proj]` alone does not: peft reads a string as a
+    regular expression that must match the *full* module name.
+    """
+    if target_modules is None or isinstance(target_modules, str):
+        return target_modules
+    target_modules = list(target_modules)
+    return target_modules[0] if len(target_modules) == 1 else target_modules
+
+
+def lora_matches(model: nn.Module, target_modules: str | Sequence[str]) -> dict[str, list[str]]:
+    """Module names each LoRA target selects, with peft's rules.
+
+    A list entry matches a module whose name equals it or ends with `.<entry>`; a string is a regular expression
+    that must match the whole name, except `all-linear`, every `nn.Linear` but the output head. Keys are the targets
+    (the string itself for a string).
+    """
+    names = [name for name, _ in model.named_modules() if name]
+    if isinstance(target_modules, str):
+        if target_modules.lower() == ALL_LINEAR:
+            excluded = _output_module_names(model)
+            linear = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in excluded]
+            return {target_modules: linear}
+        return {target_modules: [name for name in names if re.fullmatch(target_modules, name)]}
+    return {
+        target: [name for name in names if name == target or name.endswith(f".{target}")] for target in target_modules
+    }
+
+
+def check_lora_targets(model: nn.Module, target_modules: str | Sequence[str]) -> int:
+    """The number of modules the LoRA targets select; ValueError if any target selects nothing or a layer type peft
+    cannot adapt.
+
+    Stricter than peft, which only fails when *no* target matches: a typo beside valid names (`qkv_projj` next to
+    `q_proj`) would otherwise train silently without it. The message lists the Linear suffixes the model does have.
+    """
+    matches = lora_matches(model, target_modules)
+    missing = [target for target, found in matches.items() if not found]
+    if missing:
+        suffixes = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)})
+        hint = ""
+        if isinstance(target_modules, str):
+            hint = (
+                " A single target is a regular expression over the full module name (TRL passes a one-element list"
+                " to peft as a string): write e.g. '.*\\.q_proj', or list two or more names."
+            )
+        raise ValueError(
+            f"LoRA target(s) {missing} match no module of {type(model).__name__}. "
+            f"Linear module suffixes it has: {suffixes}.{hint}"
+        )
+    modules = dict(model.named_modules())
+    selected = {name for found in matches.values() for name in found}
+    unsupported = sorted(name for name in selected if not _is_lora_supported(modules[name]))
+    if unsupported:
+        kinds = sorted({type(modules[name]).__name__ for name in unsupported})
+        raise ValueError(
+            f"LoRA target(s) select {len(unsupported)} module(s) peft cannot adapt ({', '.join(kinds)}), "
+            f"e.g. {unsupported[0]}: name Linear layers (their last name component) instead"
+        )
+    return len(selected)
+
+
+def _lora_params(module: nn.Module, r: int) -> int:
+    """Parameters of one LoRA adapter (A and B, no bias) of rank `r` on `module`."""
+    if isinstance(module, nn.Linear):
+        return r * (module.in_features + module.out_features)
+    if isinstance(module, nn.Embedding):
+        return r * (module.num_embeddings + module.embedding_dim)
+    if isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d):
+        return r * (module.in_channels * math.prod(module.kernel_size) + module.out_channels)
+    raise TypeError(f"no LoRA for {type(module).__name__}")
+
+
+def _is_vision(name: str) -> bool:
+    return any(part in VISION_MARKERS for part in name.split("."))
+
+
+def _quantised_names(model: nn.Module) -> set[str]:
+    """Weights bitsandbytes would store in 4 bits: every `nn.Linear` weight but the output head's and tied ones."""
+    excluded = _output_module_names(model)
+    return {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in excluded}
+
+
+def activation_bytes(
+    model: nn.Module,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    image_tokens: int = 0,
+    logit_tokens: int | None = None,
+    gradient_checkpointing: bool = True,
+    vision_trainable: bool = True,
+    head_trainable: bool = True,
+    fused_lm_head: bool = True,
+    dtype: str = "bfloat16",
+) -> dict[str, float]:
+    """Rough activation bytes of one forward+backward per GPU, by part: `text`, `vision`, `logits`.
+
+    Assumptions (a rough model: it ignores the fp32 copies RMSNorm upcasts and saves, attention's logsumexp, LoRA's
+    own activations (dropout copies of adapted inputs, r-wide intermediates), the transient gradients of the layer
+    being recomputed, masks, position ids and allocator rounding):
+
+    - Decoder layer, `T = micro_batch * seq_len` tokens, activations in `dtype`: with gradient checkpointing each
+      layer keeps only its input, `T * hidden` values, and backward recomputes one layer at a time, so the peak holds
+      all checkpoints plus one layer's saved tensors, `T * (6 * hidden + 3 * kv_dim + 4 * intermediate)` (see
+      `HIDDEN_TENSORS_PER_LAYER`; 2 instead of 4 for an ungated MLP). Without checkpointing every layer keeps the
+      latter. SDPA/flash attention is assumed: eager attention adds `heads * seq_len**2` per sequence and layer.
+    - Vision tower, counted only when some vision parameter trains (a frozen tower saves nothing for backward): the
+      same formula over `micro_batch * image_tokens * spatial_merge_size**2` patches, `image_tokens` being the
+      merged visual tokens each sample carries in the language sequence (a 1280*28*28-pixel image gives 1280).
+    - Logits of the `N = micro_batch * logit_tokens` scored tokens (`logit_tokens` defaults to `seq_len`; GRPO scores
+      only the completion, `max_completion_length`). With TRL's `fused_lm_head` (the default: every trainer here
+      uses it): one [4096 x 32768] tile, the scored hidden states (`dtype`) and their fp32 gradient, and, when the
+      head trains, its fp32 weight-gradient accumulator, `vocab * hidden * 4`. Without: `N * vocab * LOGIT_BYTES`.
+
+    The sum is conservative: gradients build up during backward while checkpoints are freed, so the true peak is
+    lower than parameters + gradients + optimizer + all activations (the README works through one case).
+    """
+    act = DTYPE_BYTES[dtype]
+    config = model.config
+    text = config.get_text_config()
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv_dim = text.num_key_value_heads * head_dim
+    tokens = micro_batch * seq_len
+
+    def stack(n_tokens: int, hidden: int, kv: int, inter: int, layers: int, gated: bool) -> float:
+        full_layer = n_tokens * (
+            HIDDEN_TENSORS_PER_LAYER * hidden + KV_TENSORS_PER_LAYER * kv + (4 if gated else 2) * inter
+        )
+        if gradient_checkpointing:
+            return act * (layers * n_tokens * hidden + full_layer)
+        return act * layers * full_layer
+
+    parts = {"text": stack(tokens, text.hidden_size, kv_dim, text.intermediate_size, text.num_hidden_layers, True)}
+    vision = getattr(config, "vision_config", None)
+    if vision is not None and image_tokens and vision_trainable:
+        patches = micro_batch * image_tokens * vision.spatial_merge_size**2
+        gated = any(_is_vision(n) and n.endswith("gate_proj") for n, _ in model.named_modules())
+        parts["vision"] = stack(
+            patches, vision.hidden_size, vision.hidden_size, vision.intermediate_size, vision.depth, gated
+        )
+    else:
+        parts["vision"] = 0.0
+    scored = micro_batch * (seq_len if logit_tokens is None else logit_tokens)
+    if fused_lm_head:
+        tile = min(scored, FUSED_TOKEN_CHUNK) * min(text.vocab_size, FUSED_VOCAB_CHUNK) * act
+        head_grad = text.vocab_size * text.hidden_size * 4 if head_trainable else 0
+        parts["logits"] = float(tile + scored * text.hidden_size * (act + 4) + head_grad)
+    else:
+        parts["logits"] = float(scored * text.vocab_size * LOGIT_BYTES)
+    return parts
+
+
+def estimate_memory(
+    model: nn.Module,
+    *,
+    dtype: str = "bfloat16",
+    trainable: str = "full",
+    lora_r: int = 16,
+    lora_targets: str | Sequence[str] | None = None,
+    optimizer: str = "adamw",
+    zero_stage: int = 0,
+    num_gpus: int = 1,
+    master_weights_fp32: bool | None = None,
+    micro_batch: int = 1,
+    seq_len: int = 2048,
+    gradient_checkpointing: bool = True,
+    image_tokens: int = 0,
+    logit_tokens: int | None = None,
+    load_in_4bit: bool = False,
+    nested_quant: bool = False,
+    adapter_dtype: str | None = None,
+    fused_lm_head: bool = True,
+) -> dict[str, float]:
+    """GiB per GPU: `parameters`, `gradients`, `optimizer_states`, `activations` and their `total`.
+
+    Storage rules (bytes per parameter; `w` is the byte size of `dtype`):
+
+    - Weights in `dtype`. With `load_in_4bit` (QLoRA) every Linear weight but the output head's takes
+      `QUANT_4BIT_BYTES` (0.5 + one fp32 absmax per 64 weights; `nested_quant`: `QUANT_4BIT_NESTED_BYTES`); embeddings,
+      norms and biases stay in `dtype`.
+    - `trainable="full"` trains every parameter; `"lora"` trains rank-`lora_r` adapters on the modules `lora_targets`
+      selects (peft rules, checked by `check_lora_targets`) and freezes the rest. Adapter weights are fp32 unless
+      `adapter_dtype` says otherwise: peft upcasts them (`autocast_adapter_dtype`), except that TRL keeps them in
+      `dtype` under ZeRO-3 without quantisation.
+    - Gradients: one per trainable parameter, in the trainable weights' dtype (as torch and DeepSpeed keep them).
+    - Optimizer: `adamw` keeps 2 states, `adamw_8bit` 2 one-byte states, `sgd` none. Without a master copy torch
+      creates states like the weights (`zeros_like`): a bf16 model gets bf16 AdamW states, 4 bytes/param. With
+      `master_weights_fp32` (mixed precision under DeepSpeed/FSDP: the default when `zero_stage > 0`) the optimizer
+      holds an fp32 copy of the trainable weights and fp32 states, 4 + 8 = 12 bytes (the ZeRO paper's K = 12).
+    - ZeRO: stage 1 divides optimizer states by `num_gpus`, stage 2 also gradients, stage 3 also parameters, plus
+      the largest single module gathered in full while it computes (ZeRO-3 fetches one module at a time; prefetching
+      can hold more). Stage 0 with several GPUs is plain data parallelism: a full replica per GPU.
+    - Activations: `activation_bytes` (rough; read its assumptions), which `fused_lm_head` is passed on to.
+    """
+    if trainable not in ("full", "lora"):
+        raise ValueError(f"trainable must be 'full' or 'lora', got {trainable!r}")
+    if optimizer not in (*OPTIMIZER_STATES, "adamw_8bit"):
+        raise ValueError(f"optimizer must be one of {[*OPTIMIZER_STATES, 'adamw_8bit']}, got {optimizer!r}")
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
+    if master_weights_fp32 is None:
+        master_weights_fp32 = zero_stage > 0
+    w = DTYPE_BYTES[dtype]
+    params = list(model.named_parameters())  # each tied weight once: the 3B's lm_head is its embedding
+    quantised = _quantised_names(model) if load_in_4bit else set()
+    quant_bytes = QUANT_4BIT_NESTED_BYTES if nested_quant else QUANT_4BIT_BYTES
+
+    # The model's own weights are stored alike whether they train (full) or not (LoRA, whose adapters come on top).
+    base_bytes = sum(p.numel() * (quant_bytes if name in quantised else w) for name, p in params)
+    vision_trainable = head_trainable = trainable == "full"
+    if trainable == "full":
+        if load_in_4bit:
+            raise ValueError("4-bit weights cannot be fully fine-tuned: use trainable='lora'")
+        n_trainable = sum(p.numel() for _, p in params)
+        trainable_w = w
+        weight_bytes = base_bytes
+    else:
+        if lora_targets is None:
+            raise ValueError("trainable='lora' needs lora_targets")
+        check_lora_targets(model, lora_targets)
+        modules = dict(model.named_modules())
+        selected = {name for found in lora_matches(model, lora_targets).values() for name in found}
+        n_trainable = sum(_lora_params(modules[name], lora_r) for name in selected)
+        vision_trainable = any(_is_vision(name) for name in selected)
+        head_trainable = bool(selected & _output_module_names(model))
+        if adapter_dtype is None:
+            adapter_dtype = dtype if (zero_stage == 3 and not load_in_4bit) else "float32"
+        trainable_w = w if master_weights_fp32 else DTYPE_BYTES[adapter_dtype]
+        weight_bytes = base_bytes + n_trainable * trainable_w
+
+    grad_bytes = n_trainable * trainable_w
+    state_bytes = 4 if master_weights_fp32 else trainable_w
+    if optimizer == "adamw_8bit":
+        per_param = ADAMW_8BIT_BYTES
+    else:
+        per_param = OPTIMIZER_STATES[optimizer] * state_bytes
+    optim_bytes = n_trainable * (per_param + (4 if master_weights_fp32 else 0))
+
+    n = max(num_gpus, 1)
+    if zero_stage >= 1:
+        optim_bytes /= n
+    if zero_stage >= 2:
+        grad_bytes /= n
+    if zero_stage == 3:
+        largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+        weight_bytes = weight_bytes / n + largest * w
+
+    acts = activation_bytes(
+        model,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        image_tokens=image_tokens,
+        logit_tokens=logit_tokens,
+        gradient_checkpointing=gradient_checkpointing,
+        vision_trainable=vision_trainable,
+        head_trainable=head_trainable,
+        fused_lm_head=fused_lm_head,
+        dtype=dtype,
+    )
+    result = {
+        "parameters": weight_bytes / GIB,
+        "gradients": grad_bytes / GIB,
+        "optimizer_states": optim_bytes / GIB,
+        "activations": sum(acts.values()) / GIB,
+    }
+    result["total"] = sum(result.values())
+    return result
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Parameters of `model`, each tied weight once."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def format_table(rows: dict[str, float], title: str) -> str:
+    """A two-column text table of GiB values."""
+    width = max(len(key) for key in rows)
+    lines = [title, "-" * (width + 14)]
+    lines += [f"{key:<{width}}  {value:8.2f} GiB" for key, value in rows.items()]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
+    """CLI: build the model on meta, check the LoRA targets, print the per-GPU memory table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model_config", required=True, help="config folder, or a hub name with a shipped copy")
+    parser.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPE_BYTES))
+    parser.add_argument("--lora_r", type=int, default=None, help="train rank-r LoRA adapters instead of all weights")
+    parser.add_argument(
+        "--lora_target_modules",
+        nargs="+",
+        default=["q_proj", "k_proj", "v_proj", "o_proj"],
+        help="peft target_modules, passed as TRL's ModelConfig does (a single value is a regex or all-linear)",
+    )
+    parser.add_argument("--load_in_4bit", action="store_true", help="QLoRA: 4-bit NF4 base weights")
+    parser.add_argument("--use_bnb_nested_quant", action="store_true", help="nested (double) quantisation")
+    parser.add_argument("--optimizer", default="adamw", choices=[*OPTIMIZER_STATES, "adamw_8bit"])
+    parser.add_argument("--zero_stage", type=int, default=0, choices=[0, 1, 2, 3])
+    parser.add_argument("--num_gpus", type=int, default=1, help="data-parallel GPUs ZeRO shards over")
+    parser.add_argument(
+        "--master_weights_fp32",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fp32 master weights and states (default: on with DeepSpeed, zero_stage > 0)",
+    )
+    parser.add_argument("--micro_batch", type=int, default=1, help="per_device_train_batch_size")
+    parser.add_argument("--seq_len", type=int, default=2048, help="padded tokens per sample, image tokens included")
+    parser.add_argument("--image_tokens", type=int, default=0, help="merged visual tokens per sample (1280 at 1M px)")
+    parser.add_argument("--logit_tokens", type=int, default=None, help="tokens with logits (GRPO: completion length)")
+    parser.add_argument("--no_gradient_checkpointing", action="store_true")
+    parser.add_argument("--no_fused_lm_head", action="store_true", help="full logits (a loss outside TRL's trainers)")
+    args = parser.parse_args(argv)
+
+    model = build_on_meta(args.model_config)
+    targets = normalise_target_modules(args.lora_target_modules) if args.lora_r else None
+    n_modules = check_lora_targets(model, targets) if targets is not None else 0
+    estimate = estimate_memory(
+        model,
+        dtype=args.dtype,
+        trainable="lora" if args.lora_r else "full",
+        lora_r=args.lora_r or 0,
+        lora_targets=targets,
+        optimizer=args.optimizer,
+        zero_stage=args.zero_stage,
+        num_gpus=args.num_gpus,
+        master_weights_fp32=args.master_weights_fp32,
+        micro_batch=args.micro_batch,
+        seq_len=args.seq_len,
+        gradient_checkpointing=not args.no_gradient_checkpointing,
+        image_tokens=args.image_tokens,
+        logit_tokens=args.logit_tokens,
+        load_in_4bit=args.load_in_4bit,
+        nested_quant=args.use_bnb_nested_quant,
+        fused_lm_head=not args.no_fused_lm_head,
+    )
+    mode = f"LoRA r={args.lora_r} on {n_modules} modules" if args.lora_r else "full fine-tuning"
+    title = (
+        f"{type(model).__name__}, {parameter_count(model) / 1e9:.3f} B parameters: {mode}, {args.dtype}"
+        f"{', 4-bit base' if args.load_in_4bit else ''}, {args.optimizer}, ZeRO-{args.zero_stage} x {args.num_gpus} GPU, "
+        f"batch {args.micro_batch} x {args.seq_len} tokens (per GPU)"
+    )
+    print(format_table(estimate, title))
+    return estimate
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""`memory.py` and the shipped architecture configs: offline, on the meta device, no weights."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from torch import nn
+from transformers import AutoConfig, Qwen2Config
+from trl import ModelConfig
+
+import memory
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = REPO_ROOT / "recipes" / "model_configs"
+QKVO = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+# Parameters of the meta-built models (tied weights once). Qwen2.5-VL-3B/7B match the published ~3.75B / ~8.29B (the
+# latter is also what the lead's GPU run built from random weights); Qwen3-VL-8B matches, to the parameter, the tensor
+# total of the released safetensors (8,767,123,696), recorded in recipes/model_configs/README.md.
+EXPECTED_PARAMS = {
+    "Qwen2.5-VL-3B-Instruct": 3_754_622_976,
+    "Qwen2.5-VL-7B-Instruct": 8_292_166_656,
+    "Qwen3-VL-8B-Instruct": 8_767_123_696,
+}
+ROUND_FIGURES = {"Qwen2.5-VL-3B-Instruct": 3.75e9, "Qwen2.5-VL-7B-Instruct": 8.29e9, "Qwen3-VL-8B-Instruct": 8.77e9}
+
+
+@pytest.fixture(scope="module")
+def meta_models():
+    return {name: memory.build_on_meta(CONFIGS / name) for name in EXPECTED_PARAMS}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_PARAMS))
+def test_shipped_config_builds_on_meta_with_the_published_size(meta_models, name):
+    model = meta_models[name]
+    assert all(p.is_meta for p in model.parameters())
+    n = memory.parameter_count(model)
+    assert n == pytest.approx(ROUND_FIGURES[name], rel=0.01)
+    assert n == EXPECTED_PARAMS[name]
+
+
+def test_shipped_configs_carry_the_known_shapes():
+    seven = AutoConfig.from_pretrained(CONFIGS / "Qwen2.5-VL-7B-Instruct")
+    text, vision = seven.text_config, seven.vision_config
+    assert (text.hidden_size, text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads) == (
+        3584,
+        28,
+        28,
+        4,
+    )
+    assert (text.intermediate_size, text.vocab_size, seven.tie_word_embeddings) == (18944, 152064, False)
+    assert (vision.depth, vision.hidden_size, vision.intermediate_size, vision.num_heads) == (32, 1280, 3420, 16)
+    assert (vision.out_hidden_size, vision.fullatt_block_indexes, vision.window_size) == (3584, [7, 15, 23, 31], 112)
+    assert text.rope_parameters["mrope_section"] == [16, 24, 24]
+
+    three = AutoConfig.from_pretrained(CONFIGS / "Qwen2.5-VL-3B-Instruct")
+    text = three.text_config
+    assert (text.hidden_size, text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads) == (
+        2048,
+        36,
+        16,
+        2,
+    )
+    assert (text.intermediate_size, three.tie_word_embeddings, three.vision_config.out_hidden_size) == (
+        11008,
+        True,
+        2048,
+    )
+
+
+def test_hub_names_resolve_to_the_shipped_copies():
+    assert memory.resolve_config_path("Qwen/Qwen2.5-VL-7B-Instruct") == str(CONFIGS / "Qwen2.5-VL-7B-Instruct")
+    assert memory.resolve_config_path("some/unknown-model") == "some/unknown-model"
+
+
+def test_lora_targets_of_the_recipes_exist(meta_models):
+    # 28 layers x 4 projections; the vision tower's fused `qkv`/`proj` are not selected by these names.
+    assert memory.check_lora_targets(meta_models["Qwen2.5-VL-7B-Instruct"], QKVO) == 28 * 4
+    assert memory.check_lora_targets(meta_models["Qwen2.5-VL-3B-Instruct"], QKVO) == 36 * 4
+    assert memory.check_lora_targets(meta_models["Qwen3-VL-8B-Instruct"], QKVO) == 36 * 4
+
+
+def test_every_lora_recipe_names_existing_modules(meta_models):
+    recipes = [p for p in (REPO_ROOT / "recipes").glob("*/*/*.yaml") if (CONFIGS / p.parts[-3]).is_dir()]
+    lora = [p for p in recipes if yaml.safe_load(p.read_text()).get("use_peft")]
+    assert lora, "no LoRA recipe for a shipped architecture"
+    for path in lora:
+        targets = memory.normalise_target_modules(yaml.safe_load(path.read_text())["lora_target_modules"])
+        assert memory.check_lora_targets(meta_models[path.parts[-3]], targets) > 0, path
+
+
+def test_a_misspelt_target_is_named_with_the_suffixes_on_offer(meta_models):
+    with pytest.raises(ValueError) as info:
+        memory.check_lora_targets(meta_models["Qwen2.5-VL-7B-Instruct"], ["q_proj", "qkv_projj"])
+    message = str(info.value)
+    assert "['qkv_projj']" in message  # only the missing one
+    assert all(f"'{suffix}'" in message for suffix in ("q_proj", "gate_proj", "qkv", "proj", "lm_head"))
+
+
+def test_targets_that_select_no_linear_layer_are_refused(meta_models):
+    with pytest.raises(ValueError, match="cannot adapt"):
+        memory.check_lora_targets(meta_models["Qwen2.5-VL-7B-Instruct"], ["mlp"])
+
+
+def test_all_linear_skips_the_output_head(meta_models):
+    model = meta_models["Qwen2.5-VL-7B-Instruct"]
+    (selected,) = memory.lora_matches(model, "all-linear").values()
+    linear = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    assert "lm_head" in linear and "lm_head" not in selected
+    assert len(selected) == len(linear) - 1 == memory.check_lora_targets(model, "all-linear")
+
+
+def test_single_targets_follow_trl_into_a_full_match_regex(meta_models):
+    # TRL turns a one-element list into a string, which peft reads as a regex over the full module name.
+    for targets in (["q_proj"], ["all-linear"], QKVO):
+        assert memory.normalise_target_modules(targets) == ModelConfig(lora_target_modules=targets).lora_target_modules
+    with pytest.raises(ValueError, match="match no module"):
+        memory.check_lora_targets(meta_models["Qwen2.5-VL-7B-Instruct"], memory.normalise_target_modules(["q_proj"]))
+    assert memory.check_lora_targets(meta_models["Qwen2.5-VL-7B-Instruct"], r".*language_model.*\.q_proj") == 28
+
+
+class Toy(nn.Module):
+    """420 parameters in two Linear layers, and a decoder config for the activation formula."""
+
+    def __init__(self):
+        super().__init__()
+        self.config = Qwen2Config(
+            hidden_size=8,
+            intermediate_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=32,
+        )
+        self.up = nn.Linear(10, 20)  # 200 + 20
+        self.down = nn.Linear(20, 10, bias=False)  # 200
+
+
+GIB = 2**30
+TOY = {"micro_batch": 1, "seq_len": 10}
+# Activations by hand (bf16, 2 bytes), tokens T = 10, hidden 8, kv_dim 1 * (8 / 2) = 4, intermediate 16, vocab 32:
+# one full layer T * (6 * 8 + 3 * 4 + 4 * 16) = 1240 values; checkpoints 2 layers * T * 8 = 160 values.
+# TRL's fused LM head: a T x 32 bf16 tile, the scored hidden states in bf16 plus their fp32 gradient (T * 8 * 6 bytes)
+# and the fp32 gradient of the 32 x 8 head; materialised logits instead: T * 32 * 8 bytes.
+TOY_LOGITS_FUSED = 10 * 32 * 2 + 10 * 8 * 6 + 32 * 8 * 4
+TOY_LOGITS_FULL = 10 * 32 * 8
+TOY_ACT_CHECKPOINTED = 2 * (160 + 1240) + TOY_LOGITS_FUSED
+TOY_ACT_FULL = 2 * 2 * 1240 + TOY_LOGITS_FUSED
+
+
+def test_full_fine_tuning_bytes_by_hand():
+    est = memory.estimate_memory(Toy(), **TOY)
+    assert est["parameters"] * GIB == 420 * 2  # bf16 weights
+    assert est["gradients"] * GIB == 420 * 2  # bf16 gradients
+    assert est["optimizer_states"] * GIB == 420 * 2 * 2  # torch AdamW: exp_avg + exp_avg_sq like the weights
+    assert est["activations"] * GIB == TOY_ACT_CHECKPOINTED
+    assert est["total"] * GIB == 420 * 8 + TOY_ACT_CHECKPOINTED
+
+    fp32_master = memory.estimate_memory(Toy(), master_weights_fp32=True, **TOY)
+    assert fp32_master["optimizer_states"] * GIB == 420 * 12  # fp32 copy + two fp32 states
+    no_ckpt = memory.estimate_memory(Toy(), gradient_checkpointing=False, **TOY)
+    assert no_ckpt["activations"] * GIB == TOY_ACT_FULL
+    unfused = memory.estimate_memory(Toy(), fused_lm_head=False, **TOY)
+    assert unfused["activations"] * GIB == TOY_ACT_CHECKPOINTED - TOY_LOGITS_FUSED + TOY_LOGITS_FULL
+
+
+def test_lora_bytes_by_hand():
+    est = memory.estimate_memory(Toy(), trainable="lora", lora_r=2, lora_targets=["up"], **TOY)
+    adapter = 2 * (10 + 20)  # A: 2 x 10, B: 20 x 2
+    assert est["parameters"] * GIB == 420 * 2 + adapter * 4  # frozen bf16 base + fp32 adapters (peft's upcast)
+    assert est["gradients"] * GIB == adapter * 4
+    assert est["optimizer_states"] * GIB == adapter * 8
+    # A frozen head needs no fp32 weight-gradient accumulator.
+    assert est["activations"] * GIB == TOY_ACT_CHECKPOINTED - 32 * 8 * 4
+
+
+def test_qlora_stores_linear_weights_in_four_bits():
+    est = memory.estimate_memory(Toy(), trainable="lora", lora_r=2, lora_targets=["up"], load_in_4bit=True, **TOY)
+    # 400 Linear weights at 0.5 byte + one fp32 absmax per 64; the 20 biases stay bf16.
+    assert est["parameters"] * GIB == pytest.approx(400 * (0.5 + 4 / 64) + 20 * 2 + 60 * 4)
+    with pytest.raises(ValueError, match="4-bit"):
+        memory.estimate_memory(Toy(), load_in_4bit=True, **TOY)
+
+
+def test_zero_stages_shard_what_they_promise():
+    base = memory.estimate_memory(Toy(), master_weights_fp32=True, **TOY)
+    z2 = memory.estimate_memory(Toy(), zero_stage=2, num_gpus=4, **TOY)
+    z3 = memory.estimate_memory(Toy(), zero_stage=3, num_gpus=4, **TOY)
+    assert z2["parameters"] == base["parameters"]
+    assert z2["gradients"] == base["gradients"] / 4 and z2["optimizer_states"] == base["optimizer_states"] / 4
+    # ZeRO-3 also shards the weights, but gathers the module computing (here `up`, 220 parameters) in full.
+    assert z3["parameters"] * GIB == 420 * 2 / 4 + 220 * 2
+    assert z3["gradients"] == base["gradients"] / 4 and z3["optimizer_states"] == base["optimizer_states"] / 4
+    assert z3["activations"] == z2["activations"] == base["activations"]
+
+
+def test_zero_on_the_7b(meta_models):
+    model = meta_models["Qwen2.5-VL-7B-Instruct"]
+    one = memory.estimate_memory(model, master_weights_fp32=True)
+    z2 = memory.estimate_memory(model, zero_stage=2, num_gpus=8)
+    z3 = memory.estimate_memory(model, zero_stage=3, num_gpus=8)
+    assert one["optimizer_states"] == pytest.approx(8.292e9 * 12 / GIB, rel=1e-3)
+    assert z2["parameters"] == one["parameters"] and z2["gradients"] == pytest.approx(one["gradients"] / 8)
+    assert z3["optimizer_states"] == pytest.approx(one["optimizer_states"] / 8)
+    assert z3["parameters"] < one["parameters"] / 4  # a shard plus the gathered embedding
+
+
+def test_the_h200_setup_weights_grads_and_adam_states(meta_models):
+    # One H200, 7B shape, bf16 weights, plain torch AdamW (bf16 states): 8 bytes per parameter before activations.
+    est = memory.estimate_memory(meta_models["Qwen2.5-VL-7B-Instruct"], micro_batch=8, seq_len=2048, image_tokens=1280)
+    static = est["parameters"] + est["gradients"] + est["optimizer_states"]
+    assert static == pytest.approx(8_292_166_656 * 8 / GIB) == pytest.approx(61.8, abs=0.05)
+
+
+def test_cli_prints_the_table(capsys):
+    est = memory.main(
+        ["--model_config", str(CONFIGS / "Qwen2.5-VL-3B-Instruct"), "--lora_r", "8", "--micro_batch", "2"]
+    )
+    out = capsys.readouterr().out
+    assert "LoRA r=8 on 144 modules" in out and "total" in out
+    assert est["total"] == pytest.approx(sum(v for k, v in est.items() if k != "total"))
+    with pytest.raises(ValueError, match="qkv_projj"):
+        memory.main(
+            [
+                "--model_config",
+                str(CONFIGS / "Qwen2.5-VL-3B-Instruct"),
+                "--lora_r",
+                "8",
+                "--lora_target_modules",
+                "qkv_projj",
+                "o_proj",
+            ]
+        )
