@@ -14,11 +14,27 @@ ARGS        ?=
 MODEL       ?= $(TINY)/qwen2_5_vl
 BENCH       ?= synthetic
 DATA        ?=
-CLIP        ?= $(TINY)/clip
-LAUNCH      := $(VENV)/bin/accelerate launch --config_file recipes/accelerate_configs/$(ACCELERATE).yaml
-export HF_HUB_OFFLINE ?= 1
-export TRANSFORMERS_OFFLINE ?= 1
-export HF_DATASETS_OFFLINE ?= 1
+# The verifier evaluation scores z_t with: a checkpoint's record names the one it was trained with (tool_config.json);
+# the tiny world's models default to the tiny CLIP, anything else to the record or ToolConfig's default.
+CLIP        ?= $(if $(filter $(TINY)/% outputs/tiny-%,$(MODEL)),$(TINY)/clip)
+# Several nodes (README, "Multi-node"): forwarded to accelerate launch when set. NUM_PROCESSES counts all nodes' GPUs.
+NUM_PROCESSES     ?=
+NUM_MACHINES      ?=
+MACHINE_RANK      ?=
+MAIN_PROCESS_IP   ?=
+MAIN_PROCESS_PORT ?=
+LAUNCH      := $(VENV)/bin/accelerate launch --config_file recipes/accelerate_configs/$(ACCELERATE).yaml \
+	$(if $(NUM_PROCESSES),--num_processes $(NUM_PROCESSES)) $(if $(NUM_MACHINES),--num_machines $(NUM_MACHINES)) \
+	$(if $(MACHINE_RANK),--machine_rank $(MACHINE_RANK)) $(if $(MAIN_PROCESS_IP),--main_process_ip $(MAIN_PROCESS_IP)) \
+	$(if $(MAIN_PROCESS_PORT),--main_process_port $(MAIN_PROCESS_PORT))
+# Offline belongs to the tiny kit: its targets, and sft/rl/eval when every path they are given is the tiny kit's
+# (recipes/tiny/..., outputs/tiny...). Real recipes download the policy and the CLIP weights (README, "Weights for real
+# runs"); on an air-gapped node fetch them ahead and set HF_HUB_OFFLINE=1 yourself, which every target respects.
+OFFLINE     := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
+tiny_only    = $(if $(filter-out recipes/tiny/% outputs/tiny% ./outputs/tiny%,$(1)),,$(OFFLINE))
+tiny demo test bench clip experiment: export HF_HUB_OFFLINE ?= 1
+tiny demo test bench clip experiment: export TRANSFORMERS_OFFLINE ?= 1
+tiny demo test bench clip experiment: export HF_DATASETS_OFFLINE ?= 1
 export TRL_EXPERIMENTAL_SILENCE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
@@ -46,14 +62,14 @@ tiny: $(TINY)/.built ## Build the tiny offline models (Qwen2.5-VL, tokenizer, CL
 demo: tiny ## The main job on tiny models, CPU: train CLIP verifier, SFT, MAPO RL, evaluate before/after (outputs/demo)
 	$(PY) demo.py $(ARGS)
 
-sft: tiny ## SFT cold start: SFT_RECIPE=<recipe.yaml> ACCELERATE=<cpu|single_gpu|ddp|zero2|zero3> ARGS="--field value ..."
-	$(LAUNCH) sft.py --config $(SFT_RECIPE) $(ARGS)
+sft: tiny ## SFT cold start: SFT_RECIPE=<recipe.yaml> ACCELERATE=<cpu|multi_cpu|single_gpu|ddp|zero2|zero3|fsdp2> ARGS="--field value ..."; N nodes: NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, NUM_PROCESSES
+	$(call tiny_only,$(SFT_RECIPE)) $(LAUNCH) sft.py --config $(SFT_RECIPE) $(ARGS)
 
-rl: tiny ## MAPO RL: RECIPE=<recipe.yaml> ACCELERATE=<cpu|single_gpu|ddp|zero2|zero3> ARGS="--field value ..."
-	$(LAUNCH) rl.py --config $(RECIPE) $(ARGS)
+rl: tiny ## MAPO RL: RECIPE=<recipe.yaml> ACCELERATE=<cpu|multi_cpu|single_gpu|ddp|zero2|zero3|fsdp2> ARGS="--field value ..."; N nodes: as sft
+	$(call tiny_only,$(RECIPE)) $(LAUNCH) rl.py --config $(RECIPE) $(ARGS)
 
 eval: tiny ## Score MODEL on BENCH (vstar|hrbench|mme_realworld|synthetic); DATA: its files (empty: generated synthetic test split); ARGS="--limit 20"
-	$(PY) evaluate.py --model_name_or_path $(MODEL) --benchmark $(BENCH) $(if $(DATA),--data_path $(DATA)) --clip_model $(CLIP) $(ARGS)
+	$(call tiny_only,$(MODEL) $(CLIP)) $(PY) evaluate.py --model_name_or_path $(MODEL) --benchmark $(BENCH) $(if $(DATA),--data_path $(DATA)) $(if $(CLIP),--clip_model $(CLIP)) $(ARGS)
 
 clip: $(TINY)/clip_trained/training_metrics.json ## Train the tiny CLIP verifier on synthetic crops (~1 min CPU)
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import io
 import logging
-import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from models import pixel_budget
 from task import build_prompt, extract_answer, final_text
 from tools import TOOL_NAME, ToolConfig, ZoomCall, ZoomInEnv, environment_tools, executed_calls
 from tools import make_environment_factory as _environment_factory
+from vllm_images import collapse_image_runs
 
 logger = logging.getLogger(__name__)
 
@@ -337,8 +337,9 @@ class TransformersBackend:
 class VLLMBackend:
     """vLLM generation on a GPU (`pip install -r requirements-gpu.txt`).
 
-    Prompts go in as text, with one `<|image_pad|>` per image, plus `multi_modal_data`, and vLLM expands each image
-    itself: given the processor's already-expanded ids it would expand them again (trl#6294). vLLM resizes images
+    Prompts go in as token ids with one `<|image_pad|>` per image (`vllm_images.collapse_image_runs`, as training's
+    colocate rollouts do), plus `multi_modal_data`, and vLLM expands each image itself: given the processor's
+    already-expanded ids it would expand them again (trl#6294). vLLM resizes images
     with the processor's pixel budget; every call checks that it produced the same number of image tokens as the
     processor, since the model's box coordinates live in that frame.
     """
@@ -388,10 +389,7 @@ class VLLMBackend:
 
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: Sequence[int]) -> list[list[int]]:
         requests = [
-            {
-                "prompt": re.sub(f"(?:{re.escape(IMAGE_PAD)})+", IMAGE_PAD, self.tokenizer.decode(ids)),
-                "multi_modal_data": {"image": images},
-            }
+            {"prompt_token_ids": collapse_image_runs(ids, self.image_pad_id), "multi_modal_data": {"image": images}}
             for ids, images in prompts
         ]
         params = [self.sampling_params(budget) for budget in max_new_tokens]

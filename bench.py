@@ -1,12 +1,21 @@
-"""Benchmarks behind `make bench`; results and the exact command go to docs/benchmarks.md.
+"""Benchmarks behind `make bench`; results and the exact commands go to docs/benchmarks.md.
 
-1. Step time of MAPO against stock GRPO on the tiny policy with forced tool calls (so crops really are scored),
-   measured side by side in one process: the runs alternate GRPO, MAPO, GRPO, MAPO, ... and each is summarised
-   by its median step time after a warm-up step (TRL's `step_time`), so machine noise hits both alike.
-   Goal: MAPO/GRPO <= 1.03.
-2. CLIP scoring throughput (crops per second, label + crop pairs through `ClipVerifier.similarity`) for the real
-   ViT-B-32 and ViT-L-14 architectures with random weights (nothing is downloaded; speed does not depend on the
-   weights).
+1. MAPO's cost against stock GRPO, paired: ONE policy in one process is shared by a stock `GRPOTrainer` and a
+   `MAPOTrainer` (one optimizer). Each pair of steps trains both on the same batch, GRPO then MAPO, and the next
+   pair MAPO then GRPO, so drift (clocks, caches, a busy neighbour) hits both alike; tool calls are forced
+   (`scripted.force_tool_calls`), so every rollout zooms once and MAPO really scores every crop. Reported: median
+   step time of each (generation, loss, backward, optimizer step; warm-up pairs dropped), their ratio, and the
+   verifier's share of a MAPO step (time inside `_semantic_reward`, CLIP included, over the step's time), plus peak
+   GPU memory. (Earlier 7B figures came from separate processes and moved 30% between them.)
+   `--shape tiny` (default): the tiny kit's architecture, CPU or GPU, seconds. `--shape 7b`: Qwen2.5-VL-7B-Instruct's
+   architecture (recipes/model_configs) with random weights, bf16 on one GPU, the 7B recipe's pixel budgets and a
+   random-weight ViT-L-14 verifier: nothing downloads, and speed does not depend on the weights.
+2. CLIP scoring throughput (label + crop pairs per second through `ClipVerifier.similarity`) for the real ViT-B-32
+   and ViT-L-14 architectures with random weights.
+3. HPO's cost: `hpo.kantorovich_potentials` alone for n = m = 16 ... 1,024 steps of width 1,024 (POT runs on the CPU
+   whatever the training device), and, inside tiny training steps with `advantage_estimator: hpo` and forced tool
+   calls, the time of the whole step-advantage path (text encoder plus transport) and of the encoder alone, as
+   shares of the step, measured in the same run.
 """
 
 from __future__ import annotations
@@ -14,9 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -24,56 +36,208 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
-from transformers import set_seed  # noqa: E402
+from transformers import AutoConfig, AutoModelForImageTextToText, set_seed  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
 
 from data.synthetic import build_synthetic  # noqa: E402
-from mapo_trainer import ClipVerifier, MAPOTrainer  # noqa: E402
-from scripted import tiny_trainer  # noqa: E402
+from hpo import bench_potentials  # noqa: E402
+from mapo_trainer import SEMANTIC_REWARD_NAME, ClipVerifier, MAPOTrainer  # noqa: E402
+from memory import resolve_config_path  # noqa: E402
+from models import load_processor  # noqa: E402
+from scripted import force_tool_calls, tiny_trainer  # noqa: E402
 from tiny_models import build_tiny_kit, kit_paths  # noqa: E402
+from tools import ToolConfig  # noqa: E402
 
 
-def step_times(trainer_cls, kit: dict, dataset, steps: int, output_dir: str) -> list[float]:
-    """Per-step wall times of one training run (TRL's `step_time`), first step excluded as warm-up."""
-    set_seed(0)
-    trainer = tiny_trainer(
-        trainer_cls,
-        kit,
-        dataset,
-        output_dir,
-        seed=0,
-        max_steps=steps + 1,
-        learning_rate=1e-5,
-        per_device_train_batch_size=8,
-        num_generations=4,
+# ------------------------------------------------------------------------------------------------------ shapes
+@dataclass(frozen=True)
+class Shape:
+    """A policy architecture and the rollout settings it is benchmarked with."""
+
+    config: str | None  # a config folder or hub name (memory.resolve_config_path); None: the tiny kit's own
+    batch: int  # rollouts per step (per_device_train_batch_size)
+    num_generations: int
+    max_completion_length: int  # the real generation runs this many new tokens per turn, then is scripted
+    max_pixels: int | None  # prompt-image budget (None: the kit processor's)
+    crop_max_pixels: int | None
+    clip_model: str | None  # None: the tiny kit's CLIP
+    gradient_checkpointing: bool
+
+
+SHAPES = {
+    "tiny": Shape(None, 8, 4, 320, None, None, None, False),
+    # The 7B recipe's image budgets (recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo.yaml) and verifier; 8 rollouts
+    # (G = 4) and 256 new tokens per turn, the setting of the earlier separate-process figures.
+    "7b": Shape("Qwen/Qwen2.5-VL-7B-Instruct", 8, 4, 256, 1280 * 28 * 28, 512 * 28 * 28, "ViT-L-14", True),
+}
+TOKEN_IDS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+TEXT_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def policy_config(shape: Shape, kit: dict):
+    """The architecture of `shape` with the tiny kit's special-token ids, since the kit's tokenizer writes the
+    rollouts (the real vocabulary size is kept, so the embedding and head cost what they do in the real model)."""
+    kit_config = AutoConfig.from_pretrained(kit["policy"])
+    if shape.config is None:
+        return kit_config
+    config = AutoConfig.from_pretrained(resolve_config_path(shape.config))
+    for key in TOKEN_IDS:
+        setattr(config, key, getattr(kit_config, key))
+    for key in TEXT_TOKEN_IDS:
+        setattr(config.text_config, key, getattr(kit_config.text_config, key))
+    return config
+
+
+def build_policy(shape: Shape, kit: dict, device: torch.device, dtype: torch.dtype):
+    """The policy of `shape` with random weights, built directly on `device` (nothing is downloaded)."""
+    with torch.device(device):
+        model = AutoModelForImageTextToText.from_config(
+            policy_config(shape, kit), dtype=dtype, attn_implementation="sdpa"
+        )
+    model.config._name_or_path = f"random-weights-{shape.config or 'tiny'}"
+    return model
+
+
+# ------------------------------------------------------------------------------------------------- step time
+@contextmanager
+def timed_semantic_reward(trainer: MAPOTrainer, seconds: list[float], crops: list[int], sync):
+    """Time every call of MAPO's semantic reward (R_sem, CLIP included) and count the crops it scores."""
+    index = trainer.reward_func_names.index(SEMANTIC_REWARD_NAME)
+    reward, similarity = trainer.reward_funcs[index], trainer.verifier.similarity
+
+    def timed(*args, **kwargs):
+        sync()
+        start = time.perf_counter()
+        out = reward(*args, **kwargs)
+        sync()
+        seconds.append(time.perf_counter() - start)
+        return out
+
+    def counted(labels, images):
+        crops.append(len(labels))
+        return similarity(labels, images)
+
+    trainer.reward_funcs[index], trainer.verifier.similarity = timed, counted
+    try:
+        yield
+    finally:
+        trainer.reward_funcs[index], trainer.verifier.similarity = reward, similarity
+
+
+def train_step(trainer, batch: list[dict], optimizer, sync) -> float:
+    """One optimizer step of `trainer` on `batch` (generation, rewards, loss, backward, clip, step): seconds."""
+    sync()
+    start = time.perf_counter()
+    trainer.training_step(trainer.model, batch, None)
+    if trainer.args.max_grad_norm:
+        torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), trainer.args.max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    sync()
+    trainer._metrics["train"].clear()  # nothing is logged here; keep the buffers from growing
+    return time.perf_counter() - start
+
+
+def bench_step_time(kit: dict, shape: str | Shape, pairs: int, warmup: int = 1, seed: int = 0) -> dict:
+    """GRPO and MAPO steps alternated on one shared policy and the same batches (see the module docstring).
+
+    `shape` is a name in `SHAPES` or a `Shape` (tests use a smaller tiny one)."""
+    shape_name, shape = (shape, SHAPES[shape]) if isinstance(shape, str) else (None, shape)
+    cuda = torch.cuda.is_available()
+    if shape.config is not None and not cuda:
+        raise SystemExit(f"{shape.config} needs a CUDA GPU (its random-weight policy is built there in bf16)")
+    device = torch.device("cuda" if cuda else "cpu")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    sync = torch.cuda.synchronize if cuda else lambda: None
+
+    set_seed(seed)
+    start = time.perf_counter()
+    model = build_policy(shape, kit, device, dtype)
+    build_s = time.perf_counter() - start
+    processor = load_processor(kit["policy"], max_pixels=shape.max_pixels)
+    force_tool_calls(model, processor.tokenizer)
+    tool_config = ToolConfig(
+        max_pixels=shape.max_pixels,
+        crop_max_pixels=shape.crop_max_pixels,
+        clip_model=shape.clip_model or str(kit["clip"]),
+        clip_pretrained=None,  # random weights: nothing downloads
     )
-    trainer.train()
-    return [entry["step_time"] for entry in trainer.state.log_history if "step_time" in entry][1:]
+    prompts_per_step = shape.batch // shape.num_generations
+    dataset = build_synthetic(prompts_per_step * (warmup + pairs), seed=seed, split="train")
+    config = {
+        "seed": seed,
+        "learning_rate": 1e-6,
+        "per_device_train_batch_size": shape.batch,
+        "num_generations": shape.num_generations,
+        "max_completion_length": shape.max_completion_length,
+        "bf16": cuda,
+        "gradient_checkpointing": shape.gradient_checkpointing,
+    }
+    output_dir = tempfile.mkdtemp(prefix="bench-")  # nothing is saved there (save_strategy "no")
+    trainers = {
+        name: tiny_trainer(
+            cls, kit, dataset, output_dir, model=model, processor=processor, tool_config=tool_config, **config
+        )
+        for name, cls in (("grpo", GRPOTrainer), ("mapo", MAPOTrainer))
+    }
+    mapo = trainers["mapo"]
+    if shape.gradient_checkpointing:  # what `Trainer.train` would switch on
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs=mapo.args.activation_checkpointing_kwargs
+        )
+    optimizer = mapo.create_optimizer()  # one optimizer: both trainers step the same weights
+    for trainer in trainers.values():
+        trainer.optimizer = optimizer
+        trainer.current_gradient_accumulation_steps = 1  # set by `Trainer.train`, which is not used here
 
-
-def bench_step_time(kit: dict, steps: int, rounds: int) -> dict:
-    dataset = build_synthetic(16, seed=0, split="train")
     times = {"grpo": [], "mapo": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(rounds):
-            for name, cls in (("grpo", GRPOTrainer), ("mapo", MAPOTrainer)):
-                times[name] += step_times(cls, kit, dataset, steps, tmp)
+    peak_gib = {"grpo": 0.0, "mapo": 0.0}
+    semantic_s, crops = [], []
+    with timed_semantic_reward(mapo, semantic_s, crops, sync):
+        for k in range(warmup + pairs):
+            rows = [dataset[i] for i in range(k * prompts_per_step, (k + 1) * prompts_per_step)]
+            batch = [row for row in rows for _ in range(shape.num_generations)]  # as TRL's RepeatSampler groups
+            order = ("grpo", "mapo") if k % 2 == 0 else ("mapo", "grpo")
+            for name in order:
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats()
+                seconds = train_step(trainers[name], batch, optimizer, sync)
+                if cuda:
+                    peak_gib[name] = max(peak_gib[name], torch.cuda.max_memory_allocated() / 2**30)
+                if k >= warmup:
+                    times[name].append(seconds)
+    shutil.rmtree(output_dir, ignore_errors=True)
+    mapo_semantic = semantic_s[warmup:]  # one call per MAPO step
+    share = [s / t for s, t in zip(mapo_semantic, times["mapo"])]
     median = {name: statistics.median(values) for name, values in times.items()}
     return {
-        "steps_per_run": steps,
-        "rounds": rounds,
+        "shape": shape_name,
+        "settings": asdict(shape),
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "dtype": str(dtype).removeprefix("torch."),
+        "parameters_b": sum(p.numel() for p in model.parameters()) / 1e9,
+        "build_s": build_s,
+        "warmup_pairs": warmup,
+        "pairs": pairs,
+        "step_s": times,
         "median_step_s": median,
         "ratio_mapo_over_grpo": median["mapo"] / median["grpo"],
+        "semantic_reward_s": mapo_semantic,
+        "median_semantic_reward_s": statistics.median(mapo_semantic),
+        "verifier_share_of_mapo_step": statistics.median(share),
+        "crops_scored_per_mapo_step": crops[warmup:],
+        "peak_memory_gib": peak_gib if cuda else None,
     }
 
 
+# ----------------------------------------------------------------------------------------------------- CLIP
 def bench_clip(names: list[str], n_crops: int, repeats: int) -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     crops = [Image.new("RGB", (448, 336), (i * 7 % 255, 90, 160)) for i in range(n_crops)]
     labels = [f"a small red star number {i}" for i in range(n_crops)]
     results = {}
     for name in names:
-        verifier = ClipVerifier(name, pretrained=None, device=device)
+        verifier = ClipVerifier(ToolConfig(clip_model=name, clip_pretrained=None), device=device)
         verifier.similarity(labels[:2], crops[:2])  # warm-up
         best = float("inf")
         for _ in range(repeats):
@@ -82,30 +246,92 @@ def bench_clip(names: list[str], n_crops: int, repeats: int) -> dict:
             if device == "cuda":
                 torch.cuda.synchronize()
             best = min(best, time.perf_counter() - start)
-        results[name] = {"device": device, "batch": n_crops, "crops_per_s": n_crops / best}
+        results[name] = {
+            "device": device,
+            "dtype": str(verifier.dtype),
+            "batch": n_crops,
+            "crops_per_s": n_crops / best,
+        }
     return results
 
 
-def main() -> None:
+def bench_hpo(kit: dict, sizes: list[int], steps: int, dim: int = 1024) -> dict:
+    """Section 3 of the module docstring: potentials alone, then HPO's share of tiny training steps."""
+    potentials = bench_potentials(sizes=tuple(sizes), dim=dim, repeats=3)
+    spent = {"hpo": [], "embed": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        set_seed(0)
+        trainer = tiny_trainer(
+            MAPOTrainer, kit, build_synthetic(16, seed=0, split="train"), tmp, seed=0, max_steps=steps + 1,
+            learning_rate=1e-5, per_device_train_batch_size=8, num_generations=4, reward_funcs=["format"],
+            advantage_estimator="hpo", hpo_text_encoder=kit["text_encoder"],
+            hpo_min_positive_steps=1, hpo_min_negative_steps=1,  # so that every group really is transported
+        )  # fmt: skip
+        trainer._hpo_advantages = _timed(trainer._hpo_advantages, spent["hpo"])
+        trainer.step_encoder.embed = _timed(trainer.step_encoder.embed, spent["embed"])
+        trainer.train()
+        step = [entry["step_time"] for entry in trainer.state.log_history if "step_time" in entry]
+        fallback = [entry["hpo/fallback_frac"] for entry in trainer.state.log_history if "hpo/fallback_frac" in entry]
+    # The first step is a warm-up; the encoder also embeds each step of a rollout once per generation batch.
+    step, hpo, embed = (statistics.median(values[1:]) for values in (step, spent["hpo"], spent["embed"]))
+    return {
+        "potentials": potentials,
+        "tiny_step": {
+            "steps": steps,
+            "median_step_s": step,
+            "median_hpo_s": hpo,
+            "median_text_encoder_s": embed,
+            "hpo_share_of_step": hpo / step,
+            "text_encoder_share_of_step": embed / step,
+            "groups_transported": 1.0 - max(fallback),
+        },
+    }
+
+
+def _timed(fn, record: list[float]):
+    """`fn`, appending the seconds of each call to `record`."""
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        result = fn(*args, **kwargs)
+        record.append(time.perf_counter() - start)
+        return result
+
+    return timed
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=5, help="timed steps per run (after one warm-up step)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating GRPO/MAPO run pairs")
-    parser.add_argument("--clip_models", nargs="*", default=["ViT-B-32", "ViT-L-14"])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny", help="policy architecture (7b: GPU only)")
+    parser.add_argument("--pairs", type=int, default=8, help="timed GRPO/MAPO step pairs")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed step pairs first")
+    parser.add_argument("--batch", type=int, help="rollouts per step (default: the shape's)")
+    parser.add_argument("--num_generations", type=int, help="G (default: the shape's)")
+    parser.add_argument("--max_completion_length", type=int, help="new tokens per turn (default: the shape's)")
+    parser.add_argument("--clip_models", nargs="*", default=["ViT-B-32", "ViT-L-14"], help="none: skip CLIP")
     parser.add_argument("--clip_crops", type=int, default=32, help="crops per CLIP call")
+    parser.add_argument("--hpo_sizes", type=int, nargs="*", default=[16, 64, 256, 1024], help="none: skip HPO")
+    parser.add_argument("--hpo_steps", type=int, default=4, help="timed tiny HPO steps (after one warm-up)")
     parser.add_argument("--output", type=Path, default=Path("outputs/bench.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     kit_dir = Path("outputs/tiny")
     kit = kit_paths(kit_dir) if (kit_dir / ".built").exists() else build_tiny_kit(kit_dir)
     kit = {k: str(v) for k, v in kit.items()}
+    overrides = {k: getattr(args, k) for k in ("batch", "num_generations", "max_completion_length")}
+    shape = replace(SHAPES[args.shape], **{k: v for k, v in overrides.items() if v is not None})
     results = {
         "torch_threads": torch.get_num_threads(),
-        "step_time": bench_step_time(kit, args.steps, args.rounds),
-        "clip_throughput": bench_clip(args.clip_models, args.clip_crops, repeats=3),
+        "step_time": bench_step_time(kit, shape, args.pairs, args.warmup) | {"shape": args.shape},
     }
+    if args.clip_models:
+        results["clip_throughput"] = bench_clip(args.clip_models, args.clip_crops, repeats=3)
+    if args.hpo_sizes:
+        results["hpo"] = bench_hpo(kit, args.hpo_sizes, args.hpo_steps)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
+    return results
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ exist, and roughly how much memory per GPU will weights, gradients, optimizer st
     python memory.py --model_config recipes/model_configs/Qwen2.5-VL-7B-Instruct --lora_r 64 \\
         --lora_target_modules q_proj k_proj v_proj o_proj
     python memory.py --model_config recipes/model_configs/Qwen3-VL-8B-Instruct --zero_stage 3 --num_gpus 8
+    python memory.py --recipe recipes/Qwen2.5-VL-3B-Instruct/rl/config_mapo_qlora.yaml --accelerate single_gpu
 
 Parameters, gradients and optimizer states are exact byte counts under the stated storage rules; activations are a
 rough model (see `activation_bytes`). Sizes are GiB (2**30 bytes), per GPU. Not counted: the CUDA context and
@@ -22,9 +23,11 @@ import math
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import yaml
 from torch import nn
 from transformers import AutoConfig, AutoModelForImageTextToText, PreTrainedModel
 
@@ -363,6 +366,113 @@ def estimate_memory(
     return result
 
 
+# ------------------------------------------------------------------------------------------------ from a recipe
+# Text tokens around the images (the tiny kit's byte-level tokenizer measures more; Qwen's, about these):
+PROMPT_TEXT_TOKENS = 450  # system prompt with the tool schema, question, options, format instruction
+SFT_TEXT_TOKENS = 1024  # SFT's whole gold conversation, prompt included: thoughts, <= 2 calls, tool texts, answer
+ACCELERATE_CONFIGS_DIR = Path(__file__).parent / "recipes" / "accelerate_configs"
+
+
+@dataclass
+class RecipeWorkload:
+    """What `estimate_memory` needs, read from a recipe and an accelerate config (`recipe_workload`)."""
+
+    model_config: str
+    stage: str  # "rl" or "sft"
+    kwargs: dict
+
+    def describe(self) -> str:
+        k = self.kwargs
+        shard = f"ZeRO-{k['zero_stage']} x {k['num_gpus']}" if k["zero_stage"] else f"{k['num_gpus']} GPU, no sharding"
+        mode = f"LoRA r{k['lora_r']}" if k["trainable"] == "lora" else "full"
+        return (
+            f"{Path(self.model_config).name} {self.stage.upper()}, {mode}{', 4-bit base' if k['load_in_4bit'] else ''}, "
+            f"{shard}; per GPU {k['micro_batch']} x {k['seq_len']} tokens ({k['image_tokens']} image, "
+            f"{k['logit_tokens']} scored)"
+        )
+
+
+def accelerate_sharding(accelerate: str | os.PathLike) -> tuple[int, int, bool]:
+    """`(zero_stage, num_gpus, fp32 master weights)` of an accelerate config, by path or by name in
+    `recipes/accelerate_configs/`. FSDP (full shard) counts as ZeRO-3: parameters, gradients and optimizer states
+    sharded, fp32 master weights under mixed precision; plain data parallelism and one process shard nothing."""
+    path = Path(accelerate)
+    if not path.is_file():
+        path = ACCELERATE_CONFIGS_DIR / f"{accelerate}.yaml"
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    gpus = int(config.get("num_processes", 1))
+    kind = config.get("distributed_type")
+    if kind == "DEEPSPEED":
+        return int(config["deepspeed_config"]["zero_stage"]), gpus, True
+    if kind == "FSDP":
+        return 3, gpus, True
+    return 0, gpus, False
+
+
+def recipe_workload(
+    recipe: str | os.PathLike, accelerate: str | os.PathLike, num_gpus: int | None = None
+) -> RecipeWorkload:
+    """The worst-case step of `recipe` (its bases merged) on the hardware of `accelerate`, per GPU.
+
+    Architecture: the shipped config of `model_name_or_path`, else of the recipe's folder (`recipes/<Model>/...`: RL
+    recipes start from an SFT output of that model). Image tokens per image and per crop from the pixel budgets and
+    the vision tower's patch x merge size (28 for Qwen2.5-VL, 32 for Qwen3-VL).
+    - RL: every rollout at `max_completion_length` (all scored), after the prompt image and `PROMPT_TEXT_TOKENS`; the
+      vision tower sees the prompt image and `max_tool_calling_iterations` full-size crops.
+    - SFT: the longest gold conversation, the image and 2 crops (`call_mix` allows 0-2 calls) plus
+      `SFT_TEXT_TOKENS`, every token through the LM head (conservative: the loss keeps only the assistant's).
+    """
+    from launch import load_recipe  # launch imports this module
+
+    values = load_recipe(recipe).values
+    source = resolve_config_path(values["model_name_or_path"])
+    if not (Path(source) / "config.json").is_file():
+        source = resolve_config_path(Path(recipe).resolve().parents[1].name)
+    config = AutoConfig.from_pretrained(source)
+    vision = config.vision_config
+    factor = vision.patch_size * vision.spatial_merge_size
+    image = values["max_pixels"] // factor**2
+    crop = values.get("crop_max_pixels", values["max_pixels"]) // factor**2
+    if "max_completion_length" in values:
+        stage = "rl"
+        completion = values["max_completion_length"]
+        image_tokens = image + values["max_tool_calling_iterations"] * crop
+        seq_len, logit_tokens = image + PROMPT_TEXT_TOKENS + completion, completion
+    else:
+        stage = "sft"
+        image_tokens = image + (len(values.get("call_mix", [0, 0, 0])) - 1) * crop
+        seq_len = logit_tokens = image_tokens + SFT_TEXT_TOKENS
+    zero_stage, config_gpus, master = accelerate_sharding(accelerate)
+    num_gpus = num_gpus or config_gpus  # `--num_processes` given to accelerate launch (several nodes, a vLLM GPU)
+    lora = bool(values.get("use_peft"))
+    kwargs = {
+        "dtype": values.get("dtype", "bfloat16"),
+        "trainable": "lora" if lora else "full",
+        "lora_r": values.get("lora_r", 16),
+        "lora_targets": normalise_target_modules(values.get("lora_target_modules")) if lora else None,
+        "zero_stage": zero_stage,
+        "num_gpus": num_gpus,
+        "master_weights_fp32": master,
+        "micro_batch": values["per_device_train_batch_size"],
+        "seq_len": seq_len,
+        "gradient_checkpointing": values.get("gradient_checkpointing", True),
+        "image_tokens": image_tokens,
+        "logit_tokens": logit_tokens,
+        "load_in_4bit": bool(values.get("load_in_4bit")),
+        "nested_quant": bool(values.get("use_bnb_nested_quant")),
+    }
+    return RecipeWorkload(source, stage, kwargs)
+
+
+def estimate_recipe(
+    recipe: str | os.PathLike, accelerate: str | os.PathLike, num_gpus: int | None = None
+) -> tuple[dict[str, float], str]:
+    """`estimate_memory` for a recipe on an accelerate config (`recipe_workload`; `num_gpus` overrides the config's
+    `num_processes`), and the setup in words. The model is built on the meta device: its LoRA targets are checked."""
+    workload = recipe_workload(recipe, accelerate, num_gpus)
+    return estimate_memory(build_on_meta(workload.model_config), **workload.kwargs), workload.describe()
+
+
 def parameter_count(model: nn.Module) -> int:
     """Parameters of `model`, each tied weight once."""
     return sum(p.numel() for p in model.parameters())
@@ -379,7 +489,11 @@ def format_table(rows: dict[str, float], title: str) -> str:
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     """CLI: build the model on meta, check the LoRA targets, print the per-GPU memory table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model_config", required=True, help="config folder, or a hub name with a shipped copy")
+    parser.add_argument(
+        "--recipe", help="estimate this recipe's worst-case step (every other flag but --accelerate is read from it)"
+    )
+    parser.add_argument("--accelerate", default="single_gpu", help="with --recipe: accelerate config, path or name")
+    parser.add_argument("--model_config", help="config folder, or a hub name with a shipped copy")
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPE_BYTES))
     parser.add_argument("--lora_r", type=int, default=None, help="train rank-r LoRA adapters instead of all weights")
     parser.add_argument(
@@ -392,7 +506,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--use_bnb_nested_quant", action="store_true", help="nested (double) quantisation")
     parser.add_argument("--optimizer", default="adamw", choices=[*OPTIMIZER_STATES, "adamw_8bit"])
     parser.add_argument("--zero_stage", type=int, default=0, choices=[0, 1, 2, 3])
-    parser.add_argument("--num_gpus", type=int, default=1, help="data-parallel GPUs ZeRO shards over")
+    parser.add_argument(
+        "--num_gpus",
+        type=int,
+        default=None,
+        help="data-parallel GPUs ZeRO shards over (default 1; --recipe: the config's)",
+    )
     parser.add_argument(
         "--master_weights_fp32",
         action=argparse.BooleanOptionalAction,
@@ -406,6 +525,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--no_gradient_checkpointing", action="store_true")
     parser.add_argument("--no_fused_lm_head", action="store_true", help="full logits (a loss outside TRL's trainers)")
     args = parser.parse_args(argv)
+    if args.recipe:
+        estimate, setup = estimate_recipe(args.recipe, args.accelerate, args.num_gpus)
+        print(format_table(estimate, f"{args.recipe} on {args.accelerate}: {setup}"))
+        return estimate
+    if not args.model_config:
+        parser.error("give --model_config (or --recipe)")
 
     model = build_on_meta(args.model_config)
     targets = normalise_target_modules(args.lora_target_modules) if args.lora_r else None
@@ -418,7 +543,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         lora_targets=targets,
         optimizer=args.optimizer,
         zero_stage=args.zero_stage,
-        num_gpus=args.num_gpus,
+        num_gpus=args.num_gpus or 1,
         master_weights_fp32=args.master_weights_fp32,
         micro_batch=args.micro_batch,
         seq_len=args.seq_len,

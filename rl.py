@@ -13,6 +13,7 @@ from trl import ModelConfig, get_peft_config
 from launch import (
     ScriptArguments,
     check_master_weights,
+    keep_adapters_in_fp32,
     load_policy,
     load_split,
     parse_args_and_record,
@@ -38,6 +39,7 @@ def main(
         tool_config=tool_config,
         peft_config=get_peft_config(model_args),
     )
+    keep_adapters_in_fp32(trainer.model)  # QLoRA: TRL casts the adapters to bf16
     check_master_weights(trainer.model.named_parameters(), trainer.accelerator.distributed_type)
     trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
     save_outputs(
@@ -51,4 +53,4 @@ def main(
 
 
 if __name__ == "__main__":
-    main(*parse_args_and_record((ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)))
+    main(*parse_args_and_record((ScriptArguments, MAPOConfig, ModelConfig, ToolConfig), save_recipe=True))

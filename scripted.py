@@ -78,13 +78,17 @@ def tiny_trainer(
     tool_config=None,
     callbacks=None,
     script: dict | None = None,
+    model=None,
+    processor=None,
     **config,
 ):
     """A `MAPOTrainer` (or stock `GRPOTrainer`) on the tiny kit with scripted tool calls, for tests and benchmarks.
 
     `config` overrides the small CPU defaults below; any `MAPOConfig` field is accepted (the stock trainer ignores
     the MAPO ones). `reward_funcs` are registry names or callables. `tool_config` defaults to the kit's CLIP;
-    `script` holds `force_tool_calls`' keyword arguments (`first_turn`, `answer`).
+    `script` holds `force_tool_calls`' keyword arguments (`first_turn`, `answer`). A `model` and `processor` given
+    (another architecture, or one policy shared by several trainers) are used as they are, not loaded from the kit:
+    such a model is not scripted here, so wrap its `generate` once with `force_tool_calls` first.
     """
     # Imported here: the scripted turns above must stay importable without the trainer stack.
     from mapo_trainer import MAPOConfig, MAPOTrainer
@@ -92,9 +96,10 @@ def tiny_trainer(
     from task import get_reward_funcs
     from tools import ToolConfig, make_environment_factory
 
-    processor = load_processor(str(kit["policy"]))
-    model = load_model(str(kit["policy"]), dtype=torch.float32)
-    force_tool_calls(model, processor.tokenizer, **(script or {}))
+    processor = processor or load_processor(str(kit["policy"]))
+    if model is None:
+        model = load_model(str(kit["policy"]), dtype=torch.float32)
+        force_tool_calls(model, processor.tokenizer, **(script or {}))
     fields = {
         "output_dir": str(output_dir),
         "use_cpu": not torch.cuda.is_available(),

@@ -21,6 +21,7 @@ from data.trajectories import TrajectoryArguments, build_gold_trajectories
 from launch import (
     ScriptArguments,
     check_master_weights,
+    keep_adapters_in_fp32,
     load_policy,
     load_split,
     parse_args_and_record,
@@ -70,6 +71,7 @@ def main(
         peft_config=get_peft_config(model_args),
         callbacks=[ToolConfigRecorder(record)],
     )
+    keep_adapters_in_fp32(trainer.model)  # QLoRA: TRL casts the adapters to bf16
     check_master_weights(trainer.model.named_parameters(), trainer.accelerator.distributed_type)
     trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
     save_outputs(trainer, processor, record)
@@ -78,4 +80,8 @@ def main(
 
 if __name__ == "__main__":
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    main(*parse_args_and_record((ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig)))
+    main(
+        *parse_args_and_record(
+            (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig), save_recipe=True
+        )
+    )

@@ -2,16 +2,17 @@
 token budget whose worst case is checked against the lengths."""
 
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from accelerate.utils import DistributedType
 from peft import LoraConfig, get_peft_model
-from trl import ModelConfig, TrlParser
+from trl import ModelConfig
 
 from agent import check_token_budget, token_budget
-from launch import ScriptArguments, check_master_weights
+from launch import ScriptArguments, check_master_weights, parse_args_and_record
 from mapo_trainer import MAPOConfig
 from models import load_model, load_processor
 from resume import resume_checkpoint
@@ -117,20 +118,21 @@ def test_a_budget_that_cannot_hold_the_tool_responses_warns_with_the_numbers(tin
         )
 
 
-@pytest.mark.parametrize(
-    "recipe",
-    [
-        "recipes/tiny/rl/config_mapo.yaml",
-        "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo.yaml",
-        "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo_lora.yaml",
-        "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo_deepeyes.yaml",
-    ],
-)
+RL_RECIPES = ["recipes/tiny/rl/config_mapo.yaml"]
+RL_RECIPES += sorted(str(p) for p in Path("recipes").glob("*/rl/*.yaml") if p.parts[1] != "tiny")
+
+
+@pytest.mark.parametrize("recipe", RL_RECIPES)
 def test_every_rl_recipe_fits_its_worst_case(tiny_kit, recipe):
-    """Image tokens depend only on the pixel budgets (the tiny processor has Qwen2.5-VL's 28-pixel factor); its
-    byte-level tokenizer spends more tokens on text than Qwen's, so a recipe that fits here fits the real model."""
-    _, config, _, tool = TrlParser(RL_TYPES).parse_args_and_config(["--config", recipe, "--bf16", "false"])
+    """Image tokens depend only on the pixel budgets and the processor's patch x merge factor: the tiny processor has
+    Qwen2.5-VL's 28 (14-pixel patches), and with 16-pixel patches Qwen3-VL's 32. Its byte-level tokenizer spends
+    more tokens on text than Qwen's, so a recipe that fits here fits the real model."""
+    argv = ["--config", recipe, "--bf16", "false", "--use_vllm", "false"]  # no bf16 on CPU, no vLLM installed
+    _, config, _, tool = parse_args_and_record(RL_TYPES, argv)  # the entry scripts' parser: recipe bases merged
     processor = load_processor(tiny_kit["policy"], min_pixels=tool.min_pixels, max_pixels=tool.max_pixels)
+    qwen3 = "Qwen3-VL" in recipe
+    if qwen3:
+        processor.image_processor.patch_size = 16  # Qwen3-VL's processor: 16-pixel patches, merged 2 x 2
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         budget = check_token_budget(
@@ -138,7 +140,9 @@ def test_every_rl_recipe_fits_its_worst_case(tiny_kit, recipe):
             tool,
             max_completion_length=config.max_completion_length,
             max_tool_calling_iterations=config.max_tool_calling_iterations,
-            context_length=128000,  # Qwen2.5-VL's max_position_embeddings
+            context_length=262144 if qwen3 else 128000,  # the text config's max_position_embeddings
         )
-    if "Qwen2.5-VL-7B" in recipe:  # the arithmetic in the recipes' comments
+    if "Qwen2.5-VL" in recipe:  # the arithmetic in the recipes' comments (recipes/mapo_paper.yaml, mapo_lora.yaml)
         assert budget.prompt_image == 1280 and 512 < budget.crop_response < 512 + 60
+    if qwen3:
+        assert budget.prompt_image == 980 and 392 < budget.crop_response < 392 + 60

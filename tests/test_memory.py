@@ -3,12 +3,12 @@
 from pathlib import Path
 
 import pytest
-import yaml
 from torch import nn
 from transformers import AutoConfig, Qwen2Config
 from trl import ModelConfig
 
 import memory
+from launch import load_recipe
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = REPO_ROOT / "recipes" / "model_configs"
@@ -82,10 +82,11 @@ def test_lora_targets_of_the_recipes_exist(meta_models):
 
 def test_every_lora_recipe_names_existing_modules(meta_models):
     recipes = [p for p in (REPO_ROOT / "recipes").glob("*/*/*.yaml") if (CONFIGS / p.parts[-3]).is_dir()]
-    lora = [p for p in recipes if yaml.safe_load(p.read_text()).get("use_peft")]
-    assert lora, "no LoRA recipe for a shipped architecture"
+    values = {p: load_recipe(p).values for p in recipes}  # with their bases merged, as the entry scripts read them
+    lora = [p for p in recipes if values[p].get("use_peft")]
+    assert len({p.parts[-3] for p in lora}) >= 2, "LoRA recipes for the 7B and the 3B"
     for path in lora:
-        targets = memory.normalise_target_modules(yaml.safe_load(path.read_text())["lora_target_modules"])
+        targets = memory.normalise_target_modules(values[path]["lora_target_modules"])
         assert memory.check_lora_targets(meta_models[path.parts[-3]], targets) > 0, path
 
 
@@ -231,3 +232,15 @@ def test_cli_prints_the_table(capsys):
                 "o_proj",
             ]
         )
+
+
+def test_cli_estimates_a_recipe_on_an_accelerate_config(capsys):
+    recipe = "recipes/Qwen2.5-VL-3B-Instruct/rl/config_mapo_qlora.yaml"
+    est = memory.main(["--recipe", recipe, "--accelerate", "single_gpu"])
+    out = capsys.readouterr().out
+    # 4 rollouts per GPU, each 1280 image + 450 prompt + 6144 completion tokens; 1280 + 5 crops x 512 through the ViT
+    assert "LoRA r64, 4-bit base, 1 GPU" in out and "4 x 7874 tokens (3840 image, 6144 scored)" in out
+    assert est["parameters"] < memory.main(["--recipe", recipe.replace("_qlora", "_lora")])["parameters"] / 2
+    qwen3 = ["--recipe", "recipes/Qwen3-VL-8B-Instruct/rl/config_mapo.yaml", "--accelerate", "zero3"]
+    one_node, two_nodes = memory.main(qwen3), memory.main([*qwen3, "--num_gpus", "16"])  # ZeRO-3 over 8 or 16 GPUs
+    assert two_nodes["optimizer_states"] == pytest.approx(one_node["optimizer_states"] / 2)

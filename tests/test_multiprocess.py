@@ -1,7 +1,26 @@
-"""MAPO under two processes (CPU, gloo): each process scores only its own rollouts, and rewards are gathered."""
+"""MAPO under `accelerate launch` with 2 CPU processes (gloo) equals a 1-process run with the same global batch.
+
+This is where slicing and gathering bugs hide: each process generates, runs the tools and scores (CLIP, rewards) only
+its own rollouts, TRL gathers the reward columns, normalises within groups, slices the advantages back per process,
+and averages the logged metrics over processes. The run (tests/scripts/two_process_mapo.py): the tiny MAPO setup
+with forced tool calls, 2 steps, 2 prompts x num_generations 2 per step: 2 processes x per_device 2 against
+1 process x per_device 4. The two groups of a step get opposite reward patterns, so a process training on another's
+slice of advantages would flip its loss gradient rather than go unnoticed.
+
+Tolerances: float32 on CPU. Rewards that are counts (format, outcome) and the completions must be equal exactly.
+R_sem comes from CLIP batches of 2 crops per process against 4 in one process, and the policy's forward runs on
+batches of 2 against 4 (other padding, other matmul blocking), and DDP all-reduces two half-batch gradients: the
+same sums in another order. Observed differences are <= 1.3e-6 relative; the bound is 1e-5 relative (1e-6 absolute,
+for the loss, which is ~5e-8: on-policy GRPO's loss is minus the mean advantage, ~0 by construction). The optimizer
+is SGD: Adam scales each gradient entry by its own magnitude, so float noise in near-zero entries would become full
+steps and make step 2 differ by ~1e-3 for no bug.
+"""
 
 import json
+import math
 import os
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,20 +29,73 @@ import pytest
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "scripts"))
+
+from two_process_mapo import run  # noqa: E402
+
+TOLERANCE = {"rel": 1e-5, "abs": 1e-6}
+# Wall-clock metrics, not functions of the batch.
+TIMINGS = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
 
 
-def test_two_processes_score_their_own_rollouts_and_gather(tiny_kit, tmp_path):
-    result = tmp_path / "result.json"
-    # torchrun, since `accelerate launch --cpu` runs one process; Accelerate reads torchrun's rank variables
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    cmd += ["tests/scripts/two_process_mapo.py", str(result)]
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def without_addresses(texts: list[str]) -> list[str]:
+    """Completions as logged hold PIL images, printed with their memory address."""
+    return [re.sub(r" at 0x[0-9a-fA-F]+", "", text) for text in texts]
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_kit, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("multiprocess")
+    result = tmp / "two.json"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch"]
+    cmd += ["--config_file", "recipes/accelerate_configs/multi_cpu.yaml", "--main_process_port", str(free_port())]
+    cmd += ["tests/scripts/two_process_mapo.py", str(result), "2"]
     # Prepend: replacing PYTHONPATH would drop packages a machine installs on it (seen on a GPU machine).
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": pythonpath, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    seen = json.loads(result.read_text())
-    # 4 rollouts per process (per_device_train_batch_size=4), one forced call each: 4 crops scored on each rank
-    assert sorted(p["crops_scored_here"] for p in seen["processes"]) == [4, 4]
-    assert seen["semantic_rewards_logged"] == 8  # gathered from both processes
-    assert seen["log"]["tools/zoom_calls_per_rollout"] == 1.0
+    assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    one = run(tmp / "one", per_device=4, kit_dir=tiny_kit["policy"].parent)
+    return one, json.loads(result.read_text())
+
+
+def test_two_processes_each_score_their_own_rollouts(runs):
+    one, two = runs
+    assert (one["num_processes"], two["num_processes"]) == (1, 2)
+    # 2 steps x 2 rollouts per process, one forced call each: every crop scored once, by the process that made it
+    assert [p["crops_scored_here"] for p in two["processes"]] == [4, 4]
+    assert [p["crops_scored_here"] for p in one["processes"]] == [8]
+
+
+def test_rewards_r_sem_and_advantages_equal_one_process(runs):
+    one, two = runs
+    assert len(one["steps"]) == len(two["steps"]) == 2
+    for step, (a, b) in enumerate(zip(one["steps"], two["steps"])):
+        assert without_addresses(a["completions"]) == without_addresses(b["completions"]), step
+        assert a["zoom_labels"] == b["zoom_labels"] and a["z_t"] == b["z_t"], step
+        assert set(a["rewards"]) == set(b["rewards"]) == {"outcome_reward", "flipped_format", "semantic"}
+        for name in ("outcome_reward", "flipped_format"):
+            assert a["rewards"][name] == b["rewards"][name], (step, name)
+        assert b["rewards"]["semantic"] == pytest.approx(a["rewards"]["semantic"], **TOLERANCE), step
+        assert b["advantages"] == pytest.approx(a["advantages"], **TOLERANCE), step
+        # The precondition of the slicing check: the step's two groups (one per process) have opposite advantages.
+        assert a["advantages"][0] == pytest.approx(-a["advantages"][2], abs=1e-3) and abs(a["advantages"][0]) > 0.5
+
+
+def test_logged_metrics_equal_one_process(runs):
+    one, two = runs
+    assert [e["step"] for e in one["log"]] == [e["step"] for e in two["log"]] == [1, 2]
+    for a, b in zip(one["log"], two["log"]):
+        assert set(a) == set(b)
+        for key in sorted(set(a) - TIMINGS):
+            if isinstance(a[key], float) and math.isnan(a[key]):
+                assert math.isnan(b[key]), key
+            else:
+                assert b[key] == pytest.approx(a[key], **TOLERANCE), (a["step"], key)
+    assert one["log"][0]["tools/zoom_calls_per_rollout"] == 1.0 and one["log"][0]["grad_norm"] > 0

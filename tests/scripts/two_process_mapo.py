@@ -1,5 +1,13 @@
-"""Run by tests/test_multiprocess.py under `torchrun --nproc_per_node 2` (CPU, gloo): one MAPO step with forced
-tool calls, each process scoring its own rollouts; rank 0 writes what it saw to the JSON file named in argv[1]."""
+"""The tiny MAPO run that tests/test_multiprocess.py compares across process counts: 2 steps with forced tool calls.
+
+Run as `accelerate launch --config_file recipes/accelerate_configs/multi_cpu.yaml --num_processes 2 <this> OUT.json
+PER_DEVICE` (two gloo processes on CPU) or in-process through `run()` (one process). The global batch is
+`PER_DEVICE x processes`; the test picks 2 x 2 against 1 x 4. The main process writes, per step, what TRL and
+`MAPOTrainer` logged: every reward column (gathered), the advantages, the completions, the crops each process scored,
+and the step's logged metrics.
+"""
+
+from __future__ import annotations
 
 import json
 import sys
@@ -7,31 +15,82 @@ from pathlib import Path
 
 from accelerate import PartialState
 from accelerate.utils import gather_object
+from transformers import TrainerCallback
 
 from data.synthetic import build_synthetic
-from mapo_trainer import SEMANTIC_REWARD_NAME, MAPOTrainer
+from mapo_trainer import MAPOTrainer
 from scripted import tiny_trainer
+from task import format_reward
 from tiny_models import kit_paths
 
-out = Path(sys.argv[1])
-kit = kit_paths(Path("outputs/tiny"))
-trainer = tiny_trainer(
-    MAPOTrainer, kit, build_synthetic(4, seed=0, split="train"), out.parent / "run", max_steps=1, num_generations=4
-)
-scored = []
-similarity = trainer.verifier.similarity
-trainer.verifier.similarity = lambda labels, images: scored.append(len(labels)) or similarity(labels, images)
-trainer.train()
-state = PartialState()
-gathered = gather_object([{"rank": state.process_index, "crops_scored_here": sum(scored)}])
-if state.is_main_process:
-    log = [e for e in trainer.state.log_history if "rewards/semantic/mean" in e][-1]
-    out.write_text(
-        json.dumps(
+STEPS = 2
+ROWS = 4  # 2 steps x 2 prompts, in dataset order (shuffle_dataset=False): step 1 rows 0 and 1, step 2 rows 2 and 3
+
+
+def flipped_format(completions, flip, **kwargs) -> list[float]:
+    """The format reward, inverted on rows whose `flip` is 1 (odd dataset rows).
+
+    The scripted answers alternate with the row's index inside each process's batch, so every process sees the same
+    reward pattern; with this inversion the two groups of a step (one per process) get opposite advantages, and a
+    process training on another's slice of advantages (a slicing bug) changes the loss's sign instead of nothing.
+    """
+    return [1.0 - r if f else r for r, f in zip(format_reward(completions), flip)]
+
+
+class Snapshot(TrainerCallback):
+    """After each optimizer step, a copy of the trainer's `_logs` (TRL keeps only the last generation batch)."""
+
+    def __init__(self):
+        self.trainer: MAPOTrainer | None = None
+        self.steps: list[dict] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        logs = self.trainer._logs
+        self.steps.append(
             {
-                "processes": gathered,
-                "semantic_rewards_logged": len(trainer._logs["rewards"][SEMANTIC_REWARD_NAME]),
-                "log": log,
+                "rewards": {name: list(values) for name, values in logs["rewards"].items()},
+                "advantages": list(logs["advantages"]),
+                "completions": [str(c) for c in logs["completion"]],
+                "zoom_labels": list(logs["extra"].get("zoom_labels", [])),
+                "z_t": list(logs["extra"].get("z_t", [])),
             }
         )
+
+
+def run(output_dir: str | Path, per_device: int, kit_dir: str | Path = "outputs/tiny", **config) -> dict | None:
+    """Train 2 steps; on the main process return what was logged (None elsewhere). `config`: more MAPOConfig fields
+    (another estimator, say)."""
+    snapshot = Snapshot()
+    trainer = tiny_trainer(
+        MAPOTrainer,
+        kit_paths(Path(kit_dir)),
+        build_synthetic(ROWS, seed=0, split="train").add_column("flip", [i % 2 for i in range(ROWS)]),
+        str(output_dir),
+        reward_funcs=("outcome", flipped_format),
+        callbacks=[snapshot],
+        shuffle_dataset=False,
+        max_steps=STEPS,
+        per_device_train_batch_size=per_device,
+        num_generations=2,
+        optim="sgd",  # Adam normalises each gradient entry: float noise in near-zero entries would become full steps
+        learning_rate=1e-1,  # large, so step 2 shows whether step 1 updated the weights alike
+        **config,
     )
+    snapshot.trainer = trainer
+    scored: list[int] = []
+    similarity = trainer.verifier.similarity
+    trainer.verifier.similarity = lambda labels, images: scored.append(len(labels)) or similarity(labels, images)
+    trainer.train()
+    state = PartialState()
+    crops = gather_object([{"rank": state.process_index, "crops_scored_here": sum(scored)}])
+    if not state.is_main_process:
+        return None
+    logged = [e for e in trainer.state.log_history if "rewards/semantic/mean" in e]
+    return {"num_processes": state.num_processes, "processes": crops, "steps": snapshot.steps, "log": logged}
+
+
+if __name__ == "__main__":  # OUT.json PER_DEVICE [JSON of more MAPOConfig fields]
+    extra = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    result = run(Path(sys.argv[1]).parent / "run", per_device=int(sys.argv[2]), **extra)
+    if result is not None:
+        Path(sys.argv[1]).write_text(json.dumps(result, indent=1))

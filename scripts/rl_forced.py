@@ -1,0 +1,98 @@
+"""`rl.py` with scripted tool calls and per-step GPU measurements, for `scripts/gpu_check.sh`.
+
+The random tiny policy almost never writes a valid tool call, so `rl.py` alone would never score a crop. This runs
+`rl.main` unchanged except that the policy's `generate` is wrapped by `scripted.force_tool_calls` (a zoom-in call,
+then an answer; the real generation still runs first), so R_sem is really computed under any accelerate config.
+A callback records each optimizer step's wall time and its peak GPU memory (`torch.cuda.max_memory_allocated`, reset
+at each step's start); the summary goes to stdout (a line starting `RL_FORCED`) and to `$GPU_CHECK_JSON` when set.
+
+    accelerate launch --num_processes 1 --config_file recipes/accelerate_configs/zero3.yaml scripts/rl_forced.py \\
+        --config recipes/tiny/rl/config_mapo.yaml --model_name_or_path outputs/tiny/qwen2_5_vl --use_cpu false ...
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: launched by path from anywhere
+
+import torch  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+from trl import ModelConfig  # noqa: E402
+
+import rl  # noqa: E402
+from launch import ScriptArguments, parse_args_and_record  # noqa: E402
+from mapo_trainer import MAPOConfig, MAPOTrainer  # noqa: E402
+from scripted import force_tool_calls  # noqa: E402
+from tools import ToolConfig  # noqa: E402
+
+
+class StepMeter(TrainerCallback):
+    """Wall time and peak GPU memory of each optimizer step."""
+
+    def __init__(self):
+        self.steps: list[dict] = []
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        peak = None
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated() / 2**30
+        self.steps.append({"step_s": time.perf_counter() - self._start, "peak_gib": peak})
+
+
+class ForcedMAPOTrainer(MAPOTrainer):
+    """`MAPOTrainer` whose policy makes scripted zoom-in calls, measured by `StepMeter`."""
+
+    def __init__(self, *args, model, processing_class, **kwargs):
+        force_tool_calls(model, processing_class.tokenizer)
+        super().__init__(*args, model=model, processing_class=processing_class, **kwargs)
+        self.meter = StepMeter()
+        self.add_callback(self.meter)
+
+
+def summary(trainer: ForcedMAPOTrainer) -> dict:
+    """What the check reports: the run's step times (first step = warm-up), peak memory, and proof R_sem ran."""
+    logs = [e for e in trainer.state.log_history if "rewards/semantic/mean" in e]
+    ok = bool(logs) and all(
+        e.get("tools/zoom_calls_per_rollout", 0) > 0 and not math.isnan(e["rewards/semantic/mean"]) for e in logs
+    )
+    steps = trainer.meter.steps
+    timed = [s["step_s"] for s in steps[1:]] or [s["step_s"] for s in steps]
+    peaks = [s["peak_gib"] for s in steps if s["peak_gib"] is not None]
+    return {
+        "ok": ok,
+        "distributed_type": str(trainer.accelerator.distributed_type),
+        "steps": steps,
+        "median_step_s_after_first": statistics.median(timed) if timed else None,
+        "peak_memory_gib": max(peaks) if peaks else None,
+        "semantic_mean": [e["rewards/semantic/mean"] for e in logs],
+        "zoom_calls_per_rollout": [e.get("tools/zoom_calls_per_rollout") for e in logs],
+    }
+
+
+def main() -> dict:
+    rl.MAPOTrainer = ForcedMAPOTrainer  # rl.main builds its trainer by this name
+    trainer = rl.main(*parse_args_and_record((ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)))
+    result = summary(trainer)
+    if trainer.accelerator.is_main_process:
+        print("RL_FORCED", "OK" if result["ok"] else "FAIL", json.dumps(result), flush=True)
+        if os.environ.get("GPU_CHECK_JSON"):
+            Path(os.environ["GPU_CHECK_JSON"]).write_text(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()

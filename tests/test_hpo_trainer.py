@@ -1,0 +1,196 @@
+"""HPO in the trainer (`advantage_estimator: hpo | mapo+hpo`) and the variance diagnostics every estimator logs: steps
+of a TRL rollout, their embeddings, per-token advantages on a tiny run with forced tool calls, online and offline
+hindsight sets, fallbacks, and the gradient-variance probe."""
+
+import pytest
+import torch
+
+from data.synthetic import build_synthetic
+from hpo import StepEncoder, step_segments, turn_index
+from mapo_trainer import MAPOTrainer, kantorovich_potentials
+from scripted import answer_turn, tiny_trainer, tool_call_turn
+
+
+# ------------------------------------------------------------------------------------------------- pure pieces
+def test_turns_are_the_runs_of_trained_tokens():
+    completion_mask = torch.tensor([[1, 1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0, 0, 0]])
+    tool_mask = torch.tensor([[1, 1, 0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 1]])
+    assert turn_index(completion_mask, tool_mask).tolist() == [
+        [1, 1, -1, -1, 2, 2, 2, -1],  # turn, tool response, turn, padding
+        [1, 1, 1, -1, -1, -1, -1, -1],
+    ]
+
+
+def test_segments_are_the_prompt_then_each_tool_response_and_turn(tiny_processor):
+    tokenizer = tiny_processor.tokenizer
+    pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+
+    def ids(text):
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    prompt = ids("<|im_start|>user\nWhere?<|im_end|>\n<|im_start|>assistant\n")
+    turn1, tool, turn2 = (
+        ids("<think>a</think>"),
+        [*ids("<tool_response>"), pad, pad, *ids("x")],
+        ids("<answer>A</answer>"),
+    )
+    completion = turn1 + tool + turn2
+    mask = [1] * len(turn1) + [0] * len(tool) + [1] * len(turn2)
+    (segments,) = step_segments(
+        tokenizer,
+        torch.tensor([[0, *prompt]]),
+        torch.tensor([[0] + [1] * len(prompt)]),
+        torch.tensor([completion + [0]]),
+        torch.tensor([[1] * len(completion) + [0]]),
+        torch.tensor([mask + [1]]),
+        drop_token_ids=[pad],
+    )
+    assert segments == [
+        "<|im_start|>user\nWhere?<|im_end|>\n<|im_start|>assistant\n",
+        "<think>a</think>",
+        "<tool_response>x<answer>A</answer>",  # the image pads are dropped before decoding
+    ]
+
+
+def test_a_step_embedding_is_the_encoder_on_its_prefix_alone(tiny_kit):
+    """One forward pass per rollout reads every step, as if each prefix had been embedded on its own (causality),
+    and a rollout longer than the window embeds each step from the window ending at it."""
+    encoder = StepEncoder(str(tiny_kit["text_encoder"]))
+    rollout = ["<|im_start|>user\nWhat colour?", "<think>zoom</think>", "<answer>red</answer>"]
+    (together,) = encoder.embed([rollout])
+    pieces = [encoder.tokenizer(s, add_special_tokens=False)["input_ids"] for s in rollout]
+    with torch.no_grad():
+        alone = [
+            encoder.model(input_ids=torch.tensor([sum(pieces[: j + 1], [])])).last_hidden_state[0, -1]
+            for j in range(3)
+        ]
+    assert together.shape == (3, encoder.width)
+    assert torch.allclose(together, torch.stack(alone), atol=1e-5)
+    short = StepEncoder(str(tiny_kit["text_encoder"]), max_length=6)
+    (windowed,) = short.embed([rollout])
+    assert torch.isfinite(windowed).all() and not torch.allclose(windowed[2], together[2], atol=1e-4)
+
+
+def test_potentials_are_exported_where_the_trainer_lives():
+    f, g, w1 = kantorovich_potentials(torch.tensor([[0.0], [2.0]]), torch.tensor([[1.0]]))
+    assert float(w1) == pytest.approx(1.0)
+    assert float(f @ torch.full((2,), 0.5, dtype=f.dtype) + g.sum()) == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------------------------- tiny training runs
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return build_synthetic(4, seed=0, split="train")
+
+
+def run(tiny_kit, rows, tmp_path, **config):
+    """A tiny run with forced calls: every rollout zooms once, then answers; even generation rows answer in format,
+    odd rows skip <think> (`scripted.answer_turn`), so with `reward_funcs=[format]` each group of two has one success
+    and one failure."""
+    seen = []
+    fields = dict(reward_funcs=["format"], max_steps=2, hpo_text_encoder=str(tiny_kit["text_encoder"])) | config
+    trainer = tiny_trainer(MAPOTrainer, tiny_kit, rows, tmp_path, **fields)
+    generate = trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: seen.append(generate(inputs)) or seen[-1]
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    return trainer, seen, before
+
+
+def logged(trainer, key):
+    return [e[key] for e in trainer.state.log_history if key in e]
+
+
+@pytest.mark.slow
+def test_hpo_trains_with_per_token_advantages_that_differ_between_turns(tiny_kit, rows, tmp_path):
+    trainer, batches, before = run(
+        tiny_kit, rows, tmp_path, advantage_estimator="hpo", hpo_min_positive_steps=1, hpo_min_negative_steps=1
+    )
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+    assert logged(trainer, "hpo/fallback_frac") == [0.0, 0.0]  # every group had a success and a failure
+    a_e = list(trainer._logs["advantages"])[-4:]  # TRL keeps the last generation batch's episode advantages
+    differing = 0
+    for out in batches[-1:]:
+        advantages, turns = out["advantages"], turn_index(out["completion_mask"], out["tool_mask"])
+        assert advantages.shape == out["completion_ids"].shape and torch.isfinite(advantages).all()
+        for row in range(advantages.shape[0]):
+            per_turn = [advantages[row][turns[row] == t] for t in (1, 2)]
+            assert all(v.numel() and torch.all(v == v[0]) for v in per_turn)  # one value per turn
+            # A = (A_E + 0.5 A_S) / 1.5, so A_S = 3 A - 2 A_E. Online A_S is clipped to [-1, 1], then scaled by the
+            # group's positive-step ratio: 3 of its 6 steps (two rollouts of 3) come from the successful rollout.
+            step = [3 * v[0].item() - 2 * a_e[row] for v in per_turn]
+            assert all(abs(a) <= 0.5 + 1e-5 for a in step)
+            if per_turn[0][0] != per_turn[1][0]:
+                differing += 1
+            else:  # two turns alike only where both hit the same clip bound
+                assert abs(step[0]) == pytest.approx(0.5, abs=1e-5), (row, step)
+    assert differing > 0  # per-token advantages differ between the turns of a rollout
+    table = list(trainer._logs["extra"]["turn_advantages"])
+    assert len(table) == 4 and all(len(cell.split(" | ")) == 2 for cell in table)  # the last batch, per rollout
+
+
+@pytest.mark.slow
+def test_a_group_without_enough_steps_falls_back_to_the_episode_advantage(tiny_kit, rows, tmp_path):
+    """Authors' rule: >= 4 positive and >= 4 negative steps. Two rollouts of 3 steps never qualify: every group falls
+    back, counted, and its tokens carry GRPO's episode advantage unscaled."""
+    trainer, batches, _ = run(tiny_kit, rows, tmp_path, advantage_estimator="hpo", max_steps=1)
+    assert logged(trainer, "hpo/fallback_frac") == [1.0]
+    (out,) = batches
+    episode = torch.tensor(list(trainer._logs["advantages"])[-4:])
+    mask = (out["completion_mask"] * out["tool_mask"]).bool()
+    for row in range(4):
+        assert torch.allclose(out["advantages"][row][mask[row]], episode[row].expand(int(mask[row].sum())))
+
+
+@pytest.mark.slow
+def test_offline_hindsight_from_a_dataset_column(tiny_kit, tmp_path):
+    """Each row stores one successful trajectory as step texts; a stored embedding of the wrong width is refused
+    with the column, row and both widths named."""
+    success = [tool_call_turn("red circle"), answer_turn(0)]
+    rows = build_synthetic(4, seed=0, split="train").add_column("hindsight", [[success]] * 4)
+    trainer, batches, _ = run(
+        tiny_kit, rows, tmp_path / "texts", advantage_estimator="hpo", hpo_hindsight="offline", max_steps=1
+    )
+    assert logged(trainer, "hpo/fallback_frac") == [0.0]
+    assert torch.isfinite(batches[0]["advantages"]).all()
+    wrong = build_synthetic(4, seed=0, split="train").add_column("hindsight", [[[[0.0, 1.0, 2.0]]]] * 4)
+    with pytest.raises(ValueError, match=r"column 'hindsight', row 0: stored step embeddings have width 3"):
+        run(tiny_kit, wrong, tmp_path / "wrong", advantage_estimator="hpo", hpo_hindsight="offline", max_steps=1)
+
+
+@pytest.mark.slow
+def test_mapo_plus_hpo_uses_mapos_composite_as_the_episode_advantage(tiny_kit, rows, tmp_path):
+    """With omega = 0, eq. 17 is A_E itself: 'mapo+hpo' then trains on MAPO's advantages, token for token."""
+    trainer, batches, _ = run(tiny_kit, rows, tmp_path, advantage_estimator="mapo+hpo", hpo_omega=0.0, max_steps=1)
+    (out,) = batches
+    episode = torch.tensor(list(trainer._logs["advantages"])[-4:])  # MAPO's composite (R_sem weighted 0.4)
+    assert trainer.reward_weights[-1] == pytest.approx(0.4)
+    mask = (out["completion_mask"] * out["tool_mask"]).bool()
+    for row in range(4):
+        assert torch.allclose(out["advantages"][row][mask[row]], episode[row].expand(int(mask[row].sum())))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator", ["grpo", "mapo"])
+def test_every_estimator_logs_its_advantage_variance_and_zero_fraction(tiny_kit, rows, tmp_path, estimator):
+    trainer, batches, _ = run(tiny_kit, rows, tmp_path, advantage_estimator=estimator, max_steps=1)
+    (out,) = batches
+    mask = (out["completion_mask"] * out["tool_mask"]).bool()
+    per_token = out["advantages"][:, None].expand_as(mask)[mask].double()
+    (variance,), (zero,) = logged(trainer, "adv/variance"), logged(trainer, "adv/zero_frac")
+    assert variance == pytest.approx(per_token.var(correction=0).item(), rel=1e-4, abs=1e-8)
+    assert zero == pytest.approx((per_token.abs() < 1e-8).double().mean().item())
+
+
+@pytest.mark.slow
+def test_the_gradient_variance_probe_measures_without_changing_training(tiny_kit, rows, tmp_path):
+    probed, _, _ = run(tiny_kit, rows, tmp_path / "probe", variance_probe_steps=1, variance_probe_rows=4)
+    plain, _, _ = run(tiny_kit, rows, tmp_path / "plain")
+    variances = logged(probed, "probe/grad_norm_var")
+    assert len(variances) == 2 and all(v > 0 for v in variances)  # at steps 0 and 1, on the same fixed batch
+    assert not logged(plain, "probe/grad_norm_var")
+    plain_params = dict(plain.model.named_parameters())
+    for name, param in probed.model.named_parameters():  # the probe takes gradients without touching the optimizer's
+        assert torch.equal(param, plain_params[name]), name
