@@ -3,6 +3,7 @@ parsing into its entry script's dataclasses, start-up errors that name the field
 and the recipes/README.md memory table matching `memory.py`."""
 
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -314,7 +315,10 @@ def test_fields_of_the_dataclasses_do_not_collide():
 # ------------------------------------------------------------------------------------------------------- Makefile
 def make_dry_run(*args: str) -> str:
     """The command `make` would run last for `args` (prerequisites, if out of date, print before it)."""
-    out = subprocess.run(["make", "-n", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    # Run as a top-level make: under `make test` the inherited MAKELEVEL/MAKEFLAGS make it print "Leaving directory".
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    command = ["make", "--no-print-directory", "-n", *args]
+    out = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True, env=env).stdout
     return out.strip().splitlines()[-1]
 
 
