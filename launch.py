@@ -34,6 +34,7 @@ from transformers import (
 
 from data import DATASETS, get_dataset
 from data.benchmarks import load_saved_split
+from data.synthetic import DEFAULT_OBJECT_FRACTION, QUESTION_TYPES
 from memory import check_lora_targets, resolve_config_path
 from models import load_model, load_processor, model_init_kwargs
 from tools import ToolConfig, read_record, record_mismatches, warn_on_mismatch, write_record
@@ -54,6 +55,18 @@ class ScriptArguments(trl.ScriptArguments):
     )
     num_samples: int = field(default=64, metadata={"help": "Rows to generate, for generated datasets (synthetic)."})
     dataset_seed: int = field(default=0, metadata={"help": "Seed of generated datasets."})
+    synthetic_object_fraction: list[float] = field(
+        default_factory=lambda: list(DEFAULT_OBJECT_FRACTION),
+        metadata={
+            "help": "Synthetic data: object size range as a fraction of the image's short side. With the pixel "
+            "budget (max_pixels) it sets how many pixels a target covers in the image the model sees, and so "
+            "whether it can be read without zooming."
+        },
+    )
+    synthetic_question_types: list[str] = field(
+        default_factory=lambda: list(QUESTION_TYPES),
+        metadata={"help": f"Synthetic data: the question types to cycle through, a subset of {list(QUESTION_TYPES)}."},
+    )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["outcome", "format"],
         metadata={"help": "Outcome reward functions by name (task.REWARDS)."},
@@ -203,7 +216,14 @@ def load_split(script_args: ScriptArguments, split: str) -> datasets.Dataset:
     if os.path.isdir(name):
         return load_saved_split(name, split)
     if name == "synthetic":
-        return get_dataset(name, n=script_args.num_samples, seed=script_args.dataset_seed, split=split)
+        return get_dataset(
+            name,
+            n=script_args.num_samples,
+            seed=script_args.dataset_seed,
+            split=split,
+            object_fraction=tuple(script_args.synthetic_object_fraction),
+            question_types=script_args.synthetic_question_types,
+        )
     return get_dataset(name, path=script_args.dataset_path, split=split)
 
 

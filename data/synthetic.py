@@ -27,7 +27,7 @@ import argparse
 import io
 import math
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -77,8 +77,8 @@ FEATURES = datasets.Features(
 )
 
 _SUPERSAMPLE = 4  # shapes are drawn 4x larger and box-filtered down: PIL's polygons are not antialiased
-_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 _DIRECTIONS = ("left", "right", "above", "below")
+SIGN_LABEL = "the sign"  # the referent of every reading question: what is written is the answer
 _SIGN_FILL, _SIGN_BORDER, _SIGN_INK = (250, 250, 245), (120, 120, 120), (20, 20, 20)
 
 Box = tuple[int, int, int, int]  # x1, y1, x2, y2 in pixels, exclusive end
@@ -152,14 +152,31 @@ def render_object(content: str, size: int, colour: str | None = None) -> Image.I
 
 
 def object_label(content: str, colour: str | None = None) -> str:
-    """The short zoom label naming one object: "red star", "text FISH" or "digits 4821"."""
+    """A name that fully describes one object: "red star", "text FISH" or "digits 4821". It is how questions name
+    the objects they relate ("Is the red star left of the blue circle?"); it is not a zoom label, since it can hold
+    the answer to a question about that object."""
     if content in SHAPES:
         return f"{colour} {content}"
     return f"{'digits' if content.isdigit() else 'text'} {content}"
 
 
+def referent_label(shape: str | None = None, colour: str | None = None, plural: bool = False) -> str:
+    """The zoom label of a question's referent: the object named only by what the question itself says ("the
+    diamond" for "What colour is the diamond?", "the green object" for "What shape is the green object?", "the
+    yellow squares" for a count), so the label never gives the answer away. `SIGN_LABEL` names a sign."""
+    if shape is None:
+        if colour is None:
+            raise ValueError("a referent needs a shape, a colour or both")
+        return f"the {colour} object{'s' if plural else ''}"
+    noun = _plural(shape) if plural else shape
+    return f"the {colour} {noun}" if colour else f"the {noun}"
+
+
 def render_background(
-    width: int, height: int, rng: np.random.Generator, avoid_shapes: tuple[str, ...] = ()
+    width: int,
+    height: int,
+    rng: np.random.Generator,
+    avoid_shapes: tuple[str, ...] = (),
 ) -> Image.Image:
     """A pale, low-saturation, cluttered RGB background: smooth colour gradients, faint lines, blobs and shapes.
 
@@ -221,7 +238,7 @@ def _colour_question(rng: np.random.Generator, multiple_choice: bool) -> _Questi
         question=template.format(shape),
         answer=colour,
         wrong=tuple(_pick(rng, COLOURS, 3, exclude=[colour])),
-        label=object_label(shape, colour),
+        label=referent_label(shape),
         source="synthetic/colour",
         targets=((shape, colour),),
         layout="single",
@@ -238,7 +255,7 @@ def _shape_question(rng: np.random.Generator, multiple_choice: bool) -> _Questio
         question=template.format(colour),
         answer=shape,
         wrong=tuple(_pick(rng, SHAPES, 3, exclude=[shape])),
-        label=object_label(shape, colour),
+        label=referent_label(colour=colour),
         source="synthetic/shape",
         targets=((shape, colour),),
         layout="single",
@@ -264,7 +281,7 @@ def _text_question(rng: np.random.Generator, multiple_choice: bool) -> _Question
         question="What is written on the small sign?",
         answer=text,
         wrong=wrong_options,
-        label=object_label(text),
+        label=SIGN_LABEL,
         source="synthetic/text",
         targets=((text, None),),
         layout="single",
@@ -288,7 +305,7 @@ def _position_question(rng: np.random.Generator, multiple_choice: bool) -> _Ques
         question=question,
         answer=direction,
         wrong=tuple(d for d in _DIRECTIONS if d != direction),
-        label=f"{name_a} and {name_b}",
+        label=f"the {name_a} and the {name_b}",
         source="synthetic/position",
         targets=targets,
         layout=direction,
@@ -304,7 +321,7 @@ def _count_question(rng: np.random.Generator, multiple_choice: bool) -> _Questio
         question=f"How many {colour} {_plural(shape)} are there?",
         answer=str(count),
         wrong=tuple(str(w) for w in sorted(_pick(rng, range(max(1, count - 3), count + 4), 3, exclude=[count]))),
-        label=f"{_NUMBER_WORDS[count]} {colour} {_plural(shape)}",
+        label=referent_label(shape, colour, plural=True),
         source="synthetic/count",
         targets=((shape, colour),) * count,
         layout="cluster",
@@ -320,6 +337,20 @@ _QUESTION_BUILDERS: dict[str, Callable[[np.random.Generator, bool], _Question]] 
     "position": _position_question,
     "count": _count_question,
 }
+
+
+def chance_accuracy(source: str, options: Sequence[str] = ()) -> float:
+    """Accuracy of the best blind guess on one row: 1/len(options) for multiple choice; for open questions, one over
+    the number of answers the question type allows (8 colours, 7 shapes, 5 counts, 2 directions, since an open
+    position question names its two; a sign holds one of 40 words half the time and random digits otherwise, so the
+    best blind guess, any word, is right 1/80 of the time)."""
+    if options:
+        return 1.0 / len(options)
+    kind = source.removeprefix("synthetic/")
+    open_answers = {"colour": len(COLOURS), "shape": len(SHAPES), "count": 5, "position": 2, "text": 2 * len(WORDS)}
+    if kind not in open_answers:
+        raise ValueError(f"chance_accuracy: unknown synthetic source {source!r}; known: {sorted(open_answers)}")
+    return 1.0 / open_answers[kind]
 
 
 # ------------------------------------------------------------------------------------------------------- placement
@@ -440,6 +471,7 @@ def _make_example(
     max_size: int,
     mc_fraction: float,
     object_fraction: tuple[float, float],
+    question_types: tuple[str, ...],
 ) -> dict:
     rng = np.random.default_rng([seed, _split_key(split), index])
     width, height = (int(v) for v in rng.integers(min_size, max_size, size=2, endpoint=True))
@@ -450,9 +482,10 @@ def _make_example(
 
     multiple_choice = bool(rng.random() < mc_fraction)
     # Cycling the types balances them exactly, even in a handful of rows.
-    q = _QUESTION_BUILDERS[QUESTION_TYPES[index % len(QUESTION_TYPES)]](rng, multiple_choice)
+    q = _QUESTION_BUILDERS[question_types[index % len(question_types)]](rng, multiple_choice)
 
-    image = render_background(width, height, rng, avoid_shapes=tuple(c for c, _ in q.targets if c in SHAPES))
+    avoid = tuple(c for c, _ in q.targets if c in SHAPES)
+    image = render_background(width, height, rng, avoid_shapes=avoid)
     sprites = [render_object(content, object_size(), colour) for content, colour in q.targets]
     frame = (size_hi, size_hi, width - size_hi, height - size_hi)  # leaves room for the bbox margin
     boxes = _place_targets(rng, sprites, q.layout, frame)
@@ -502,6 +535,7 @@ def build_synthetic(
     max_size: int = 3000,
     mc_fraction: float = 0.5,
     object_fraction: tuple[float, float] = DEFAULT_OBJECT_FRACTION,
+    question_types: Sequence[str] = QUESTION_TYPES,
 ) -> datasets.Dataset:
     """`n` visual-search rows (see the module docstring), identical for identical arguments, down to the PNG bytes.
 
@@ -511,14 +545,23 @@ def build_synthetic(
     pass a smaller fraction (e.g. (0.004, 0.008)) with large images, or the target is visible without zooming.
 
     A fraction `mc_fraction` of rows are multiple choice (four shuffled options, `answer` the correct letter); the
-    rest are open (`options` empty, `answer` the expected text). Rows are held in memory (PNG bytes, ~0.5 MB each
+    rest are open (`options` empty, `answer` the expected text). Rows cycle through `question_types` in order. Rows are held in memory (PNG bytes, ~0.5 MB each
     at the default sizes): build large sets once with the CLI and `datasets.load_from_disk` them (memory-mapped).
     """
     if not 0 < min_size <= max_size:
         raise ValueError(f"need 0 < min_size <= max_size, got {min_size}, {max_size}")
     if not 0.0 <= mc_fraction <= 1.0:
         raise ValueError(f"mc_fraction must be in [0, 1], got {mc_fraction}")
-    rows = [_make_example(i, split, seed, min_size, max_size, mc_fraction, object_fraction) for i in range(n)]
+    if len(object_fraction) != 2 or not 0 < object_fraction[0] <= object_fraction[1] <= 0.25:
+        raise ValueError(f"object_fraction must be (low, high) with 0 < low <= high <= 0.25; got {object_fraction}")
+    question_types = tuple(question_types)
+    unknown = [t for t in question_types if t not in _QUESTION_BUILDERS]
+    if unknown or not question_types:
+        raise ValueError(f"question_types must be a non-empty subset of {QUESTION_TYPES}; got {list(question_types)}")
+    rows = [
+        _make_example(i, split, seed, min_size, max_size, mc_fraction, object_fraction, question_types)
+        for i in range(n)
+    ]
     return datasets.Dataset.from_list(rows, features=FEATURES)
 
 

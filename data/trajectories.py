@@ -41,13 +41,16 @@ logger = logging.getLogger(__name__)
 CALLS_FEATURE = datasets.List(
     {"bbox_2d": datasets.List(datasets.Value("int32"), length=4), "label": datasets.Value("string")}
 )
+GOLD_BOXES = ("tight", "grid")
 MISS_ATTEMPTS = 32  # random placements tried for the first, missed call before settling for one call
 
 # Thoughts are fixed sentences: the cold start teaches the format and the zoom-then-answer behaviour, and varied
 # wording invented here would only be noise for RL to unlearn.
-THINK_ZOOM = "The detail the question asks about is too small to make out at this resolution, so I zoom in on it."
-THINK_MISSED = "This view does not show the {label}; it must be elsewhere, so I zoom in on another region."
-THINK_SEEN = "The zoomed view shows the {label} clearly, so I can answer."
+# They are short and do not repeat the label: every token is generated at each RL rollout, and the label already
+# says what the call expects to see.
+THINK_ZOOM = "It is too small to see here, so I zoom in."
+THINK_MISSED = "This view does not show it, so I zoom in elsewhere."
+THINK_SEEN = "The zoomed view shows it clearly."
 THINK_NO_ZOOM = "I can answer from the image as it is."
 
 
@@ -62,11 +65,29 @@ class TrajectoryArguments:
         },
     )
     trajectory_seed: int = field(default=0, metadata={"help": "Seed of the per-row choice of variant and miss box."})
+    gold_box: str = field(
+        default="tight",
+        metadata={
+            "help": "The box of a gold call, in the frame the model sees. 'tight': the target box, rounded outwards. "
+            "'grid': a gold_box_size-pixel square centred on the gold_box_grid-pixel grid cell that holds the "
+            "target's centre (grown if the target sticks out): a few distinct boxes a small policy can learn to "
+            "choose between, at a fixed zoom factor.",
+            "choices": list(GOLD_BOXES),
+        },
+    )
+    gold_box_grid: int = field(default=14, metadata={"help": "'grid' gold boxes: cell side, in seen pixels."})
+    gold_box_size: int = field(default=28, metadata={"help": "'grid' gold boxes: box side, in seen pixels."})
 
     def __post_init__(self):
         if len(self.call_mix) != 3 or min(self.call_mix) < 0 or not math.isclose(sum(self.call_mix), 1.0):
             raise ValueError(
                 f"call_mix must be 3 non-negative fractions summing to 1 (0, 1, 2 calls); got {self.call_mix}"
+            )
+        if self.gold_box not in GOLD_BOXES:
+            raise ValueError(f"gold_box must be one of {GOLD_BOXES}; got {self.gold_box!r}")
+        if not 0 < self.gold_box_grid <= self.gold_box_size:
+            raise ValueError(
+                f"need 0 < gold_box_grid <= gold_box_size; got {self.gold_box_grid}, {self.gold_box_size}"
             )
 
 
@@ -82,12 +103,33 @@ def _intersects(a: Sequence[int], b: Sequence[int]) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
-def plan_calls(row: dict, label: str, env: ZoomInEnv, num_calls: int, rng: np.random.Generator) -> list[dict]:
+def grid_box(target: Sequence[int], frame: tuple[int, int], grid: int, size: int) -> list[int]:
+    """A `size`-pixel square centred on the centre of the `grid`-pixel cell that holds the centre of `target` (all in
+    the seen frame), shifted to lie inside `frame` (width, height), then grown to hold all of `target`."""
+    box = []
+    for axis, (lo, hi) in enumerate(((target[0], target[2]), (target[1], target[3]))):
+        limit = frame[axis]
+        centre = (int((lo + hi) / 2 // grid) + 0.5) * grid
+        start = max(0, min(round(centre - size / 2), limit - size))
+        box.append((min(start, lo), min(max(start + size, hi), limit)))
+    (x1, x2), (y1, y2) = box
+    return [x1, y1, x2, y2]
+
+
+def plan_calls(
+    row: dict,
+    label: str,
+    env: ZoomInEnv,
+    num_calls: int,
+    rng: np.random.Generator,
+    args: TrajectoryArguments | None = None,
+) -> list[dict]:
     """The gold zoom-in calls of `row` (`bbox_2d` in the frame the model sees), at most `num_calls` of them.
 
     The target box is scaled from original pixels into the seen frame and rounded outwards, so the crop the tool
-    maps it back to always contains the whole target. With `num_calls=2` a miss of the same size comes first, placed
-    where its crop does not touch the target; when the target leaves no such place, the row gets one call.
+    maps it back to always contains the whole target; with `args.gold_box == "grid"` that box is replaced by its
+    `grid_box`. With `num_calls=2` a miss of the same size comes first, placed where its crop does not touch the
+    target; when the target leaves no such place, the row gets one call.
 
     Raises:
         ToolError: `row["target_bbox"]` is missing or unusable (the tool itself would reject it).
@@ -103,6 +145,9 @@ def plan_calls(row: dict, label: str, env: ZoomInEnv, num_calls: int, rng: np.ra
         math.ceil(target[2] * seen_w / width),
         math.ceil(target[3] * seen_h / height),
     ]
+    args = args or TrajectoryArguments()
+    if args.gold_box == "grid":
+        gold = grid_box(gold, (seen_w, seen_h), args.gold_box_grid, args.gold_box_size)
     calls = [{"bbox_2d": gold, "label": label}]
     if num_calls < 2:
         return calls[:num_calls]
@@ -146,7 +191,7 @@ def build_gold_trajectories(
             continue
         rng = np.random.default_rng([args.trajectory_seed, zlib.crc32(str(row["id"]).encode())])
         try:
-            calls = plan_calls(row, label, env, int(rng.choice(3, p=args.call_mix)), rng)
+            calls = plan_calls(row, label, env, int(rng.choice(3, p=args.call_mix)), rng, args)
         except ToolError:
             stats.skipped["target_bbox"] += 1
             continue
@@ -179,13 +224,13 @@ class GoldTrajectoryRenderer:
         self.env.reset(**row)
         messages = list(row["prompt"])
         for turn, call in enumerate(row["calls"]):
-            think = THINK_ZOOM if turn == 0 else THINK_MISSED.format(label=call["label"])
+            think = THINK_ZOOM if turn == 0 else THINK_MISSED
             tool_call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": dict(call)}}
             messages.append({"role": "assistant", "content": f"<think>{think}</think>", "tool_calls": [tool_call]})
             observation = self.env.image_zoom_in_tool(**call)
             if not self.env.calls[-1].ok:  # planning validated the call: a failure here is a bug, not bad data
                 raise RuntimeError(f"gold call {call} of row {row.get('id')} failed: {self.env.calls[-1].error}")
             messages.append({"role": "tool", "name": TOOL_NAME, "content": observation})
-        think = THINK_SEEN.format(label=row["calls"][-1]["label"]) if row["calls"] else THINK_NO_ZOOM
+        think = THINK_SEEN if row["calls"] else THINK_NO_ZOOM
         messages.append({"role": "assistant", "content": f"<think>{think}</think><answer>{row['answer']}</answer>"})
         return messages

@@ -2,6 +2,7 @@
 there, and only a few pixels wide at the tiny model's resolution (so answering needs the zoom)."""
 
 import math
+import re
 
 import datasets
 import numpy as np
@@ -11,12 +12,14 @@ from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 import task
 from data import DATASETS, get_dataset
 from data.synthetic import (
+    _QUESTION_BUILDERS,
     COLOURS,
     QUESTION_TYPES,
     SHAPES,
     WORDS,
     _place_pair,
     build_synthetic,
+    chance_accuracy,
     main,
     object_label,
     render_object,
@@ -40,6 +43,13 @@ def full_size() -> datasets.Dataset:
 def resolved_answer(row: dict) -> str:
     """The answer as text: the option the letter names for multiple choice, else the answer itself."""
     return row["options"][task.OPTION_LETTERS.index(row["answer"])] if row["options"] else row["answer"]
+
+
+def target_colour(row: dict) -> str:
+    """The colour of the (first) target: the answer of a colour question, else the first colour its label names."""
+    if row["source"] == "synthetic/colour":
+        return resolved_answer(row)
+    return next(word for word in row["target_label"].split() if word in COLOURS)
 
 
 def colour_mask(pixels: np.ndarray, colour: str, tolerance: int = 40) -> np.ndarray:
@@ -98,18 +108,45 @@ def test_answers_are_consistent(small):
             assert sum(task.is_correct(option, answer, options) for option in options) == 1
         else:
             assert answer and task.is_correct(answer, answer)
-        label, text = row["target_label"].split(), resolved_answer(row)
-        source = row["source"].removeprefix("synthetic/")
+        text, source = resolved_answer(row), row["source"].removeprefix("synthetic/")
         if source == "colour":
-            assert label[0] == text and label[0] in COLOURS
+            assert text in COLOURS
         elif source == "shape":
-            assert label[1] == text and label[1] in SHAPES
+            assert text in SHAPES
         elif source == "text":
-            assert label[1] == text and (text.isdigit() or text in WORDS)
+            assert text.isdigit() or text in WORDS
         elif source == "count":
-            assert int(text) == ["zero", "one", "two", "three", "four", "five", "six"].index(label[0])
+            assert 2 <= int(text) <= 6
         else:
             assert text in ("left", "right", "above", "below")
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def test_labels_name_the_referent_never_the_answer():
+    """A zoom label is what the model expects to see before it zooms: the question's referent. Over 2,000 questions
+    of every type, open and multiple choice, no label holds the answer or any option, and every word of the label
+    but the connectives comes from the question. Labels and answers are made by the question builders alone (the row
+    test above checks that rows carry them unchanged), so they are drawn directly, without rendering 2,000 images."""
+    rng = np.random.default_rng(0)
+    seen = set()
+    for i in range(2000):
+        kind = QUESTION_TYPES[i % len(QUESTION_TYPES)]
+        q = _QUESTION_BUILDERS[kind](rng, multiple_choice=bool(i % 2))
+        label = q.label.lower()
+        for text in (q.answer, *q.wrong):
+            assert text.lower() not in label, (kind, q.question, q.label, q.answer)
+        assert _words(q.label) - {"the", "and", "object", "objects"} <= _words(q.question), (q.question, q.label)
+        seen.add(q.label)
+    assert len(seen) > 50  # the referents vary with the question, not one fixed label
+
+
+def test_rows_carry_referent_labels(small):
+    for row in small:
+        label, answer = row["target_label"].lower(), resolved_answer(row).lower()
+        assert answer not in label and not any(option.lower() in label for option in row["options"])
 
 
 def test_multiple_choice_fraction():
@@ -143,8 +180,7 @@ def test_target_is_inside_its_box(small):
             mask = ink_mask(pixels)
             assert mask[inside].sum() > 5 and mask[~inside].sum() == 0  # a 12 px sign has thin, grey-ish strokes
             continue
-        colour = next(word for word in row["target_label"].split() if word in COLOURS)
-        mask = colour_mask(pixels, colour)
+        mask = colour_mask(pixels, target_colour(row))
         assert mask[inside].sum() > 25  # a 12 px star, the smallest object at these sizes, has ~50
         if source in ("colour", "shape"):  # count and position scenes hold same-coloured look-alikes on purpose
             assert mask[~inside].sum() < 0.05 * mask[inside].sum()
@@ -164,7 +200,7 @@ def test_target_needs_zoom_at_tiny_resolution(full_size):
             glyph_height, _ = extent(ink_mask(crop))
             assert 12 <= glyph_height and glyph_height * scale < 2
         elif source in ("colour", "shape"):
-            size = max(extent(colour_mask(crop, row["target_label"].split()[0])))
+            size = max(extent(colour_mask(crop, target_colour(row))))
             assert 20 <= size and size * scale < 3
 
 
@@ -201,3 +237,26 @@ def test_cli_saves_to_disk(tmp_path, monkeypatch):
     saved = datasets.load_from_disk(str(tmp_path))
     assert saved["id"] == ["val-000000", "val-000001"]
     assert saved["answer"] == build_synthetic(2, split="val", min_size=600, max_size=700)["answer"]
+
+
+def test_question_types_and_object_fraction_are_chosen_and_checked():
+    rows = build_synthetic(4, question_types=["shape", "count"], **SMALL)
+    assert [row["source"] for row in rows] == ["synthetic/shape", "synthetic/count"] * 2
+    with pytest.raises(ValueError, match="question_types must be a non-empty subset"):
+        build_synthetic(1, question_types=["colour", "weight"], **SMALL)
+    with pytest.raises(ValueError, match="object_fraction must be"):
+        build_synthetic(1, object_fraction=(0.05, 0.01), **SMALL)
+
+
+@pytest.mark.parametrize(
+    "source, options, expected",
+    [("synthetic/colour", [], 1 / 8), ("synthetic/shape", [], 1 / 7), ("synthetic/count", [], 1 / 5),
+     ("synthetic/position", [], 1 / 2), ("synthetic/text", [], 1 / 80), ("synthetic/text", ["A", "B", "C", "D"], 1 / 4)],
+)  # fmt: skip
+def test_chance_accuracy(source, options, expected):
+    assert chance_accuracy(source, options) == pytest.approx(expected)
+
+
+def test_chance_accuracy_rejects_an_unknown_source():
+    with pytest.raises(ValueError, match="unknown synthetic source 'synthetic/weight'"):
+        chance_accuracy("synthetic/weight")

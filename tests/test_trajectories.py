@@ -7,7 +7,7 @@ from PIL import ImageChops
 
 import task
 from data.synthetic import build_synthetic
-from data.trajectories import TrajectoryArguments, build_gold_trajectories
+from data.trajectories import TrajectoryArguments, build_gold_trajectories, grid_box
 from models import pixel_budget
 from tools import TOOL_NAME, ToolConfig, crop_box, make_environment_factory
 
@@ -149,3 +149,36 @@ def test_rows_are_rendered_on_access_from_arrow_friendly_columns(rows, make_env)
     gold, _ = build_gold_trajectories(rows, make_env)
     assert set(gold.column_names) == set(rows.column_names) | {"calls"}
     assert set(gold[0]) == {"messages", "images"}
+
+
+@pytest.mark.parametrize(
+    "target, expected",
+    [
+        ([30, 5, 36, 12], [21, 0, 63, 42]),  # cells (1, 0): centred on x = 42, pushed inside the frame at the top
+        ([50, 50, 100, 60], [49, 21, 100, 63]),  # centre in cell (2, 1); grown right to hold the whole target
+        ([100, 100, 110, 110], [70, 70, 112, 112]),  # the last cell: shifted back inside the 112 px frame
+    ],
+)
+def test_grid_box_by_hand(target, expected):
+    # 28 px cells, 42 px boxes in a 112 x 112 frame: a box starts at its cell's centre minus 21, clamped to [0, 70].
+    assert grid_box(target, (112, 112), grid=28, size=42) == expected
+
+
+def test_grid_gold_boxes_hold_the_target(rows, make_env):
+    args = TrajectoryArguments([0.0, 1.0, 0.0], gold_box="grid", gold_box_grid=28, gold_box_size=42)
+    dataset, _ = build_gold_trajectories(rows, make_env, args)
+    for row in stored(dataset):
+        env = make_env()
+        env.reset(**row)
+        box = crop_box(
+            env.image.size, row["calls"][0]["bbox_2d"], seen_size=env.seen_size, min_side=0, max_aspect=100.0
+        )
+        x1, y1, x2, y2 = row["target_bbox"]
+        assert box[0] <= x1 and box[1] <= y1 and box[2] >= x2 and box[3] >= y2
+
+
+def test_grid_box_arguments_are_checked():
+    with pytest.raises(ValueError, match="gold_box must be one of"):
+        TrajectoryArguments(gold_box="loose")
+    with pytest.raises(ValueError, match="gold_box_grid <= gold_box_size"):
+        TrajectoryArguments(gold_box="grid", gold_box_grid=28, gold_box_size=14)
