@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,6 +186,26 @@ def episode_record(
     }
 
 
+def _contains(box: Sequence[int], target: Sequence[int]) -> bool:
+    return box[0] <= target[0] and box[1] <= target[1] and box[2] >= target[2] and box[3] >= target[3]
+
+
+def _overlaps(box: Sequence[int], target: Sequence[int]) -> bool:
+    return box[0] < target[2] and target[0] < box[2] and box[1] < target[3] and target[1] < box[3]
+
+
+def _target_rate(records: Sequence[dict], hit: Callable[[Sequence[int], Sequence[int]], bool]) -> float | None:
+    """Over the valid calls of rows that have a `target_bbox`, the fraction whose crop `hit`s it; None without any."""
+    hits = [
+        float(hit(call["box"], record["target_bbox"]))
+        for record in records
+        if record.get("target_bbox")
+        for call in record["calls"]
+        if call["box"] is not None
+    ]
+    return mean(hits) if hits else None
+
+
 def compute_metrics(records: Sequence[dict], benchmark: str, skipped_rows: int = 0) -> dict[str, Any]:
     """Accuracy under the benchmark's reporting rule plus the agent's tool use; definitions in docs/evaluation.md."""
     calls = [call for record in records for call in record["calls"]]
@@ -202,6 +222,8 @@ def compute_metrics(records: Sequence[dict], benchmark: str, skipped_rows: int =
         "calls_per_sample": mean([len(record["calls"]) for record in records]),
         "tool_call_rate": mean([float(bool(record["calls"])) for record in records]),
         "valid_call_rate": len(valid) / len(calls) if calls else None,
+        "box_contains_target": _target_rate(records, _contains),
+        "box_touches_target": _target_rate(records, _overlaps),
         "mean_z": mean([call["z"] for call in scored]),
         "gap_rate": mean([float(call["gap"]) for call in scored]),
     }

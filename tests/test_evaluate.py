@@ -132,9 +132,25 @@ def test_tool_use_metrics():
         "calls_per_sample": 1.5,
         "tool_call_rate": 0.5,
         "valid_call_rate": pytest.approx(2 / 3),
+        "box_contains_target": None,  # no row has a target_bbox
+        "box_touches_target": None,
         "mean_z": pytest.approx(0.3),
         "gap_rate": 0.5,
     }
+
+
+def test_target_hit_metrics_by_hand():
+    target = [20, 20, 30, 30]
+    records = [
+        record("s", True, [call(box=(0, 0, 40, 40)), call(box=(25, 25, 60, 60)), call(box=None)])
+        | {"target_bbox": target},
+        record("s", False, [call(box=(50, 50, 90, 90))]) | {"target_bbox": target},
+        record("s", False, [call(box=(0, 0, 100, 100))]),  # no target_bbox: not counted
+    ]
+    metrics = compute_metrics(records, "synthetic")
+    # Valid calls of rows with a target: 3. Contained in 1 (the first), touched by 2 (the first two).
+    assert metrics["box_contains_target"] == pytest.approx(1 / 3)
+    assert metrics["box_touches_target"] == pytest.approx(2 / 3)
 
 
 # ------------------------------------------------------------------------------------------- the agent against TRL

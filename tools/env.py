@@ -71,7 +71,7 @@ class ZoomInEnv:
         Args:
             bbox_2d: The region to zoom in on, as [x1, y1, x2, y2] in pixels of the image you see, where (x1, y1) is
                 the top-left corner and (x2, y2) the bottom-right corner.
-            label: A few words naming what you expect to see in the box, e.g. "red star" or "the small sign".
+            label: A few words naming what you expect to see in the box, e.g. "the star" or "the small sign".
         """
         config, turn = self.config, len(self.calls) + 1
         arguments = {"bbox_2d": bbox_2d, "label": label}

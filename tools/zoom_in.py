@@ -40,7 +40,7 @@ def validate_label(label: object, max_words: int, max_chars: int) -> str:
         raise ToolError(f"label must be a short text naming what you expect to see; got {type(label).__name__}.")
     label = " ".join(label.split())
     if not label:
-        raise ToolError("label is empty: name what you expect to see in the box, e.g. 'red star'.")
+        raise ToolError("label is empty: name what you expect to see in the box, e.g. 'the star'.")
     words = len(label.split())
     if words > max_words or len(label) > max_chars:
         raise ToolError(
