@@ -38,10 +38,10 @@ tiny demo test bench clip experiment: export HF_DATASETS_OFFLINE ?= 1
 export TRL_EXPERIMENTAL_SILENCE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: help install tiny demo sft rl eval clip test lint bench clean
+.PHONY: help install tiny demo experiment sft rl eval clip test lint bench clean
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,9 @@ tiny: $(TINY)/.built ## Build the tiny offline models (Qwen2.5-VL, tokenizer, CL
 
 demo: tiny ## The main job on tiny models, CPU: train CLIP verifier, SFT, MAPO RL, evaluate before/after (outputs/demo)
 	$(PY) demo.py $(ARGS)
+
+experiment: tiny ## GRPO vs MAPO vs HPO from one SFT checkpoint, 3 seeds, tiny, CPU (docs/experiment.md); ARGS="--sft_model outputs/demo/sft"
+	$(PY) experiment.py $(ARGS)
 
 sft: tiny ## SFT cold start: SFT_RECIPE=<recipe.yaml> ACCELERATE=<cpu|multi_cpu|single_gpu|ddp|zero2|zero3|fsdp2> ARGS="--field value ..."; N nodes: NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, NUM_PROCESSES
 	$(call tiny_only,$(SFT_RECIPE)) $(LAUNCH) sft.py --config $(SFT_RECIPE) $(ARGS)

@@ -8,7 +8,12 @@
 6. evaluate after SFT and after RL; write `outputs/demo/summary.json` and print a table.
 
 Each stage runs the real entry point in-process with its recipe and a few overrides, exactly as
-`make sft ARGS=...` / `make rl ARGS=...` / `make eval ...` would.
+`make sft ARGS=...` / `make rl ARGS=...` / `make eval ...` would. The stages are functions (`train_verifier`,
+`make_data`, `run_sft`, `run_rl`, `evaluate`) so that `experiment.py` runs the very same ones.
+
+A tiny run can look fine while measuring nothing: accuracy at chance, no valid zoom-in call, R_sem zero throughout.
+So every evaluated stage reports its accuracy beside the chance level of the same rows, per question type, and the
+summary lists a warning for each stage whose signal was zero (`signal_warnings`), printed last.
 """
 
 from __future__ import annotations
@@ -16,8 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -28,20 +37,59 @@ from trl import ModelConfig, SFTConfig  # noqa: E402
 import rl  # noqa: E402
 import sft  # noqa: E402
 from clip_training import train_clip  # noqa: E402
-from data.synthetic import build_synthetic  # noqa: E402
+from data.benchmarks import mean  # noqa: E402
+from data.synthetic import build_synthetic, chance_accuracy  # noqa: E402
 from data.trajectories import TrajectoryArguments  # noqa: E402
 from evaluate import parse_args as evaluate_args  # noqa: E402
-from evaluate import run_evaluation  # noqa: E402
-from launch import ScriptArguments, parse_args_and_record  # noqa: E402
-from mapo_trainer import MAPOConfig  # noqa: E402
+from evaluate import read_samples, run_evaluation  # noqa: E402
+from launch import ScriptArguments, load_recipe, parse_args_and_record  # noqa: E402
+from mapo_trainer import MAPOConfig, MAPOTrainer  # noqa: E402
+from task import REWARDS  # noqa: E402
 from tiny_models import build_tiny_kit, kit_paths  # noqa: E402
 from tools import ToolConfig  # noqa: E402
 
+KIT_DIR = Path("outputs/tiny")
 SFT_RECIPE = "recipes/tiny/sft/config_sft.yaml"
 RL_RECIPE = "recipes/tiny/rl/config_mapo.yaml"
-SUMMARY_KEYS = ("accuracy", "tool_call_rate", "valid_call_rate", "mean_z", "gap_rate", "calls_per_sample")
+SUMMARY_KEYS = (
+    "accuracy",
+    "tool_call_rate",
+    "valid_call_rate",
+    "box_contains_target",
+    "mean_z",
+    "gap_rate",
+    "calls_per_sample",
+)
+SAMPLES_FILE = "samples.jsonl"  # evaluate.run_evaluation's per-sample records, in its output_dir
+
+# TRL logs each reward function under its own name; the tiny recipe's only outcome reward is `gated_outcome`, 1 when
+# the answer is correct *and* every turn is well formed, so its batch mean is the rollouts' (format-gated) accuracy.
+ACCURACY_KEY = f"rewards/{REWARDS['gated_outcome'].__name__}/mean"
+SEMANTIC_KEY = "rewards/semantic/mean"  # MAPOTrainer logs R_sem at every training step, whatever the estimator
 
 
+def _valid_rate(error_rate: float) -> float:
+    return 1.0 - error_rate
+
+
+# One RL step's figures by name: the `log_history` key each comes from and, optionally, how it is derived. A key TRL
+# did not log at a step gives None, never 0: no zoom-in call means no z_t and no error rate (`semantic/z_mean`,
+# `tools/zoom_error_rate` are logged per call), and the variance probe logs only on the steps it probes.
+STEP_METRICS: dict[str, tuple[str, Callable[[float], float] | None]] = {
+    "r_sem": (SEMANTIC_KEY, None),
+    "z_mean": ("semantic/z_mean", None),
+    "calls_per_rollout": ("tools/zoom_calls_per_rollout", None),
+    "valid_call_rate": ("tools/zoom_error_rate", _valid_rate),
+    "accuracy": (ACCURACY_KEY, None),
+    "reward_std": ("reward_std", None),
+    "advantage_std": ("mapo/advantage_std", None),
+    "adv_variance": ("adv/variance", None),
+    "grad_norm_var": ("probe/grad_norm_var", None),
+    "hpo_fallback_frac": ("hpo/fallback_frac", None),
+}
+
+
+# ---------------------------------------------------------------------------------------------------------- stages
 def flags(**values) -> list[str]:
     return [item for key, value in values.items() for item in (f"--{key}", str(value))]
 
@@ -51,8 +99,74 @@ def parse_recipe(dataclasses: tuple, recipe: str, **overrides) -> tuple:
     return parse_args_and_record(dataclasses, ["--config", recipe, *flags(**overrides)])
 
 
-def evaluate(model: str, data: str, output_dir: Path, limit: int, **overrides) -> dict:
-    """`make eval` on the synthetic test split; tool settings and rollout budget come from the checkpoint's record."""
+def tiny_kit(kit_dir: Path = KIT_DIR) -> dict[str, Path]:
+    """The tiny offline models (`make tiny`), built on first use."""
+    return kit_paths(kit_dir) if (kit_dir / ".built").exists() else build_tiny_kit(kit_dir)
+
+
+def train_verifier(output_dir: Path, kit: dict[str, Path], steps: int) -> dict:
+    """The tiny CLIP verifier trained from the kit's random one (reproducible); returns its held-out retrieval."""
+    return train_clip(output_dir, init=kit["clip"], steps=steps)
+
+
+def make_data(data_dir: Path, train_rows: int, test_rows: int, seed: int = 0) -> Path:
+    """A synthetic train/test split saved with `save_to_disk`, the form every stage reads (`dataset_name`)."""
+    splits = {
+        "train": build_synthetic(train_rows, seed=seed, split="train"),
+        "test": build_synthetic(test_rows, seed=seed, split="test"),
+    }
+    datasets.DatasetDict(splits).save_to_disk(str(data_dir))
+    return data_dir
+
+
+def run_sft(model: str | Path, data_dir: Path, output_dir: Path, steps: int, **overrides) -> None:
+    """`make sft` (the tiny recipe) from `model` on `data_dir`'s train split, into `output_dir`."""
+    args = parse_recipe(
+        (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig),
+        SFT_RECIPE,
+        model_name_or_path=model,
+        dataset_name=data_dir,
+        output_dir=output_dir,
+        max_steps=steps,
+        **overrides,
+    )
+    sft.main(*args)
+
+
+def rl_args(model: str | Path, data_dir: Path, clip: Path, output_dir: Path, steps: int, **overrides) -> tuple:
+    """The tiny RL recipe's parsed arguments (`ScriptArguments`, `MAPOConfig`, `ModelConfig`, `ToolConfig`) from
+    `model` on `data_dir`, scored by `clip`, with `--key value` overrides (any recipe field)."""
+    return parse_recipe(
+        (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig),
+        RL_RECIPE,
+        model_name_or_path=model,
+        dataset_name=data_dir,
+        clip_model=clip,
+        output_dir=output_dir,
+        max_steps=steps,
+        **overrides,
+    )
+
+
+def run_rl(args: tuple) -> MAPOTrainer:
+    """`make rl` in-process on arguments from `rl_args`; the trainer holds the run's `state.log_history`."""
+    return rl.main(*args)
+
+
+def rollout_budget() -> dict[str, Any]:
+    """The tiny RL recipe's rollout budget. Evaluation replays a checkpoint's own (its RL record), but the untrained
+    policy and the SFT checkpoint have none yet, so they are evaluated under the budget RL will train with."""
+    values = load_recipe(RL_RECIPE).values
+    return {key: values[key] for key in ("max_completion_length", "max_tool_calling_iterations")}
+
+
+def evaluate(model: str | Path, data: str | Path, output_dir: Path, limit: int, **overrides) -> dict:
+    """`make eval` on the synthetic test split; tool settings and rollout budget come from the checkpoint's record.
+
+    `output_dir` starts empty: evaluation resumes a folder whose settings match, and a pipeline rerun retrains the
+    checkpoint at the same path, so resuming would mix the old model's samples into the new one's metrics.
+    """
+    shutil.rmtree(output_dir, ignore_errors=True)
     args = evaluate_args(
         flags(
             model_name_or_path=model,
@@ -68,114 +182,184 @@ def evaluate(model: str, data: str, output_dir: Path, limit: int, **overrides) -
     return run_evaluation(*args)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", type=Path, default=Path("outputs/demo"))
-    parser.add_argument("--train_rows", type=int, default=48)
-    parser.add_argument("--test_rows", type=int, default=16)
-    parser.add_argument("--clip_steps", type=int, default=300, help="~1 min on 2 idle cores; reproducible")
-    parser.add_argument("--sft_steps", type=int, default=400, help="fewer and the tiny policy writes no valid call")
-    parser.add_argument("--rl_steps", type=int, default=8)
-    args = parser.parse_args()
-    out = args.output_dir
-    start = time.perf_counter()
-    timings = {}
+T = TypeVar("T")
 
-    def stage(name: str, fn):
+
+class Stages:
+    """Runs named stages with a banner, and keeps each one's wall time in `seconds`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._start = time.perf_counter()
+
+    def __call__(self, name: str, fn: Callable[[], T]) -> T:
         print(f"\n=== {name} ===", flush=True)
         t0 = time.perf_counter()
         result = fn()
-        timings[name] = round(time.perf_counter() - t0, 1)
+        self.seconds[name] = round(time.perf_counter() - t0, 1)
         return result
 
-    kit_dir = Path("outputs/tiny")
-    kit = kit_paths(kit_dir) if (kit_dir / ".built").exists() else build_tiny_kit(kit_dir)
-    clip_dir = out / "clip"
-    clip = stage("train the CLIP verifier", lambda: train_clip(clip_dir, init=kit["clip"], steps=args.clip_steps))
+    def total(self) -> float:
+        return round(time.perf_counter() - self._start, 1)
 
-    data_dir = out / "data"
 
-    def make_data():
-        splits = {
-            "train": build_synthetic(args.train_rows, seed=0, split="train"),
-            "test": build_synthetic(args.test_rows, seed=0, split="test"),
-        }
-        datasets.DatasetDict(splits).save_to_disk(str(data_dir))
+# --------------------------------------------------------------------------------------------------------- summary
+def chance_by_source(records: Iterable[dict]) -> tuple[float | None, dict[str, float]]:
+    """Chance accuracy of evaluated rows (`source`, `options`), overall and per source: the mean over those rows of
+    `data.synthetic.chance_accuracy`, so it matches the very rows the accuracy was measured on (a few test rows can
+    hold more multiple-choice or open questions than the generator's mix)."""
+    by_source = defaultdict(list)
+    for record in records:
+        by_source[record["source"]].append(chance_accuracy(record["source"], record["options"]))
+    everything = [value for values in by_source.values() for value in values]
+    return mean(everything), {source: mean(values) for source, values in sorted(by_source.items())}
 
-    stage("generate synthetic data", make_data)
+
+def eval_summary(metrics: dict, eval_dir: Path) -> dict:
+    """One evaluated stage: `SUMMARY_KEYS`, accuracy per source, and the chance levels of the same rows (read from
+    the run's `samples.jsonl`)."""
+    chance, chance_by = chance_by_source(read_samples(Path(eval_dir) / SAMPLES_FILE))
+    return {
+        **{key: metrics.get(key) for key in SUMMARY_KEYS},
+        "chance": chance,
+        "accuracy_by_source": metrics.get("accuracy_by_source", {}),
+        "chance_by_source": chance_by,
+    }
+
+
+def rl_step_log(log_history: Iterable[dict]) -> list[dict]:
+    """Per RL training step, its `step` and every `STEP_METRICS` figure (None where TRL did not log it). Entries of
+    `trainer.state.log_history` that are not training steps (the closing `train_runtime` one) are skipped."""
+    steps = []
+    for entry in log_history:
+        if SEMANTIC_KEY not in entry:
+            continue
+        row = {"step": entry["step"]}
+        for name, (key, derive) in STEP_METRICS.items():
+            value = entry.get(key)
+            row[name] = None if value is None else (derive(value) if derive else value)
+        steps.append(row)
+    return steps
+
+
+def rl_endpoint(step: dict) -> dict:
+    """A step as the summary's `rl_first_step` / `rl_last_step` show it: TRL's keys, as before, and the valid-call
+    rate during RL (1 - tools/zoom_error_rate; None when no call was made)."""
+    return {
+        SEMANTIC_KEY: step["r_sem"],
+        "tools/zoom_calls_per_rollout": step["calls_per_rollout"],
+        "valid_call_rate": step["valid_call_rate"],
+    }
+
+
+def signal_warnings(summary: dict) -> list[str]:
+    """The stages of `summary` whose signal was zero, one sentence each; empty when every stage measured something.
+
+    Reads `summary["eval"]` (stage -> `eval_summary`) and `summary["rl_steps"]` (`rl_step_log`), either may be absent.
+    An evaluated stage with no valid zoom-in call has no z_t, so its tool metrics measure nothing. RL whose R_sem was
+    zero (or had no scored call, hence no z_t) at every step gave MAPO's semantic term nothing to work with; RL with no
+    zoom-in call in any step trained no tool use at all.
+    """
+    warnings = []
+    for stage, metrics in summary.get("eval", {}).items():
+        if not metrics.get("valid_call_rate"):
+            made = "no zoom-in call" if not metrics.get("calls_per_sample") else "zoom-in calls, none of them valid"
+            warnings.append(f"eval '{stage}': {made} (valid_call_rate {metrics.get('valid_call_rate')}): no z_t")
+    steps = summary.get("rl_steps")
+    if steps is not None:
+        if not steps:
+            warnings.append("RL: no training step was logged")
+        elif all(not step.get("r_sem") or step.get("z_mean") is None for step in steps):
+            warnings.append(f"RL: R_sem was zero (or no call was scored) at every one of its {len(steps)} steps")
+        if steps and not any(step.get("calls_per_rollout") for step in steps):
+            warnings.append(f"RL: no zoom-in call in any of its {len(steps)} steps")
+    return warnings
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def print_summary(summary: dict, path: Path) -> None:
+    """The summary as plain tables: tool use per stage, then accuracy beside chance per question type, then warnings
+    (last, so they are what a reader sees)."""
+    print(f"\nCLIP verifier, held-out top-1 label retrieval: {summary['clip_verifier']}")
+    print(f"{'stage':<8}" + "".join(f"{k:>17}" for k in SUMMARY_KEYS))
+    for stage, metrics in summary["eval"].items():
+        print(f"{stage:<8}" + "".join(f"{_number(metrics[k]):>17}" for k in SUMMARY_KEYS))
+
+    sources = sorted({s for metrics in summary["eval"].values() for s in metrics["chance_by_source"]})
+    names = [s.removeprefix("synthetic/") for s in sources]
+    print("\naccuracy / chance, by question type")
+    print(f"{'stage':<8}{'all':>15}" + "".join(f"{name:>15}" for name in names))
+    for stage, metrics in summary["eval"].items():
+        pairs = [(metrics["accuracy"], metrics["chance"])]
+        pairs += [(metrics["accuracy_by_source"].get(s), metrics["chance_by_source"].get(s)) for s in sources]
+        print(f"{stage:<8}" + "".join(f"{_number(acc)} / {_number(chance)}".rjust(15) for acc, chance in pairs))
+
+    first, last = summary["rl_first_step"], summary["rl_last_step"]
+    print("\nRL, first -> last step: " + ", ".join(f"{k} {_number(first[k])} -> {_number(last[k])}" for k in first))
+    print(f"\nsummary: {path}   reports: {path.parent / 'eval'}/*/report.html   total {summary['seconds']['total']} s")
+    for warning in summary["warnings"]:
+        print(f"WARNING: {warning}")
+
+
+# ------------------------------------------------------------------------------------------------------------ main
+def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
+    """Sizes of the stages before RL, shared by `demo.py` and `experiment.py`."""
+    parser.add_argument("--train_rows", type=int, default=128)
+    parser.add_argument("--test_rows", type=int, default=32)
+    parser.add_argument("--clip_steps", type=int, default=300, help="~1 min on 2 idle cores; reproducible")
+    parser.add_argument("--sft_steps", type=int, default=400, help="fewer and the tiny policy writes no valid call")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", type=Path, default=Path("outputs/demo"))
+    add_stage_arguments(parser)
+    parser.add_argument("--rl_steps", type=int, default=16)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    args = parse_args(argv)
+    out = args.output_dir
+    stage = Stages()
+    kit = tiny_kit()
+    clip_dir, data_dir, sft_dir, rl_dir = out / "clip", out / "data", out / "sft", out / "rl"
+    clip = stage("train the CLIP verifier", lambda: train_verifier(clip_dir, kit, args.clip_steps))
+    stage("generate synthetic data", lambda: make_data(data_dir, args.train_rows, args.test_rows))
+
+    def evaluate_stage(name: str, model: Path, **overrides) -> dict:
+        eval_dir = out / "eval" / name
+        return eval_summary(evaluate(model, data_dir, eval_dir, args.test_rows, **overrides), eval_dir)
 
     results = {}
+    # No record yet for the untrained policy and SFT (SFT scores nothing with CLIP, so its record names no
+    # verifier): they get RL's rollout budget and the trained verifier.
+    before_rl = {"clip_model": clip_dir, **rollout_budget()}
     results["base"] = stage(
-        "evaluate the untrained policy",  # no record yet: the tiny recipes' rollout budget, the trained verifier
-        lambda: evaluate(
-            kit["policy"],
-            data_dir,
-            out / "eval" / "base",
-            args.test_rows,
-            clip_model=clip_dir,
-            max_completion_length=320,
-            max_tool_calling_iterations=2,
-        ),  # fmt: skip
+        "evaluate the untrained policy", lambda: evaluate_stage("base", kit["policy"], **before_rl)
     )
+    stage("SFT cold start", lambda: run_sft(kit["policy"], data_dir, sft_dir, args.sft_steps))
+    results["sft"] = stage("evaluate after SFT", lambda: evaluate_stage("sft", sft_dir, **before_rl))
+    trainer = stage("MAPO RL", lambda: run_rl(rl_args(sft_dir, data_dir, clip_dir, rl_dir, args.rl_steps)))
+    results["rl"] = stage("evaluate after RL", lambda: evaluate_stage("rl", rl_dir))
 
-    sft_dir = out / "sft"
-    sft_args = parse_recipe(
-        (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig),
-        SFT_RECIPE,
-        model_name_or_path=kit["policy"],
-        dataset_name=data_dir,
-        output_dir=sft_dir,
-        max_steps=args.sft_steps,
-    )
-    stage("SFT cold start", lambda: sft.main(*sft_args))
-    results["sft"] = stage(
-        "evaluate after SFT",
-        lambda: evaluate(
-            sft_dir,
-            data_dir,
-            out / "eval" / "sft",
-            args.test_rows,
-            clip_model=clip_dir,  # SFT scores nothing with CLIP, so its record names no verifier
-            max_completion_length=320,
-            max_tool_calling_iterations=2,
-        ),  # fmt: skip
-    )
-
-    rl_dir = out / "rl"
-    rl_args = parse_recipe(
-        (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig),
-        RL_RECIPE,
-        model_name_or_path=sft_dir,
-        dataset_name=data_dir,
-        clip_model=clip_dir,
-        output_dir=rl_dir,
-        max_steps=args.rl_steps,
-    )
-    rl_trainer = stage("MAPO RL", lambda: rl.main(*rl_args))
-    results["rl"] = stage(
-        "evaluate after RL",
-        lambda: evaluate(rl_dir, data_dir, out / "eval" / "rl", args.test_rows),
-    )
-
-    rl_log = [entry for entry in rl_trainer.state.log_history if "rewards/semantic/mean" in entry]
+    steps = rl_step_log(trainer.state.log_history)
     summary = {
         "clip_verifier": clip,
-        "eval": {stage_name: {k: metrics.get(k) for k in SUMMARY_KEYS} for stage_name, metrics in results.items()},
-        "rl_first_step": {k: rl_log[0].get(k) for k in ("rewards/semantic/mean", "tools/zoom_calls_per_rollout")},
-        "rl_last_step": {k: rl_log[-1].get(k) for k in ("rewards/semantic/mean", "tools/zoom_calls_per_rollout")},
-        "seconds": {**timings, "total": round(time.perf_counter() - start, 1)},
+        "eval": results,
+        "rl_steps": steps,
+        "rl_first_step": rl_endpoint(steps[0]) if steps else {},
+        "rl_last_step": rl_endpoint(steps[-1]) if steps else {},
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-
-    print(f"\nCLIP verifier, held-out top-1 label retrieval: {clip}")
-    header = f"{'stage':<8}" + "".join(f"{k:>17}" for k in SUMMARY_KEYS)
-    print(header)
-    for stage_name, metrics in summary["eval"].items():
-        cells = "".join(f"{'-' if v is None else f'{v:.3f}':>17}" for v in metrics.values())
-        print(f"{stage_name:<8}{cells}")
-    print(
-        f"\nsummary: {out / 'summary.json'}   reports: {out / 'eval'}/*/report.html   total {summary['seconds']['total']} s"
-    )
+    summary["warnings"] = signal_warnings(summary)
+    summary["seconds"] = {**stage.seconds, "total": stage.total()}
+    path = out / "summary.json"
+    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    print_summary(summary, path)
+    return summary
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""`make demo` end to end, shrunk: every stage runs through the real entry points and the summary is written."""
+"""`make demo`: the summary's pieces on hand-made inputs (chance levels, the per-step RL log, the zero-signal
+warnings), and the whole pipeline shrunk: every stage runs through the real entry points and the summary is written."""
 
 import json
 import sys
@@ -6,20 +7,106 @@ import sys
 import pytest
 
 import demo
+from data.synthetic import chance_accuracy
 
-pytestmark = pytest.mark.slow
+
+def _stage(**values) -> dict:
+    metrics = {key: 0.5 for key in demo.SUMMARY_KEYS} | {"accuracy_by_source": {}, "chance_by_source": {}}
+    return metrics | values
 
 
-def test_demo_runs_every_stage_and_writes_the_summary(tiny_kit, tmp_path, monkeypatch):
+def _step(step: int, **values) -> dict:
+    return {"step": step, **dict.fromkeys(demo.STEP_METRICS)} | values
+
+
+def test_chance_is_the_mean_over_the_evaluated_rows_per_source():
+    records = [
+        {"source": "synthetic/colour", "options": ["a", "b", "c", "d"]},  # 1/4
+        {"source": "synthetic/colour", "options": []},  # open: one of the colours
+        {"source": "synthetic/position", "options": []},  # open: 1/2
+    ]
+    overall, by_source = demo.chance_by_source(records)
+    open_colour = chance_accuracy("synthetic/colour")
+    assert by_source == {"synthetic/colour": pytest.approx((0.25 + open_colour) / 2), "synthetic/position": 0.5}
+    assert overall == pytest.approx((0.25 + open_colour + 0.5) / 3)
+    assert demo.chance_by_source([]) == (None, {})
+
+
+def test_the_step_log_derives_the_valid_call_rate_and_keeps_missing_figures_missing():
+    history = [
+        {"step": 1, demo.SEMANTIC_KEY: 0.0, "tools/zoom_calls_per_rollout": 0.0, "reward_std": 0.0},  # no call
+        {"step": 2, demo.SEMANTIC_KEY: 0.3, "semantic/z_mean": 0.6, "tools/zoom_error_rate": 0.25},
+        {"step": 2, "train_runtime": 9.0},  # the closing entry is no step
+    ]
+    first, second = demo.rl_step_log(history)
+    assert first["valid_call_rate"] is None and first["z_mean"] is None and first["reward_std"] == 0.0
+    assert second["valid_call_rate"] == pytest.approx(0.75) and second["z_mean"] == 0.6
+    assert demo.rl_endpoint(second) == {
+        demo.SEMANTIC_KEY: 0.3,
+        "tools/zoom_calls_per_rollout": None,
+        "valid_call_rate": pytest.approx(0.75),
+    }
+
+
+def test_signal_warnings_name_every_zero_signal_stage():
+    summary = {
+        "eval": {
+            "base": _stage(valid_call_rate=None, calls_per_sample=0.0),  # no call at all
+            "sft": _stage(valid_call_rate=0.0, calls_per_sample=1.0),  # calls, none valid
+            "rl": _stage(),
+        },
+        "rl_steps": [
+            _step(1, r_sem=0.0, z_mean=None, calls_per_rollout=0.0),
+            _step(2, r_sem=0.2, z_mean=None, calls_per_rollout=0.0),  # R_sem with no scored call: still no z_t
+        ],
+    }
+    warnings = demo.signal_warnings(summary)
+    assert len(warnings) == 4
+    assert warnings[0].startswith("eval 'base': no zoom-in call")
+    assert warnings[1].startswith("eval 'sft': zoom-in calls, none of them valid")
+    assert "R_sem was zero" in warnings[2] and "2 steps" in warnings[2]
+    assert "no zoom-in call in any" in warnings[3]
+    assert demo.signal_warnings({"rl_steps": []}) == ["RL: no training step was logged"]
+
+
+def test_signal_warnings_stay_quiet_when_every_stage_has_signal():
+    summary = {
+        "eval": {"base": _stage(), "rl": _stage(valid_call_rate=0.1)},
+        "rl_steps": [
+            _step(1, r_sem=0.0, z_mean=None, calls_per_rollout=0.0),
+            _step(2, r_sem=0.1, z_mean=0.3, calls_per_rollout=1.0),  # one step with signal is enough
+        ],
+    }
+    assert demo.signal_warnings(summary) == []
+    assert demo.signal_warnings({}) == []
+
+
+@pytest.mark.slow
+def test_demo_runs_every_stage_and_writes_the_summary(tiny_kit, tmp_path, monkeypatch, capsys):
     argv = ["demo.py", "--output_dir", str(tmp_path), "--train_rows", "4", "--test_rows", "2"]
     argv += ["--clip_steps", "3", "--sft_steps", "2", "--rl_steps", "1"]
     monkeypatch.setattr(sys, "argv", argv)
     demo.main()
     summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary) == {
+        "clip_verifier", "eval", "rl_steps", "rl_first_step", "rl_last_step", "warnings", "seconds",
+    }  # fmt: skip
     assert set(summary["eval"]) == {"base", "sft", "rl"}
     assert summary["clip_verifier"]["steps"] == 3
-    for stage in ("base", "sft", "rl"):
+    for stage, metrics in summary["eval"].items():
         assert (tmp_path / "eval" / stage / "report.html").exists()
         assert json.loads((tmp_path / "eval" / stage / "metrics.json").read_text())["n"] == 2
+        assert set(metrics) == {*demo.SUMMARY_KEYS, "chance", "accuracy_by_source", "chance_by_source"}
+        assert set(metrics["chance_by_source"]) == set(metrics["accuracy_by_source"])
+        assert all(0 < chance <= 1 for chance in metrics["chance_by_source"].values())
+    assert [step["step"] for step in summary["rl_steps"]] == [1]
+    assert set(summary["rl_steps"][0]) == {"step", *demo.STEP_METRICS}
+    assert set(summary["rl_first_step"]) == {demo.SEMANTIC_KEY, "tools/zoom_calls_per_rollout", "valid_call_rate"}
+    assert summary["rl_last_step"] == summary["rl_first_step"]
+    # Two SFT steps teach a random policy nothing: its stages have no valid call, and the summary says so.
+    assert summary["warnings"] == demo.signal_warnings(summary) and summary["warnings"]
+    printed = capsys.readouterr().out
+    assert "accuracy / chance" in printed
+    assert all(f"WARNING: {warning}" in printed for warning in summary["warnings"])
     assert (tmp_path / "rl" / "model.safetensors").exists()
     assert set(summary["seconds"]) >= {"SFT cold start", "MAPO RL", "total"}

@@ -1,0 +1,133 @@
+"""Is zooming necessary in the synthetic world, and is the zoomed crop enough? Measured on the policy itself.
+
+Two answer-only SFT runs of the same policy, same rows, same steps, same seed; only the image differs:
+
+- `full`: the scene as the policy sees it at its pixel budget (no tool call is possible: answer-only trajectories);
+- `crop`: the crop that the gold zoom-in call returns (the environment's own crop at the crop budget), as the image.
+
+Both are evaluated answer-only on held-out rows, with accuracy and chance per question type
+(`data.synthetic.chance_accuracy`). `full` near chance with `crop` well above it says the answer cannot be read
+without zooming and can be read after a zoom to the right place; it says nothing about whether a policy finds that
+place (`box_contains_target` in evaluation measures that).
+
+    python scripts/zoom_necessity.py --output_dir outputs/zoom_necessity
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import datasets  # noqa: E402
+import numpy as np  # noqa: E402
+from trl import ModelConfig, SFTConfig  # noqa: E402
+
+import sft  # noqa: E402
+from data.synthetic import QUESTION_TYPES, build_synthetic, chance_accuracy  # noqa: E402
+from data.trajectories import TrajectoryArguments, plan_calls  # noqa: E402
+from evaluate import parse_args as evaluate_args  # noqa: E402
+from evaluate import run_evaluation  # noqa: E402
+from launch import ScriptArguments, parse_args_and_record  # noqa: E402
+from models import load_processor, pixel_budget  # noqa: E402
+from tiny_models import kit_paths  # noqa: E402
+from tools import ToolConfig, make_environment_factory  # noqa: E402
+
+SFT_RECIPE = "recipes/tiny/sft/config_sft.yaml"
+
+
+def _flags(**values) -> list[str]:
+    out = []
+    for key, value in values.items():
+        out += [f"--{key}", *map(str, value)] if isinstance(value, (list, tuple)) else [f"--{key}", str(value)]
+    return out
+
+
+def gold_crops(rows: datasets.Dataset, policy: str) -> datasets.Dataset:
+    """`rows` with each image replaced by what the gold zoom-in call shows the policy, and the target the whole
+    crop. The crop comes from the RL environment, with the tool settings the SFT recipe uses (ToolConfig defaults)."""
+    make_env = make_environment_factory(ToolConfig(), pixel_budget(load_processor(policy)))
+    out = []
+    for row in rows:
+        env = make_env()
+        (call,) = plan_calls(row, row["target_label"], env, 1, np.random.default_rng(0))
+        env.image_zoom_in_tool(**call)
+        crop = env.calls[-1].crop
+        out.append(dict(row) | {"image": crop, "target_bbox": [0, 0, crop.width, crop.height]})
+    return datasets.Dataset.from_list(out, features=rows.features)
+
+
+def chance_by_source(rows: datasets.Dataset) -> dict[str, float]:
+    by: dict[str, list[float]] = {}
+    for row in rows:
+        by.setdefault(row["source"], []).append(chance_accuracy(row["source"], row["options"]))
+    return {source: float(np.mean(values)) for source, values in sorted(by.items())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", type=Path, default=Path("outputs/zoom_necessity"))
+    parser.add_argument("--policy", default=kit_paths("outputs/tiny")["policy"])
+    parser.add_argument("--train_rows", type=int, default=200)
+    parser.add_argument("--test_rows", type=int, default=50)
+    parser.add_argument("--sft_steps", type=int, default=300)
+    parser.add_argument("--question_types", nargs="+", default=list(QUESTION_TYPES))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    out = args.output_dir
+    world = {"seed": args.seed, "question_types": args.question_types}
+    splits = {"train": build_synthetic(args.train_rows, split="train", **world)}
+    splits["test"] = build_synthetic(args.test_rows, split="test", **world)
+    results = {"chance": chance_by_source(splits["test"])}
+    for view in ("full", "crop"):
+        data = out / view / "data"
+        view_splits = splits if view == "full" else {k: gold_crops(v, args.policy) for k, v in splits.items()}
+        datasets.DatasetDict(view_splits).save_to_disk(str(data))
+        sft_args = parse_args_and_record(
+            (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig),
+            ["--config", SFT_RECIPE]
+            + _flags(
+                model_name_or_path=args.policy,
+                dataset_name=data,
+                output_dir=out / view / "sft",
+                max_steps=args.sft_steps,
+                seed=args.seed,
+                call_mix=[1.0, 0.0, 0.0],  # answer-only: the view is all the policy gets
+            ),
+        )
+        sft.main(*sft_args)
+        shutil.rmtree(out / view / "eval", ignore_errors=True)  # evaluation resumes a folder: never mix runs
+        metrics = run_evaluation(
+            *evaluate_args(
+                _flags(
+                    model_name_or_path=out / view / "sft",
+                    benchmark="synthetic",
+                    data_path=data,
+                    split="test",
+                    output_dir=out / view / "eval",
+                    limit=args.test_rows,
+                    dtype="float32",
+                    max_tool_calling_iterations=0,
+                    clip_model=kit_paths("outputs/tiny")["clip"],  # no call is made, so no crop is scored
+                )
+            )
+        )
+        results[view] = {"accuracy": metrics["accuracy"], "accuracy_by_source": metrics["accuracy_by_source"]}
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(f"{'question type':<22}{'chance':>8}{'no zoom':>9}{'gold crop':>11}")
+    for source, chance in results["chance"].items():
+        full, crop = (results[v]["accuracy_by_source"].get(source) for v in ("full", "crop"))
+        print(f"{source:<22}{chance:>8.3f}{full:>9.3f}{crop:>11.3f}")
+    print(f"{'all':<22}{np.mean(list(results['chance'].values())):>8.3f}{results['full']['accuracy']:>9.3f}"
+          f"{results['crop']['accuracy']:>11.3f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

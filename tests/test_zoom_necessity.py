@@ -1,0 +1,43 @@
+"""scripts/zoom_necessity.py's pieces: the `crop` view holds exactly what the gold zoom-in call shows the policy, and
+chance is averaged per question type over the rows measured."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import ImageChops
+
+from data.synthetic import build_synthetic
+from data.trajectories import plan_calls
+from models import load_processor, pixel_budget
+from tools import ToolConfig, make_environment_factory
+
+_spec = importlib.util.spec_from_file_location(
+    "zoom_necessity", Path(__file__).resolve().parents[1] / "scripts" / "zoom_necessity.py"
+)
+zoom_necessity = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(zoom_necessity)
+
+
+def test_the_crop_view_is_the_gold_calls_crop(tiny_kit):
+    rows = build_synthetic(3, min_size=600, max_size=900, question_types=["shape", "text", "count"])
+    cropped = zoom_necessity.gold_crops(rows, tiny_kit["policy"])
+    make_env = make_environment_factory(ToolConfig(), pixel_budget(load_processor(tiny_kit["policy"])))
+    for row, view in zip(rows, cropped):
+        env = make_env()
+        (call,) = plan_calls(row, row["target_label"], env, 1, np.random.default_rng(0))
+        env.image_zoom_in_tool(**call)
+        crop = env.calls[-1].crop
+        assert view["image"].size == crop.size and ImageChops.difference(view["image"], crop).getbbox() is None
+        assert view["target_bbox"] == [0, 0, crop.width, crop.height]
+        assert (view["prompt"], view["answer"], view["options"]) == (row["prompt"], row["answer"], row["options"])
+        assert view["image"].size != row["image"].size  # the crop, not the scene
+
+
+def test_chance_is_averaged_per_question_type():
+    rows = build_synthetic(4, min_size=600, max_size=900, question_types=["shape", "position"], mc_fraction=0.0)
+    assert zoom_necessity.chance_by_source(rows) == {
+        "synthetic/position": pytest.approx(1 / 2),
+        "synthetic/shape": pytest.approx(1 / 7),
+    }
