@@ -252,6 +252,19 @@ def rl_endpoint(step: dict) -> dict:
     }
 
 
+def rl_overview(steps: Sequence[dict]) -> dict:
+    """The whole RL run in a few figures (one step's values swing with its 2 prompts): R_sem's mean over steps and
+    in how many it was non-zero, and the mean valid-call rate and calls per rollout over the steps that logged them."""
+    r_sem = [step["r_sem"] for step in steps if step["r_sem"] is not None]
+    return {
+        "steps": len(steps),
+        "r_sem_mean": mean(r_sem),
+        "r_sem_nonzero_steps": sum(value != 0 for value in r_sem),
+        "valid_call_rate_mean": mean([s["valid_call_rate"] for s in steps if s["valid_call_rate"] is not None]),
+        "calls_per_rollout_mean": mean([s["calls_per_rollout"] for s in steps if s["calls_per_rollout"] is not None]),
+    }
+
+
 def signal_warnings(summary: dict) -> list[str]:
     """The stages of `summary` whose signal was zero, one sentence each; empty when every stage measured something.
 
@@ -284,9 +297,10 @@ def print_summary(summary: dict, path: Path) -> None:
     """The summary as plain tables: tool use per stage, then accuracy beside chance per question type, then warnings
     (last, so they are what a reader sees)."""
     print(f"\nCLIP verifier, held-out top-1 label retrieval: {summary['clip_verifier']}")
-    print(f"{'stage':<8}" + "".join(f"{k:>17}" for k in SUMMARY_KEYS))
+    widths = [len(k) + 2 for k in SUMMARY_KEYS]
+    print(f"{'stage':<8}" + "".join(k.rjust(w) for k, w in zip(SUMMARY_KEYS, widths)))
     for stage, metrics in summary["eval"].items():
-        print(f"{stage:<8}" + "".join(f"{_number(metrics[k]):>17}" for k in SUMMARY_KEYS))
+        print(f"{stage:<8}" + "".join(_number(metrics[k]).rjust(w) for k, w in zip(SUMMARY_KEYS, widths)))
 
     sources = sorted({s for metrics in summary["eval"].values() for s in metrics["chance_by_source"]})
     names = [s.removeprefix("synthetic/") for s in sources]
@@ -297,6 +311,12 @@ def print_summary(summary: dict, path: Path) -> None:
         pairs += [(metrics["accuracy_by_source"].get(s), metrics["chance_by_source"].get(s)) for s in sources]
         print(f"{stage:<8}" + "".join(f"{_number(acc)} / {_number(chance)}".rjust(15) for acc, chance in pairs))
 
+    overview = summary["rl_overview"]
+    print(
+        f"\nRL over {overview['steps']} steps: R_sem mean {_number(overview['r_sem_mean'])}, non-zero in "
+        f"{overview['r_sem_nonzero_steps']}; valid-call rate mean {_number(overview['valid_call_rate_mean'])}; "
+        f"calls per rollout mean {_number(overview['calls_per_rollout_mean'])}"
+    )
     first, last = summary["rl_first_step"], summary["rl_last_step"]
     print("\nRL, first -> last step: " + ", ".join(f"{k} {_number(first[k])} -> {_number(last[k])}" for k in first))
     print(f"\nsummary: {path}   reports: {path.parent / 'eval'}/*/report.html   total {summary['seconds']['total']} s")
@@ -353,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "rl_steps": steps,
         "rl_first_step": rl_endpoint(steps[0]) if steps else {},
         "rl_last_step": rl_endpoint(steps[-1]) if steps else {},
+        "rl_overview": rl_overview(steps),
     }
     summary["warnings"] = signal_warnings(summary)
     summary["seconds"] = {**stage.seconds, "total": stage.total()}

@@ -32,6 +32,22 @@ def test_chance_is_the_mean_over_the_evaluated_rows_per_source():
     assert demo.chance_by_source([]) == (None, {})
 
 
+def test_the_rl_overview_by_hand():
+    steps = [
+        _step(1, r_sem=0.0, calls_per_rollout=0.0),  # no call: no valid-call rate
+        _step(2, r_sem=0.3, valid_call_rate=0.5, calls_per_rollout=1.0),
+        _step(3, r_sem=-0.1, valid_call_rate=1.0, calls_per_rollout=2.0),
+    ]
+    assert demo.rl_overview(steps) == {
+        "steps": 3,
+        "r_sem_mean": pytest.approx(0.2 / 3),
+        "r_sem_nonzero_steps": 2,
+        "valid_call_rate_mean": 0.75,
+        "calls_per_rollout_mean": 1.0,
+    }
+    assert demo.rl_overview([])["r_sem_mean"] is None
+
+
 def test_the_step_log_derives_the_valid_call_rate_and_keeps_missing_figures_missing():
     history = [
         {"step": 1, demo.SEMANTIC_KEY: 0.0, "tools/zoom_calls_per_rollout": 0.0, "reward_std": 0.0},  # no call
@@ -89,7 +105,7 @@ def test_demo_runs_every_stage_and_writes_the_summary(tiny_kit, tmp_path, monkey
     demo.main()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary) == {
-        "clip_verifier", "eval", "rl_steps", "rl_first_step", "rl_last_step", "warnings", "seconds",
+        "clip_verifier", "eval", "rl_steps", "rl_first_step", "rl_last_step", "rl_overview", "warnings", "seconds",
     }  # fmt: skip
     assert set(summary["eval"]) == {"base", "sft", "rl"}
     assert summary["clip_verifier"]["steps"] == 3
