@@ -73,7 +73,8 @@ def test_final_tables_have_one_row_per_method_with_hand_worked_cells():
     assert grpo.split(" | ")[header.split(" | ").index("mean z_t")] == "— (no value)"  # no seed logged z_t
     rows = evaluation.splitlines()[2:]
     assert [row.split(" | ")[0] for row in rows] == ["| grpo", "| mapo"]
-    assert rows[1] == "| mapo | 0.250 ± 0.000 (1/2 seeds) | — (no value) | 0.300 ± 0.000 (1/2 seeds) |"
+    # accuracy, valid-call rate, box holds target, mean z_t
+    assert rows[1] == "| mapo | 0.250 ± 0.000 (1/2 seeds) | — (no value) | — (no value) | 0.300 ± 0.000 (1/2 seeds) |"
 
 
 def test_runs_may_differ_only_in_estimator_seed_and_output_dir():

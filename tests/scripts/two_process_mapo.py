@@ -94,3 +94,8 @@ if __name__ == "__main__":  # OUT.json PER_DEVICE [JSON of more MAPOConfig field
     result = run(Path(sys.argv[1]).parent / "run", per_device=int(sys.argv[2]), **extra)
     if result is not None:
         Path(sys.argv[1]).write_text(json.dumps(result, indent=1))
+    # Tear gloo down before the interpreter does: left to exit, a still-joinable c10d thread aborted rank 0 once in a
+    # fresh-clone CI run ("terminate called without an active exception", exit -6) after everything was written.
+    state = PartialState()
+    state.wait_for_everyone()
+    state.destroy_process_group()
