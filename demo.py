@@ -91,7 +91,11 @@ STEP_METRICS: dict[str, tuple[str, Callable[[float], float] | None]] = {
 
 # ---------------------------------------------------------------------------------------------------------- stages
 def flags(**values) -> list[str]:
-    return [item for key, value in values.items() for item in (f"--{key}", str(value))]
+    """`--key value` command-line flags; a list or tuple value becomes several arguments (`--call_mix 1.0 0.0 0.0`)."""
+    out = []
+    for key, value in values.items():
+        out += [f"--{key}", *map(str, value)] if isinstance(value, (list, tuple)) else [f"--{key}", str(value)]
+    return out
 
 
 def parse_recipe(dataclasses: tuple, recipe: str, **overrides) -> tuple:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -28,26 +27,13 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import datasets  # noqa: E402
 import numpy as np  # noqa: E402
-from trl import ModelConfig, SFTConfig  # noqa: E402
 
-import sft  # noqa: E402
-from data.synthetic import QUESTION_TYPES, build_synthetic, chance_accuracy  # noqa: E402
-from data.trajectories import TrajectoryArguments, plan_calls  # noqa: E402
-from evaluate import parse_args as evaluate_args  # noqa: E402
-from evaluate import run_evaluation  # noqa: E402
-from launch import ScriptArguments, parse_args_and_record  # noqa: E402
+from data.synthetic import QUESTION_TYPES, build_synthetic  # noqa: E402
+from data.trajectories import plan_calls  # noqa: E402
+from demo import chance_by_source, evaluate, run_sft  # noqa: E402
 from models import load_processor, pixel_budget  # noqa: E402
 from tiny_models import kit_paths  # noqa: E402
 from tools import ToolConfig, make_environment_factory  # noqa: E402
-
-SFT_RECIPE = "recipes/tiny/sft/config_sft.yaml"
-
-
-def _flags(**values) -> list[str]:
-    out = []
-    for key, value in values.items():
-        out += [f"--{key}", *map(str, value)] if isinstance(value, (list, tuple)) else [f"--{key}", str(value)]
-    return out
 
 
 def gold_crops(rows: datasets.Dataset, policy: str) -> datasets.Dataset:
@@ -64,13 +50,6 @@ def gold_crops(rows: datasets.Dataset, policy: str) -> datasets.Dataset:
     return datasets.Dataset.from_list(out, features=rows.features)
 
 
-def chance_by_source(rows: datasets.Dataset) -> dict[str, float]:
-    by: dict[str, list[float]] = {}
-    for row in rows:
-        by.setdefault(row["source"], []).append(chance_accuracy(row["source"], row["options"]))
-    return {source: float(np.mean(values)) for source, values in sorted(by.items())}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", type=Path, default=Path("outputs/zoom_necessity"))
@@ -85,47 +64,29 @@ def main() -> None:
     world = {"seed": args.seed, "question_types": args.question_types}
     splits = {"train": build_synthetic(args.train_rows, split="train", **world)}
     splits["test"] = build_synthetic(args.test_rows, split="test", **world)
-    results = {"chance": chance_by_source(splits["test"])}
+    overall_chance, by_source = chance_by_source(splits["test"])
+    results = {"chance": overall_chance, "chance_by_source": by_source}
     for view in ("full", "crop"):
         data = out / view / "data"
         view_splits = splits if view == "full" else {k: gold_crops(v, args.policy) for k, v in splits.items()}
         datasets.DatasetDict(view_splits).save_to_disk(str(data))
-        sft_args = parse_args_and_record(
-            (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig),
-            ["--config", SFT_RECIPE]
-            + _flags(
-                model_name_or_path=args.policy,
-                dataset_name=data,
-                output_dir=out / view / "sft",
-                max_steps=args.sft_steps,
-                seed=args.seed,
-                call_mix=[1.0, 0.0, 0.0],  # answer-only: the view is all the policy gets
-            ),
-        )
-        sft.main(*sft_args)
-        shutil.rmtree(out / view / "eval", ignore_errors=True)  # evaluation resumes a folder: never mix runs
-        metrics = run_evaluation(
-            *evaluate_args(
-                _flags(
-                    model_name_or_path=out / view / "sft",
-                    benchmark="synthetic",
-                    data_path=data,
-                    split="test",
-                    output_dir=out / view / "eval",
-                    limit=args.test_rows,
-                    dtype="float32",
-                    max_tool_calling_iterations=0,
-                    clip_model=kit_paths("outputs/tiny")["clip"],  # no call is made, so no crop is scored
-                )
-            )
+        # The demo's own stages; answer-only trajectories, so the view is all the policy gets.
+        run_sft(args.policy, data, out / view / "sft", args.sft_steps, seed=args.seed, call_mix=[1.0, 0.0, 0.0])
+        metrics = evaluate(
+            out / view / "sft",
+            data,
+            out / view / "eval",
+            args.test_rows,
+            max_tool_calling_iterations=0,
+            clip_model=kit_paths("outputs/tiny")["clip"],  # no call is made, so no crop is scored
         )
         results[view] = {"accuracy": metrics["accuracy"], "accuracy_by_source": metrics["accuracy_by_source"]}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(f"{'question type':<22}{'chance':>8}{'no zoom':>9}{'gold crop':>11}")
-    for source, chance in results["chance"].items():
+    for source, chance in by_source.items():
         full, crop = (results[v]["accuracy_by_source"].get(source) for v in ("full", "crop"))
         print(f"{source:<22}{chance:>8.3f}{full:>9.3f}{crop:>11.3f}")
-    print(f"{'all':<22}{np.mean(list(results['chance'].values())):>8.3f}{results['full']['accuracy']:>9.3f}"
+    print(f"{'all':<22}{overall_chance:>8.3f}{results['full']['accuracy']:>9.3f}"
           f"{results['crop']['accuracy']:>11.3f}")  # fmt: skip
 
 
