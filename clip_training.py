@@ -40,7 +40,16 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from data.synthetic import COLOURS, SHAPES, SIGN_LABEL, WORDS, referent_label, render_background, render_object
+from data.synthetic import (
+    COLOURS,
+    SHAPES,
+    SIGN_LABEL,
+    WORDS,
+    is_free,
+    referent_label,
+    render_background,
+    render_object,
+)
 from models import CLIP_CONFIG_NAME, load_clip, save_clip
 from tiny_models import kit_paths
 
@@ -128,12 +137,6 @@ def sample_referents(
     return chosen
 
 
-def _free(box, boxes, gap: int = 0) -> bool:
-    return all(
-        box[2] + gap <= b[0] or b[2] + gap <= box[0] or box[3] + gap <= b[1] or b[3] + gap <= box[1] for b in boxes
-    )
-
-
 def _paste(crop: Image.Image, sprite: Image.Image, region, boxes: list, rng, gap: int = 0) -> bool:
     """Paste `sprite` at a random place of `region` clear of `boxes` (by `gap`), recording its box; False if 30 tries
     found no such place."""
@@ -144,7 +147,7 @@ def _paste(crop: Image.Image, sprite: Image.Image, region, boxes: list, rng, gap
         x = int(rng.integers(x0, x1 - sprite.width + 1))
         y = int(rng.integers(y0, y1 - sprite.height + 1))
         box = (x, y, x + sprite.width, y + sprite.height)
-        if _free(box, boxes, gap):
+        if is_free(box, boxes, gap):
             crop.paste(sprite, box[:2], sprite)
             boxes.append(box)
             return True

@@ -30,7 +30,7 @@ from launch import parse_args_and_record
 from mapo_trainer import ClipVerifier
 from models import load_model, load_processor
 from report import write_report
-from tools import ToolConfig, ZoomCall
+from tools import ToolConfig, ZoomCall, box_contains, boxes_overlap
 
 # Fields that change what a run measures: a resumed run must not mix samples scored under different values (every
 # `ToolConfig` field counts too).
@@ -186,14 +186,6 @@ def episode_record(
     }
 
 
-def _contains(box: Sequence[int], target: Sequence[int]) -> bool:
-    return box[0] <= target[0] and box[1] <= target[1] and box[2] >= target[2] and box[3] >= target[3]
-
-
-def _overlaps(box: Sequence[int], target: Sequence[int]) -> bool:
-    return box[0] < target[2] and target[0] < box[2] and box[1] < target[3] and target[1] < box[3]
-
-
 def _target_rate(records: Sequence[dict], hit: Callable[[Sequence[int], Sequence[int]], bool]) -> float | None:
     """Over the valid calls of rows that have a `target_bbox`, the fraction whose crop `hit`s it; None without any."""
     hits = [
@@ -222,8 +214,8 @@ def compute_metrics(records: Sequence[dict], benchmark: str, skipped_rows: int =
         "calls_per_sample": mean([len(record["calls"]) for record in records]),
         "tool_call_rate": mean([float(bool(record["calls"])) for record in records]),
         "valid_call_rate": len(valid) / len(calls) if calls else None,
-        "box_contains_target": _target_rate(records, _contains),
-        "box_touches_target": _target_rate(records, _overlaps),
+        "box_contains_target": _target_rate(records, box_contains),
+        "box_touches_target": _target_rate(records, boxes_overlap),
         "mean_z": mean([call["z"] for call in scored]),
         "gap_rate": mean([float(call["gap"]) for call in scored]),
     }

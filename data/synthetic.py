@@ -354,7 +354,8 @@ def chance_accuracy(source: str, options: Sequence[str] = ()) -> float:
 
 
 # ------------------------------------------------------------------------------------------------------- placement
-def _is_free(box: Box, occupied: list[Box], gap: int) -> bool:
+def is_free(box: Box, occupied: Sequence[Box], gap: int = 0) -> bool:
+    """Whether `box` keeps at least `gap` pixels from every box in `occupied` (scenes here; CLIP training crops)."""
     x1, y1, x2, y2 = box
     return all(x2 + gap <= a1 or a2 + gap <= x1 or y2 + gap <= b1 or b2 + gap <= y1 for a1, b1, a2, b2 in occupied)
 
@@ -401,7 +402,7 @@ def _place_pair(rng: np.random.Generator, sprites: list[Image.Image], direction:
     x = round((first[0] + first[2] - width) / 2 + dx)
     y = round((first[1] + first[3] - height) / 2 + dy)
     second = (x, y, x + width, y + height)
-    return [first, second] if _inside(second, frame) and _is_free(second, [first], size // 2) else None
+    return [first, second] if _inside(second, frame) and is_free(second, [first], size // 2) else None
 
 
 def _place_group(rng: np.random.Generator, sprites: list[Image.Image], frame: Box) -> list[Box] | None:
@@ -414,7 +415,7 @@ def _place_group(rng: np.random.Generator, sprites: list[Image.Image], frame: Bo
     for sprite in sprites:
         for _ in range(50):
             box = _random_box(rng, *sprite.size, window)
-            if box is not None and _is_free(box, boxes, size // 2):
+            if box is not None and is_free(box, boxes, size // 2):
                 boxes.append(box)
                 break
         else:
@@ -452,7 +453,7 @@ def _place_decoys(
         sprite = render_object(shape, object_size(), colour)
         for _ in range(30):
             box = _random_box(rng, *sprite.size, region)
-            if box is not None and _is_free(box, occupied, max(gap, sprite.height // 2)):
+            if box is not None and is_free(box, occupied, max(gap, sprite.height // 2)):
                 image.paste(sprite, box[:2], sprite)
                 occupied.append(box)
                 break

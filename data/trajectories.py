@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import datasets
 import numpy as np
 
-from tools import TOOL_NAME, ToolError, ZoomInEnv, crop_box, validate_label
+from tools import TOOL_NAME, ToolError, ZoomInEnv, boxes_overlap, crop_box, validate_label
 
 logger = logging.getLogger(__name__)
 
@@ -99,10 +99,6 @@ class SynthesisStats:
     skipped: Counter = field(default_factory=Counter)  # rows left out, by the column at fault
 
 
-def _intersects(a: Sequence[int], b: Sequence[int]) -> bool:
-    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
-
-
 def grid_box(target: Sequence[int], frame: tuple[int, int], grid: int, size: int) -> list[int]:
     """A `size`-pixel square centred on the centre of the `grid`-pixel cell that holds the centre of `target` (all in
     the seen frame), shifted to lie inside `frame` (width, height), then grown to hold all of `target`."""
@@ -162,7 +158,7 @@ def plan_calls(
             min_side=env.config.min_side,
             max_aspect=env.config.max_aspect,
         )
-        if not _intersects(seen, target):
+        if not boxes_overlap(seen, target):
             return [{"bbox_2d": miss, "label": label}, *calls]
     return calls
 

@@ -278,3 +278,12 @@ def test_fuzz_tool_never_raises_and_returns_a_crop_inside_the_image_or_an_error(
         assert not any(isinstance(v, float) and not math.isfinite(v) for v in bbox)
     else:
         assert [part["type"] for part in result] == ["text"] and result[0]["text"].startswith("Error:")
+
+
+def test_box_predicates_by_hand():
+    from tools import box_contains, boxes_overlap
+
+    assert boxes_overlap((0, 0, 10, 10), (9, 9, 20, 20))
+    assert not boxes_overlap((0, 0, 10, 10), (10, 0, 20, 10))  # ends are exclusive: touching edges share no area
+    assert box_contains((0, 0, 10, 10), (0, 0, 10, 10)) and box_contains((0, 0, 10, 10), (2, 3, 4, 5))
+    assert not box_contains((0, 0, 10, 10), (5, 5, 11, 6))

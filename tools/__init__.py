@@ -16,7 +16,17 @@ from tools.config import (
     write_record,
 )
 from tools.env import ZoomCall, ZoomInEnv, environment_tools, executed_calls
-from tools.zoom_in import TOOL_NAME, ToolError, crop, crop_box, resize_to_budget, seen_size, validate_label
+from tools.zoom_in import (
+    TOOL_NAME,
+    ToolError,
+    box_contains,
+    boxes_overlap,
+    crop,
+    crop_box,
+    resize_to_budget,
+    seen_size,
+    validate_label,
+)
 
 ENVIRONMENTS = {"zoom_in": ZoomInEnv}
 
@@ -40,6 +50,8 @@ __all__ = [
     "ToolError",
     "ZoomCall",
     "ZoomInEnv",
+    "box_contains",
+    "boxes_overlap",
     "crop",
     "crop_box",
     "environment_tools",

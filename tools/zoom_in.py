@@ -19,6 +19,7 @@ Everything here is pure (PIL in, PIL out) so it is tested without a model; `tool
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from numbers import Real
 
 from PIL import Image
@@ -117,6 +118,16 @@ def crop_box(
     if max(w, h) / min(w, h) > max_aspect:
         raise ToolError(f"bbox_2d is too elongated (aspect ratio {max(w, h) / min(w, h):.0f} > {max_aspect:g}).")
     return box
+
+
+def boxes_overlap(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether boxes `a` and `b` (x1, y1, x2, y2, exclusive ends) share any area."""
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def box_contains(outer: Sequence[float], inner: Sequence[float]) -> bool:
+    """Whether box `outer` holds all of box `inner`."""
+    return outer[0] <= inner[0] and outer[1] <= inner[1] and outer[2] >= inner[2] and outer[3] >= inner[3]
 
 
 def crop(
