@@ -25,6 +25,7 @@ import shutil
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,6 +44,7 @@ from data.trajectories import TrajectoryArguments  # noqa: E402
 from evaluate import parse_args as evaluate_args  # noqa: E402
 from evaluate import read_samples, run_evaluation  # noqa: E402
 from launch import ScriptArguments, load_recipe, parse_args_and_record  # noqa: E402
+from launch import synthetic_world as launch_world  # noqa: E402
 from mapo_trainer import MAPOConfig, MAPOTrainer  # noqa: E402
 from task import REWARDS  # noqa: E402
 from tiny_models import build_tiny_kit, kit_paths  # noqa: E402
@@ -113,11 +115,22 @@ def train_verifier(output_dir: Path, kit: dict[str, Path], steps: int) -> dict:
     return train_clip(output_dir, init=kit["clip"], steps=steps)
 
 
+def synthetic_world(recipe: str = SFT_RECIPE) -> dict[str, Any]:
+    """`build_synthetic`'s world keywords as `recipe` sets them (`launch.synthetic_world` of its `synthetic_*` fields,
+    `ScriptArguments`' defaults for the rest): the demo's data is what `make sft` on that recipe would generate."""
+    values = load_recipe(recipe).values
+    return launch_world(
+        ScriptArguments(**{f.name: values[f.name] for f in fields(ScriptArguments) if f.name in values})
+    )
+
+
 def make_data(data_dir: Path, train_rows: int, test_rows: int, seed: int = 0) -> Path:
-    """A synthetic train/test split saved with `save_to_disk`, the form every stage reads (`dataset_name`)."""
+    """A synthetic train/test split saved with `save_to_disk`, the form every stage reads (`dataset_name`), in the
+    tiny SFT recipe's world (`synthetic_world`)."""
+    world = synthetic_world()
     splits = {
-        "train": build_synthetic(train_rows, seed=seed, split="train"),
-        "test": build_synthetic(test_rows, seed=seed, split="test"),
+        "train": build_synthetic(train_rows, seed=seed, split="train", **world),
+        "test": build_synthetic(test_rows, seed=seed, split="test", **world),
     }
     datasets.DatasetDict(splits).save_to_disk(str(data_dir))
     return data_dir
@@ -331,10 +344,15 @@ def print_summary(summary: dict, path: Path) -> None:
 # ------------------------------------------------------------------------------------------------------------ main
 def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
     """Sizes of the stages before RL, shared by `demo.py` and `experiment.py`."""
-    parser.add_argument("--train_rows", type=int, default=128)
+    parser.add_argument("--train_rows", type=int, default=1024)
     parser.add_argument("--test_rows", type=int, default=32)
     parser.add_argument("--clip_steps", type=int, default=300, help="~1 min on 2 idle cores; reproducible")
-    parser.add_argument("--sft_steps", type=int, default=400, help="fewer and the tiny policy writes no valid call")
+    parser.add_argument(
+        "--sft_steps",
+        type=int,
+        default=900,
+        help="batches of 8 (the recipe's); fewer, and boxes miss the named cell more often",
+    )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -34,7 +34,7 @@ from transformers import (
 
 from data import DATASETS, get_dataset
 from data.benchmarks import load_saved_split
-from data.synthetic import DEFAULT_OBJECT_FRACTION, QUESTION_TYPES
+from data.synthetic import DEFAULT_IMAGE_SIZE, DEFAULT_OBJECT_FRACTION, QUESTION_TYPES
 from memory import check_lora_targets, resolve_config_path
 from models import load_model, load_processor, model_init_kwargs
 from tools import ToolConfig, read_record, record_mismatches, warn_on_mismatch, write_record
@@ -55,6 +55,13 @@ class ScriptArguments(trl.ScriptArguments):
     )
     num_samples: int = field(default=64, metadata={"help": "Rows to generate, for generated datasets (synthetic)."})
     dataset_seed: int = field(default=0, metadata={"help": "Seed of generated datasets."})
+    synthetic_image_size: list[int] = field(
+        default_factory=lambda: list(DEFAULT_IMAGE_SIZE),
+        metadata={
+            "help": "Synthetic data: the range each image side is drawn from, in pixels (low, high). Larger than the "
+            "crop budget needs wastes decoding time: the tiny policy sees ~112 px crops of its zooms."
+        },
+    )
     synthetic_object_fraction: list[float] = field(
         default_factory=lambda: list(DEFAULT_OBJECT_FRACTION),
         metadata={
@@ -66,6 +73,13 @@ class ScriptArguments(trl.ScriptArguments):
     synthetic_question_types: list[str] = field(
         default_factory=lambda: list(QUESTION_TYPES),
         metadata={"help": f"Synthetic data: the question types to cycle through, a subset of {list(QUESTION_TYPES)}."},
+    )
+    synthetic_region_hint: bool = field(
+        default=False,
+        metadata={
+            "help": "Synthetic data: each question names the cell of the image's 3x3 grid that holds its target "
+            "('Look in the top left of the image.'), for a policy that cannot localize from pixels (the tiny one)."
+        },
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["outcome", "format"],
@@ -210,6 +224,17 @@ def save_resolved_recipe(recipe: Recipe, output_dir: str | os.PathLike, argv: Se
 
 
 # ------------------------------------------------------------------------------------------------------------ load
+def synthetic_world(script_args: ScriptArguments) -> dict[str, Any]:
+    """`data.synthetic.build_synthetic`'s world keywords from a recipe's `synthetic_*` fields."""
+    return {
+        "min_size": script_args.synthetic_image_size[0],
+        "max_size": script_args.synthetic_image_size[1],
+        "object_fraction": tuple(script_args.synthetic_object_fraction),
+        "question_types": tuple(script_args.synthetic_question_types),
+        "region_hint": script_args.synthetic_region_hint,
+    }
+
+
 def load_split(script_args: ScriptArguments, split: str) -> datasets.Dataset:
     """One split of the recipe's dataset: from a `save_to_disk` folder, or built by a registered builder."""
     name = script_args.dataset_name
@@ -217,12 +242,7 @@ def load_split(script_args: ScriptArguments, split: str) -> datasets.Dataset:
         return load_saved_split(name, split)
     if name == "synthetic":
         return get_dataset(
-            name,
-            n=script_args.num_samples,
-            seed=script_args.dataset_seed,
-            split=split,
-            object_fraction=tuple(script_args.synthetic_object_fraction),
-            question_types=script_args.synthetic_question_types,
+            name, n=script_args.num_samples, seed=script_args.dataset_seed, split=split, **synthetic_world(script_args)
         )
     return get_dataset(name, path=script_args.dataset_path, split=split)
 

@@ -58,10 +58,17 @@ WORDS: tuple[str, ...] = (
     "SNOW", "LION", "WOLF", "BEAR", "MILK", "SALT", "ROAD", "SHIP", "FARM", "WIND", "LEAF", "SOAP",
 )  # fmt: skip
 QUESTION_TYPES: tuple[str, ...] = ("colour", "shape", "text", "position", "count")
+# The image's 3x3 regions, row by row, as a question names them with `region_hint` ("Look in the top left of the
+# image."): the words the tiny tokenizer was trained on.
+REGION_GRID = 3
+REGIONS: tuple[str, ...] = (
+    "top left", "top", "top right", "left", "center", "right", "bottom left", "bottom", "bottom right",
+)  # fmt: skip
 
 # Object size as a fraction of the image's short side. At the tiny model's budget (~112x112) this is under 3 px;
 # at 1500 px and more it is >= 22 px, enough to tell a hexagon from a circle and to read a sign.
 DEFAULT_OBJECT_FRACTION = (0.015, 0.025)
+DEFAULT_IMAGE_SIZE = (1500, 3000)  # the range each image side is drawn from, in pixels
 
 FEATURES = datasets.Features(
     {
@@ -378,6 +385,25 @@ def _grow(box: Box, by: int, frame: Box) -> Box:
     )
 
 
+def region_cell(index: int, width: int, height: int) -> Box:
+    """The pixel box of `REGIONS[index]` in a `width` x `height` image: one cell of its `REGION_GRID` x `REGION_GRID`
+    partition (cells tile the image exactly; integer edges)."""
+    row, col = divmod(index, REGION_GRID)
+    return (
+        col * width // REGION_GRID,
+        row * height // REGION_GRID,
+        (col + 1) * width // REGION_GRID,
+        (row + 1) * height // REGION_GRID,
+    )
+
+
+def region_of(box: Sequence[float], width: int, height: int) -> int:
+    """The index in `REGIONS` of the cell holding the centre of `box` (x1, y1, x2, y2) in a `width` x `height` image."""
+    col = min(int((box[0] + box[2]) / 2 * REGION_GRID // width), REGION_GRID - 1)
+    row = min(int((box[1] + box[3]) / 2 * REGION_GRID // height), REGION_GRID - 1)
+    return row * REGION_GRID + col
+
+
 def _random_box(rng: np.random.Generator, width: int, height: int, region: Box) -> Box | None:
     """A uniformly placed `width` x `height` box inside `region`, or None if it does not fit."""
     x1, y1, x2, y2 = region
@@ -473,6 +499,7 @@ def _make_example(
     mc_fraction: float,
     object_fraction: tuple[float, float],
     question_types: tuple[str, ...],
+    region_hint: bool = False,
 ) -> dict:
     rng = np.random.default_rng([seed, _split_key(split), index])
     width, height = (int(v) for v in rng.integers(min_size, max_size, size=2, endpoint=True))
@@ -489,7 +516,13 @@ def _make_example(
     image = render_background(width, height, rng, avoid_shapes=avoid)
     sprites = [render_object(content, object_size(), colour) for content, colour in q.targets]
     frame = (size_hi, size_hi, width - size_hi, height - size_hi)  # leaves room for the bbox margin
-    boxes = _place_targets(rng, sprites, q.layout, frame)
+    question, target_frame = q.question, frame
+    if region_hint:  # drawn only here, so rows without hints stay bit-identical
+        region = int(rng.integers(len(REGIONS)))
+        # Inset by the bbox margin's room, so the target box, margin included, lies inside the named cell.
+        target_frame = _grow(region_cell(region, width, height), -size_hi, frame)
+        question = f"{question} Look in the {REGIONS[region]} of the image."
+    boxes = _place_targets(rng, sprites, q.layout, target_frame)
     for sprite, box in zip(sprites, boxes):
         image.paste(sprite, box[:2], sprite)
     group = _union(boxes)
@@ -518,7 +551,7 @@ def _make_example(
     return {
         "id": f"{split}-{index:06d}",
         "source": q.source,
-        "prompt": build_prompt(q.question, options),
+        "prompt": build_prompt(question, options),
         "image": {"bytes": buffer.getvalue(), "path": None},
         "answer": answer,
         "options": options,
@@ -532,11 +565,12 @@ def build_synthetic(
     seed: int = 0,
     split: str = "train",
     *,
-    min_size: int = 1500,
-    max_size: int = 3000,
+    min_size: int = DEFAULT_IMAGE_SIZE[0],
+    max_size: int = DEFAULT_IMAGE_SIZE[1],
     mc_fraction: float = 0.5,
     object_fraction: tuple[float, float] = DEFAULT_OBJECT_FRACTION,
     question_types: Sequence[str] = QUESTION_TYPES,
+    region_hint: bool = False,
 ) -> datasets.Dataset:
     """`n` visual-search rows (see the module docstring), identical for identical arguments, down to the PNG bytes.
 
@@ -546,8 +580,14 @@ def build_synthetic(
     pass a smaller fraction (e.g. (0.004, 0.008)) with large images, or the target is visible without zooming.
 
     A fraction `mc_fraction` of rows are multiple choice (four shuffled options, `answer` the correct letter); the
-    rest are open (`options` empty, `answer` the expected text). Rows cycle through `question_types` in order. Rows are held in memory (PNG bytes, ~0.5 MB each
-    at the default sizes): build large sets once with the CLI and `datasets.load_from_disk` them (memory-mapped).
+    rest are open (`options` empty, `answer` the expected text). Rows cycle through `question_types` in order.
+
+    With `region_hint`, the targets lie inside one cell of the image's 3x3 grid (`REGIONS`, `region_cell`), target
+    box included, and the question names it ("... Look in the top left of the image."): the words, not the pixels,
+    say where to zoom. It is for policies that cannot localize from pixels, such as the randomly initialised tiny one.
+
+    Rows are held in memory (PNG bytes, ~0.5 MB each at the default sizes): build large sets once with the CLI and
+    `datasets.load_from_disk` them (memory-mapped).
     """
     if not 0 < min_size <= max_size:
         raise ValueError(f"need 0 < min_size <= max_size, got {min_size}, {max_size}")
@@ -559,8 +599,15 @@ def build_synthetic(
     unknown = [t for t in question_types if t not in _QUESTION_BUILDERS]
     if unknown or not question_types:
         raise ValueError(f"question_types must be a non-empty subset of {QUESTION_TYPES}; got {list(question_types)}")
+    # A count's cluster spans up to 10 object sides (`_place_group`) and must fit its cell less a side each way.
+    if region_hint and "count" in question_types and 12 * object_fraction[1] > 1 / REGION_GRID:
+        raise ValueError(
+            f"region_hint: a count question's cluster does not fit one of the {REGION_GRID}x{REGION_GRID} cells "
+            f"with object_fraction {object_fraction}; need high <= {1 / (12 * REGION_GRID):.4f}, or leave 'count' "
+            "out of question_types"
+        )
     rows = [
-        _make_example(i, split, seed, min_size, max_size, mc_fraction, object_fraction, question_types)
+        _make_example(i, split, seed, min_size, max_size, mc_fraction, object_fraction, question_types, region_hint)
         for i in range(n)
     ]
     return datasets.Dataset.from_list(rows, features=FEATURES)
@@ -572,10 +619,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--split", default="train", help="name mixed into the seed: different splits never overlap")
     parser.add_argument("--output_dir", required=True, help="where to save_to_disk the dataset")
-    parser.add_argument("--min_size", type=int, default=1500)
-    parser.add_argument("--max_size", type=int, default=3000)
+    parser.add_argument("--min_size", type=int, default=DEFAULT_IMAGE_SIZE[0])
+    parser.add_argument("--max_size", type=int, default=DEFAULT_IMAGE_SIZE[1])
     parser.add_argument("--mc_fraction", type=float, default=0.5)
     parser.add_argument("--object_fraction", type=float, nargs=2, default=DEFAULT_OBJECT_FRACTION)
+    parser.add_argument("--region_hint", action="store_true", help="questions name the 3x3 cell holding the target")
     args = parser.parse_args()
     dataset = build_synthetic(
         args.n,
@@ -585,6 +633,7 @@ def main() -> None:
         max_size=args.max_size,
         mc_fraction=args.mc_fraction,
         object_fraction=tuple(args.object_fraction),
+        region_hint=args.region_hint,
     )
     dataset.save_to_disk(args.output_dir)
     print(f"saved {len(dataset)} rows to {args.output_dir}")

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import datasets
 import numpy as np
 
+from data.synthetic import region_cell, region_of
 from tools import TOOL_NAME, ToolError, ZoomInEnv, boxes_overlap, crop_box, validate_label
 
 logger = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ logger = logging.getLogger(__name__)
 CALLS_FEATURE = datasets.List(
     {"bbox_2d": datasets.List(datasets.Value("int32"), length=4), "label": datasets.Value("string")}
 )
-GOLD_BOXES = ("tight", "grid")
+GOLD_BOXES = ("tight", "grid", "region")
 MISS_ATTEMPTS = 32  # random placements tried for the first, missed call before settling for one call
 
 # Thoughts are fixed sentences: the cold start teaches the format and the zoom-then-answer behaviour, and varied
@@ -71,12 +72,16 @@ class TrajectoryArguments:
             "help": "The box of a gold call, in the frame the model sees. 'tight': the target box, rounded outwards. "
             "'grid': a gold_box_size-pixel square centred on the gold_box_grid-pixel grid cell that holds the "
             "target's centre (grown if the target sticks out): a few distinct boxes a small policy can learn to "
-            "choose between, at a fixed zoom factor.",
+            "choose between, at a fixed zoom factor. 'region': the cell of the image's 3x3 grid that holds the "
+            "target's centre, grown by gold_box_margin (the cell a `region_hint` question names).",
             "choices": list(GOLD_BOXES),
         },
     )
     gold_box_grid: int = field(default=14, metadata={"help": "'grid' gold boxes: cell side, in seen pixels."})
     gold_box_size: int = field(default=28, metadata={"help": "'grid' gold boxes: box side, in seen pixels."})
+    gold_box_margin: int = field(
+        default=6, metadata={"help": "'region' gold boxes: seen pixels added to each side of the cell."}
+    )
 
     def __post_init__(self):
         if len(self.call_mix) != 3 or min(self.call_mix) < 0 or not math.isclose(sum(self.call_mix), 1.0):
@@ -89,6 +94,8 @@ class TrajectoryArguments:
             raise ValueError(
                 f"need 0 < gold_box_grid <= gold_box_size; got {self.gold_box_grid}, {self.gold_box_size}"
             )
+        if self.gold_box_margin < 0:
+            raise ValueError(f"gold_box_margin must be >= 0; got {self.gold_box_margin}")
 
 
 @dataclass
@@ -112,6 +119,20 @@ def grid_box(target: Sequence[int], frame: tuple[int, int], grid: int, size: int
     return [x1, y1, x2, y2]
 
 
+def region_box(target: Sequence[int], frame: tuple[int, int], margin: int) -> list[int]:
+    """The cell of the 3x3 grid of `frame` (width, height) that holds the centre of `target` (`data.synthetic`'s
+    `region_of`, the cell a `region_hint` question names), grown by `margin` on each side and cut to `frame`, then
+    grown to hold all of `target` (all in the seen frame)."""
+    width, height = frame
+    x1, y1, x2, y2 = region_cell(region_of(target, width, height), width, height)
+    return [
+        min(max(x1 - margin, 0), target[0]),
+        min(max(y1 - margin, 0), target[1]),
+        max(min(x2 + margin, width), target[2]),
+        max(min(y2 + margin, height), target[3]),
+    ]
+
+
 def plan_calls(
     row: dict,
     label: str,
@@ -123,9 +144,9 @@ def plan_calls(
     """The gold zoom-in calls of `row` (`bbox_2d` in the frame the model sees), at most `num_calls` of them.
 
     The target box is scaled from original pixels into the seen frame and rounded outwards, so the crop the tool
-    maps it back to always contains the whole target; with `args.gold_box == "grid"` that box is replaced by its
-    `grid_box`. With `num_calls=2` a miss of the same size comes first, placed where its crop does not touch the
-    target; when the target leaves no such place, the row gets one call.
+    maps it back to always contains the whole target; with `args.gold_box` "grid" or "region" that box is replaced by
+    its `grid_box` or `region_box`. With `num_calls=2` a miss of the same size comes first, placed where its crop
+    does not touch the target; when the target leaves no such place, the row gets one call.
 
     Raises:
         ToolError: `row["target_bbox"]` is missing or unusable (the tool itself would reject it).
@@ -144,6 +165,8 @@ def plan_calls(
     args = args or TrajectoryArguments()
     if args.gold_box == "grid":
         gold = grid_box(gold, (seen_w, seen_h), args.gold_box_grid, args.gold_box_size)
+    elif args.gold_box == "region":
+        gold = region_box(gold, (seen_w, seen_h), args.gold_box_margin)
     calls = [{"bbox_2d": gold, "label": label}]
     if num_calls < 2:
         return calls[:num_calls]

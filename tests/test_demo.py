@@ -3,11 +3,30 @@ warnings), and the whole pipeline shrunk: every stage runs through the real entr
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
 import demo
-from data.synthetic import chance_accuracy
+from data.synthetic import DEFAULT_OBJECT_FRACTION, QUESTION_TYPES, chance_accuracy
+from launch import load_recipe
+
+
+def test_the_demo_draws_the_world_the_tiny_recipes_train_on(tmp_path):
+    sft, rl = load_recipe(demo.SFT_RECIPE).values, load_recipe(demo.RL_RECIPE).values
+    world_keys = sorted(key for key in sft.keys() | rl.keys() if key.startswith("synthetic_"))
+    assert world_keys == ["synthetic_image_size", "synthetic_region_hint"]  # the rest at their defaults
+    assert {key: sft.get(key) for key in world_keys} == {key: rl.get(key) for key in world_keys}
+    assert demo.synthetic_world() == {
+        "min_size": 600,
+        "max_size": 900,
+        "object_fraction": DEFAULT_OBJECT_FRACTION,
+        "question_types": QUESTION_TYPES,
+        "region_hint": True,
+    }
+    recipe = tmp_path / "edited.yaml"  # a recipe's edits reach the data the demo makes
+    recipe.write_text(f"base: {Path(demo.SFT_RECIPE).resolve()}\nsynthetic_region_hint: false\n")
+    assert demo.synthetic_world(str(recipe))["region_hint"] is False
 
 
 def _stage(**values) -> dict:

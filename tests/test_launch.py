@@ -149,17 +149,21 @@ def test_every_rl_recipe_fits_its_worst_case(tiny_kit, recipe):
 
 
 # ------------------------------------------------------------------------------------------------------ the data
-def test_a_recipe_sets_the_synthetic_worlds_object_size_and_question_types(tmp_path):
+def test_a_recipe_sets_the_synthetic_world(tmp_path):
     from launch import load_split
 
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(
         "dataset_name: synthetic\nnum_samples: 2\nsynthetic_object_fraction: [0.1, 0.1]\n"
-        "synthetic_question_types: [shape]\nuse_cpu: true\nbf16: false\noutput_dir: " + str(tmp_path / "out") + "\n"
+        "synthetic_question_types: [shape]\nsynthetic_region_hint: true\nsynthetic_image_size: [600, 700]\n"
+        "use_cpu: true\nbf16: false\n"
+        "output_dir: " + str(tmp_path / "out") + "\n"
     )
     script_args = parse_args_and_record(RL_TYPES, ["--config", str(recipe)])[0]
     rows = load_split(script_args, "train")
     assert [row["source"] for row in rows] == ["synthetic/shape"] * 2
+    assert all(" of the image." in row["prompt"][-1]["content"] for row in rows)  # the region hint
+    assert all(600 <= side <= 700 for row in rows for side in row["image"].size)
     for row in rows:  # the object is a tenth of the short side: the target box is about that wide
         x1, y1, x2, y2 = row["target_bbox"]
         assert max(x2 - x1, y2 - y1) >= 0.09 * min(row["image"].size)

@@ -15,6 +15,7 @@ from data.synthetic import (
     _QUESTION_BUILDERS,
     COLOURS,
     QUESTION_TYPES,
+    REGIONS,
     SHAPES,
     WORDS,
     _place_pair,
@@ -22,6 +23,8 @@ from data.synthetic import (
     chance_accuracy,
     main,
     object_label,
+    region_cell,
+    region_of,
     render_object,
 )
 
@@ -246,6 +249,42 @@ def test_question_types_and_object_fraction_are_chosen_and_checked():
         build_synthetic(1, question_types=["colour", "weight"], **SMALL)
     with pytest.raises(ValueError, match="object_fraction must be"):
         build_synthetic(1, object_fraction=(0.05, 0.01), **SMALL)
+
+
+def test_region_cells_and_region_of_by_hand():
+    # A 90 x 60 image: columns at 0, 30, 60, 90 and rows at 0, 20, 40, 60; cells are numbered row by row.
+    assert region_cell(0, 90, 60) == (0, 0, 30, 20)
+    assert region_cell(5, 90, 60) == (60, 20, 90, 40)  # "right"
+    assert region_cell(8, 90, 60) == (60, 40, 90, 60)
+    assert REGIONS[5] == "right" and REGIONS[4] == "center"
+    assert region_of([61, 21, 70, 30], 90, 60) == 5
+    assert region_of([0, 0, 90, 60], 90, 60) == 4  # the centre (45, 30) is in the middle cell
+    assert region_of([80, 50, 90, 60], 90, 60) == 8  # a box ending on the image's edge stays in the last cell
+
+
+def test_region_hint_names_the_cell_that_holds_the_whole_target():
+    rows = build_synthetic(10, seed=1, region_hint=True, **SMALL)  # every question type twice
+    regions = set()
+    for row in rows:
+        width, height = row["image"].size
+        region = region_of(row["target_bbox"], width, height)
+        regions.add(region)
+        x1, y1, x2, y2 = region_cell(region, width, height)
+        box = row["target_bbox"]
+        assert x1 <= box[0] and y1 <= box[1] and box[2] <= x2 and box[3] <= y2
+        question = row["prompt"][-1]["content"].split("\n")[0]
+        assert question.endswith(f" Look in the {REGIONS[region]} of the image."), question
+        assert sum(f"the {name} of" in question for name in REGIONS) == 1
+    assert len(regions) >= 5  # drawn, not one fixed cell
+    plain = build_synthetic(2, seed=1, **SMALL)
+    assert not any("Look in" in row["prompt"][-1]["content"] for row in plain)
+
+
+def test_region_hint_refuses_clusters_too_big_for_a_cell():
+    with pytest.raises(ValueError, match="region_hint: a count question's cluster does not fit"):
+        build_synthetic(1, region_hint=True, object_fraction=(0.02, 0.04), **SMALL)
+    rows = build_synthetic(2, region_hint=True, object_fraction=(0.02, 0.04), question_types=["shape"], **SMALL)
+    assert len(rows) == 2
 
 
 @pytest.mark.parametrize(

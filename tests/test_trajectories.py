@@ -6,8 +6,8 @@ import pytest
 from PIL import ImageChops
 
 import task
-from data.synthetic import build_synthetic
-from data.trajectories import TrajectoryArguments, build_gold_trajectories, grid_box
+from data.synthetic import REGIONS, build_synthetic, region_of
+from data.trajectories import TrajectoryArguments, build_gold_trajectories, grid_box, region_box
 from models import pixel_budget
 from tools import TOOL_NAME, ToolConfig, crop_box, make_environment_factory
 
@@ -177,8 +177,38 @@ def test_grid_gold_boxes_hold_the_target(rows, make_env):
         assert box[0] <= x1 and box[1] <= y1 and box[2] >= x2 and box[3] >= y2
 
 
+@pytest.mark.parametrize(
+    "target, frame, expected",
+    [
+        ([40, 40, 44, 44], (112, 112), [31, 31, 80, 80]),  # the middle cell (37..74) grown by 6 px each way
+        ([0, 0, 3, 3], (112, 84), [0, 0, 43, 34]),  # top left of a 112 x 84 frame: cut at the frame's edge
+        ([100, 80, 112, 84], (112, 84), [68, 50, 112, 84]),  # bottom right
+        ([30, 30, 50, 50], (112, 112), [30, 30, 80, 80]),  # centre in the middle cell; grown to hold the target
+    ],
+)
+def test_region_box_by_hand(target, frame, expected):
+    assert region_box(target, frame, margin=6) == expected
+
+
+def test_region_gold_boxes_hold_the_target_in_the_cell_the_question_names(make_env):
+    rows = build_synthetic(10, seed=3, region_hint=True, **SMALL)
+    args = TrajectoryArguments([0.0, 1.0, 0.0], gold_box="region", gold_box_margin=6)
+    dataset, _ = build_gold_trajectories(rows, make_env, args)
+    for row in stored(dataset):
+        env = make_env()
+        env.reset(**row)
+        seen = row["calls"][0]["bbox_2d"]
+        box = crop_box(env.image.size, seen, seen_size=env.seen_size, min_side=0, max_aspect=100.0)
+        x1, y1, x2, y2 = row["target_bbox"]
+        assert box[0] <= x1 and box[1] <= y1 and box[2] >= x2 and box[3] >= y2
+        named = next(name for name in REGIONS if f" Look in the {name} of" in row["prompt"][-1]["content"])
+        assert REGIONS[region_of(seen, *env.seen_size)] == named
+
+
 def test_grid_box_arguments_are_checked():
     with pytest.raises(ValueError, match="gold_box must be one of"):
         TrajectoryArguments(gold_box="loose")
     with pytest.raises(ValueError, match="gold_box_grid <= gold_box_size"):
         TrajectoryArguments(gold_box="grid", gold_box_grid=28, gold_box_size=14)
+    with pytest.raises(ValueError, match="gold_box_margin must be >= 0"):
+        TrajectoryArguments(gold_box="region", gold_box_margin=-1)

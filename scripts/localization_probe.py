@@ -1,0 +1,208 @@
+"""Can the tiny policy learn to say where a target is? A supervised probe, image + question -> zoom box, no tools.
+
+Scenes are 448 x 448 (the tiny policy sees 112 x 112, 16 image tokens): a pale background and 1-6 saturated square
+cards of different colours; the question asks for one card by colour. The policy is trained on the gold box alone
+(the answer turn holds nothing else), then greedy boxes on held-out scenes are checked for holding the card. Two cues:
+
+- `pixels`: "Where is the green card?"; the gold box is the card's `grid_box` (42 px boxes on 28 px cells, the grid
+  the tiny SFT recipe used before region hints): finding the card is left to the pixels;
+- `words`: the same question, plus "Look in the top left of the image." (`data.synthetic.REGIONS`); the gold box
+  is the named cell's `region_box` (what the tiny SFT recipe trains on now).
+
+`--tint A` adds a coordinate tint to the background (red rises left to right, blue top to bottom, A levels each), so
+every image token's pixels say where it is. Chance is the mean over test scenes of the fraction of the cue's
+candidate boxes (16 grid boxes, or 9 region boxes) that hold the card: what a policy that ignores the image scores.
+
+    python scripts/localization_probe.py --cue pixels --cards 1 1 --tint 60 --steps 3000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+import task  # noqa: E402
+from data.synthetic import COLOURS, REGION_GRID, REGIONS, is_free, region_of  # noqa: E402
+from data.trajectories import (  # noqa: E402
+    THINK_ZOOM,  # noqa: E402
+    grid_box,
+    region_box,
+)
+from models import load_model, load_processor, pixel_budget  # noqa: E402
+from tiny_models import kit_paths  # noqa: E402
+from tools import ToolConfig, box_contains, environment_tools, make_environment_factory  # noqa: E402
+
+SCENE, VIEW = 448, 112  # the kit's processor turns a 448 x 448 image into 112 x 112: 8 x 8 patches, 16 tokens
+GRID, GRID_BOX, MARGIN = 28, 42, 6
+PROMPT = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{question}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def chat_prompt(processor) -> str:
+    """The prompt as SFT and RL render it (system prompt, tool schema, the question with the task's instructions),
+    then the gold thought and the tool call up to its box: `{question}` is left to fill in."""
+    env = make_environment_factory(ToolConfig(), pixel_budget(processor))()
+    messages = task.build_prompt("{question}")
+    messages[1]["content"] = [{"type": "image"}, {"type": "text", "text": messages[1]["content"]}]
+    text = processor.apply_chat_template(
+        messages, tools=environment_tools(env), add_generation_prompt=True, tokenize=False
+    )
+    text = text.replace("{", "{{").replace("}", "}}").replace("{{question}}", "{question}")
+    # Up to the colon: the space before the box tokenizes with its bracket (" ["), as in the rendered call.
+    call = '<tool_call>\n{{"name": "image_zoom_in_tool", "arguments": {{"bbox_2d":'
+    return text + f"<think>{THINK_ZOOM}</think>\n" + call
+
+
+def candidate_boxes(cue: str) -> list[list[int]]:
+    """Every box the cue's gold rule can produce, in the 112 x 112 view."""
+    if cue == "pixels":
+        centres = [GRID * i + GRID // 2 for i in range(VIEW // GRID)]
+        return [grid_box([x, y, x, y], (VIEW, VIEW), GRID, GRID_BOX) for y in centres for x in centres]
+    cell = VIEW // REGION_GRID
+    centres = [cell * i + cell // 2 for i in range(REGION_GRID)]
+    return [region_box([x, y, x, y], (VIEW, VIEW), MARGIN) for y in centres for x in centres]
+
+
+def scenes(n: int, seed: int, cue: str, cards: tuple[int, int], tint: float) -> list[dict]:
+    """`n` scenes; the first card drawn is the one asked for. Boxes: `card` in scene pixels, `gold` in the view."""
+    rng, colours, out = np.random.default_rng(seed), list(COLOURS), []
+    ramp = np.linspace(-tint / 2, tint / 2, SCENE)
+    for _ in range(n):
+        pixels = np.full((SCENE, SCENE, 3), 215.0)
+        pixels[..., 0] += ramp[None, :]
+        pixels[..., 2] += ramp[:, None]
+        chosen = [colours[j] for j in rng.choice(len(colours), int(rng.integers(cards[0], cards[1] + 1)), False)]
+        boxes: list[tuple[int, int, int, int]] = []
+        for colour in chosen:
+            while True:
+                side = int(rng.integers(24, 41))
+                x, y = (int(v) for v in rng.integers(0, SCENE - side, size=2))
+                if is_free((x, y, x + side, y + side), boxes, 8):
+                    boxes.append((x, y, x + side, y + side))
+                    pixels[y : y + side, x : x + side] = COLOURS[colour]
+                    break
+        card = list(boxes[0])
+        seen = [math.floor(card[0] / 4), math.floor(card[1] / 4), math.ceil(card[2] / 4), math.ceil(card[3] / 4)]
+        question = f"Where is the {chosen[0]} card?"
+        if cue == "words":
+            question += f" Look in the {REGIONS[region_of(seen, VIEW, VIEW)]} of the image."
+            gold = region_box(seen, (VIEW, VIEW), MARGIN)
+        else:
+            gold = grid_box(seen, (VIEW, VIEW), GRID, GRID_BOX)
+        image = Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
+        out.append({"image": image, "question": question, "gold": gold, "card": card})
+    return out
+
+
+def holds(view_box: list[int], card: list[int]) -> bool:
+    return box_contains([v * SCENE / VIEW for v in view_box], card)
+
+
+def encode(processor, prompt: str, before_box: str, batch: list[dict], with_answer: bool) -> dict:
+    """Model inputs for `batch`: `prompt` with each question filled in, then (`with_answer`) the gold box and the end
+    token, the only tokens in the loss (`labels`)."""
+    tokenizer = processor.tokenizer
+    texts = [
+        prompt.format(question=s["question"])
+        + (f"{before_box}{json.dumps(s['gold'])}<|im_end|>" if with_answer else "")
+        for s in batch
+    ]
+    tokenizer.padding_side = "right" if with_answer else "left"
+    enc = processor(text=texts, images=[s["image"] for s in batch], return_tensors="pt", padding=True)
+    if with_answer:
+        image_pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+        labels = enc["input_ids"].clone()
+        for row, s in enumerate(batch):  # the processor widens the one image placeholder to the image's tokens
+            text_tokens = len(tokenizer(prompt.format(question=s["question"]))["input_ids"])
+            labels[row, : text_tokens - 1 + int((enc["input_ids"][row] == image_pad).sum())] = -100
+        labels[enc["attention_mask"] == 0] = -100
+        enc["labels"] = labels
+    return enc
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cue", choices=["pixels", "words"], default="pixels")
+    parser.add_argument("--cards", type=int, nargs=2, default=[1, 6], help="cards per scene, low and high")
+    parser.add_argument("--tint", type=float, default=0.0, help="coordinate tint, levels across the scene")
+    parser.add_argument(
+        "--context",
+        choices=["bare", "chat"],
+        default="bare",
+        help="bare: the question alone, the box right after it; chat: the prompt as SFT renders it (system prompt, "
+        "tool schema, instructions; ~550 tokens) and the gold thought and tool call up to the box",
+    )
+    parser.add_argument("--policy", default=str(kit_paths("outputs/tiny")["policy"]))
+    parser.add_argument("--train_rows", type=int, default=1024)
+    parser.add_argument("--test_rows", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--eval_every", type=int, default=150)
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--learning_rate", type=float, default=2e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", type=Path, default=None, help="write the results here as JSON")
+    args = parser.parse_args()
+
+    torch.manual_seed(args.seed)
+    processor = load_processor(args.policy)
+    tokenizer = processor.tokenizer
+    prompt = chat_prompt(processor) if args.context == "chat" else PROMPT
+    before_box = " " if args.context == "chat" else ""
+    model = load_model(args.policy, dtype=torch.float32)
+    train = scenes(args.train_rows, args.seed, args.cue, tuple(args.cards), args.tint)
+    test = scenes(args.test_rows, args.seed + 1, args.cue, tuple(args.cards), args.tint)
+    candidates = candidate_boxes(args.cue)
+    chance = float(np.mean([np.mean([holds(box, s["card"]) for box in candidates]) for s in test]))
+
+    @torch.no_grad()
+    def evaluate() -> float:
+        model.eval()
+        hits = 0
+        for start in range(0, len(test), 64):
+            batch = test[start : start + 64]
+            enc = encode(processor, prompt, before_box, batch, with_answer=False)
+            out = model.generate(**enc, max_new_tokens=24, do_sample=False)
+            for s, ids in zip(batch, out[:, enc["input_ids"].shape[1] :]):
+                try:  # the box is the first [...] (with chat context, the call's JSON goes on after it)
+                    text = tokenizer.decode(ids, skip_special_tokens=True)
+                    box = json.loads(text[: text.index("]") + 1].strip())
+                    hits += len(box) == 4 and holds(box, s["card"])
+                except (ValueError, TypeError):
+                    pass  # not a box: a miss
+        model.train()
+        return hits / len(test)
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=0.0)
+    rng, curve, start = np.random.default_rng(args.seed), [], time.perf_counter()
+    for step in range(1, args.steps + 1):
+        warmup = min(1.0, step / 20)
+        for group in optimizer.param_groups:
+            group["lr"] = args.learning_rate * warmup * 0.5 * (1 + math.cos(math.pi * step / args.steps))
+        batch = [train[i] for i in rng.choice(len(train), args.batch_size, replace=False)]
+        loss = model(**encode(processor, prompt, before_box, batch, with_answer=True)).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if step % args.eval_every == 0 or step == args.steps:
+            curve.append({"step": step, "loss": round(loss.item(), 4), "box_holds_card": evaluate()})
+            print(json.dumps(curve[-1] | {"seconds": round(time.perf_counter() - start)}), flush=True)
+    result = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "chance": chance}
+    result["curve"] = curve
+    print(json.dumps({"chance": round(chance, 3), "final": curve[-1]["box_holds_card"]}))
+    if args.output:
+        args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
