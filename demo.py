@@ -25,7 +25,6 @@ import shutil
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,6 +52,7 @@ from tools import ToolConfig  # noqa: E402
 KIT_DIR = Path("outputs/tiny")
 SFT_RECIPE = "recipes/tiny/sft/config_sft.yaml"
 RL_RECIPE = "recipes/tiny/rl/config_mapo.yaml"
+SFT_TYPES = (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig)  # what sft.py parses
 SUMMARY_KEYS = (
     "accuracy",
     "tool_call_rate",
@@ -116,12 +116,9 @@ def train_verifier(output_dir: Path, kit: dict[str, Path], steps: int) -> dict:
 
 
 def synthetic_world(recipe: str = SFT_RECIPE) -> dict[str, Any]:
-    """`build_synthetic`'s world keywords as `recipe` sets them (`launch.synthetic_world` of its `synthetic_*` fields,
-    `ScriptArguments`' defaults for the rest): the demo's data is what `make sft` on that recipe would generate."""
-    values = load_recipe(recipe).values
-    return launch_world(
-        ScriptArguments(**{f.name: values[f.name] for f in fields(ScriptArguments) if f.name in values})
-    )
+    """`build_synthetic`'s world keywords from `recipe`, parsed as `make sft` parses it (`launch.synthetic_world`):
+    the demo's data is what `make sft` on that recipe would generate."""
+    return launch_world(parse_recipe(SFT_TYPES, recipe)[0])
 
 
 def make_data(data_dir: Path, train_rows: int, test_rows: int, seed: int = 0) -> Path:
@@ -139,7 +136,7 @@ def make_data(data_dir: Path, train_rows: int, test_rows: int, seed: int = 0) ->
 def run_sft(model: str | Path, data_dir: Path, output_dir: Path, steps: int, **overrides) -> None:
     """`make sft` (the tiny recipe) from `model` on `data_dir`'s train split, into `output_dir`."""
     args = parse_recipe(
-        (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig),
+        SFT_TYPES,
         SFT_RECIPE,
         model_name_or_path=model,
         dataset_name=data_dir,

@@ -499,7 +499,7 @@ def _make_example(
     mc_fraction: float,
     object_fraction: tuple[float, float],
     question_types: tuple[str, ...],
-    region_hint: bool = False,
+    region_hint: bool,
 ) -> dict:
     rng = np.random.default_rng([seed, _split_key(split), index])
     width, height = (int(v) for v in rng.integers(min_size, max_size, size=2, endpoint=True))

@@ -93,7 +93,8 @@ def scenes(n: int, seed: int, cue: str, cards: tuple[int, int], tint: float) -> 
                     pixels[y : y + side, x : x + side] = COLOURS[colour]
                     break
         card = list(boxes[0])
-        seen = [math.floor(card[0] / 4), math.floor(card[1] / 4), math.ceil(card[2] / 4), math.ceil(card[3] / 4)]
+        scale = SCENE / VIEW
+        seen = [*(math.floor(v / scale) for v in card[:2]), *(math.ceil(v / scale) for v in card[2:])]
         question = f"Where is the {chosen[0]} card?"
         if cue == "words":
             question += f" Look in the {REGIONS[region_of(seen, VIEW, VIEW)]} of the image."
