@@ -53,17 +53,17 @@ $(STAMP): requirements.txt
 
 install: $(STAMP) ## Create .venv and install the pinned stack (CPU; GPU extras: requirements-gpu.txt)
 
-$(TINY)/.built: $(STAMP) tiny_models.py task.py
-	$(PY) tiny_models.py --output_dir $(TINY)
+$(TINY)/.built: $(STAMP) tiny/kit.py data/task.py tools/zoom_in.py
+	$(PY) -m scripts.build_tiny_kit --output_dir $(TINY)
 	touch $@
 
 tiny: $(TINY)/.built ## Build the tiny offline models (Qwen2.5-VL, tokenizer, CLIP, text encoder) into outputs/tiny
 
 demo: tiny ## The main job on tiny models, CPU: train CLIP verifier, SFT, MAPO RL, evaluate before/after (outputs/demo)
-	$(PY) demo.py $(ARGS)
+	$(PY) -m scripts.demo $(ARGS)
 
 experiment: tiny ## GRPO vs MAPO vs HPO from one SFT checkpoint, 3 seeds, tiny, CPU (docs/experiment.md); ARGS="--sft_model outputs/demo/sft"
-	$(PY) experiment.py $(ARGS)
+	$(PY) -m scripts.experiment $(ARGS)
 
 sft: tiny ## SFT cold start: SFT_RECIPE=<recipe.yaml> ACCELERATE=<cpu|multi_cpu|single_gpu|ddp|zero2|zero3|fsdp2> ARGS="--field value ..."; N nodes: NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, NUM_PROCESSES
 	$(call tiny_only,$(SFT_RECIPE)) $(LAUNCH) sft.py --config $(SFT_RECIPE) $(ARGS)
@@ -76,8 +76,8 @@ eval: tiny ## Score MODEL on BENCH (vstar|hrbench|mme_realworld|synthetic); DATA
 
 clip: $(TINY)/clip_trained/training_metrics.json ## Train the tiny CLIP verifier on synthetic crops (~1 min CPU)
 
-$(TINY)/clip_trained/training_metrics.json: $(TINY)/.built clip_training.py data/synthetic.py
-	$(PY) clip_training.py --output_dir $(TINY)/clip_trained --steps 300
+$(TINY)/clip_trained/training_metrics.json: $(TINY)/.built tiny/clip.py data/synthetic.py
+	$(PY) -m scripts.train_clip --output_dir $(TINY)/clip_trained --steps 300
 
 test: $(STAMP) ## Run the offline test suite (builds the tiny models it needs)
 	$(PY) -m pytest -q tests
@@ -87,7 +87,7 @@ lint: $(STAMP) ## ruff check + format check
 	$(VENV)/bin/ruff format --check .
 
 bench: tiny ## Benchmarks: MAPO/GRPO step-time ratio, CLIP crops/s (results: docs/benchmarks.md)
-	$(PY) bench.py $(ARGS)
+	$(PY) -m scripts.bench $(ARGS)
 
 clean: ## Remove outputs/ (checkpoints, tiny models, generated data)
 	rm -rf outputs

@@ -1,61 +1,12 @@
-"""HPO's step-level advantage (Hindsight Policy Optimization, Li et al., section 4.3), as pure tensor functions.
+"""HPO's step-level advantage (Hindsight Policy Optimization, Li et al., section 4.3) and its wiring into
+`MAPOTrainer` (`advantage_estimator: hpo | mapo+hpo`).
 
-What the step advantage is. Every step of a rollout (the state so far plus the action taken) is embedded in an
-"intent space" with the Euclidean metric (section 4.2). The steps of all G rollouts of one prompt form the policy
-cloud rho_pi; the steps of successful trajectories form the hindsight cloud rho_pi^h: the group's own successful
-rollouts ("online HPO") or pre-collected successful trajectories for the same prompt ("offline HPO", eq. 12). The
-Kantorovich potential f* of W1(rho_pi, rho_pi^h) (eq. 2, 13) is the variational derivative of W1 with respect to
-the policy mass at a point (eq. 14): policy mass moved to where f* is low lowers W1 the most, so -f* scores steps,
-and similar intents get similar scores because f* is 1-Lipschitz (Lemma 4.4 bounds its variance by D^2 / 4). Eq.
-16 standardises -f* into the step advantage A_S; eq. 17 mixes it with GRPO's episode advantage A_E (eq. 15):
-
-    A_hat = (A_E + omega * A_S) / (1 + omega)
-
-Functions and the equations they implement:
-- `kantorovich_potentials`: f, g and W1 of eq. 1-2, from POT's exact network-simplex solver (`ot.emd`).
-- `potential_step_weights`: the per-group numerator of eq. 16, w = -(n / (n - 1)) * (f - mean f).
-- `online_group_step_advantages` / `offline_group_step_advantages`: one group's w, its eligibility (the fallback
-  flag) and its scale factor, with the hindsight set built as in section 4.2.
-- `normalize_step_advantages`: the batch-level part of eq. 16 (divide by the std, clip, scale, zero step 0).
-- `combine_advantages`: eq. 17. `cosine_anneal_omega`: the authors' schedule for omega.
-- `steps_to_table`, `broadcast_to_tokens`: per-step values -> (rollout, step) table -> per-token advantages.
-- `bench_potentials`: seconds per `kantorovich_potentials` call.
-- The trainer's side (`mapo_trainer.MAPOTrainer`, `advantage_estimator: hpo | mapo+hpo`): `turn_index` (the steps of
-  a TRL completion are its assistant turns, the runs of `completion_mask * tool_mask`), `step_segments` (the text
-  each step adds) and `StepEncoder` (the frozen text encoder of the intent space, section 4.2).
-
-Where the paper is silent these functions follow the authors' code (github.com/Jiangzs1028/hpo, files
-`AgentGym-RL/verl/workers/agent_fsdp_workers.py`, `compute_step_advantages` and `compute_step_advantages_off`, and
-`AgentGym-RL/verl/agent_trainer/ppo/core_algos.py`, `compute_otgrpo_outcome_advantage`); each choice is marked
-[paper] or [code] in the docstring that implements it. Step indices follow the code's `split_steps`
-(`AgentGym-RL/verl/workers/rollout/agent_vllm_rollout/vllm_rollout.py`): step 0 is
-the prompt segment (the state before the first assistant turn), step j >= 1 is assistant turn j plus the
-observation that follows it.
-
-How this differs from the paper and the authors' code:
-- Solver: the code uses geomloss `SamplesLoss("sinkhorn", p=1, blur=0.01, debias=False, potentials=True)`, an
-  entropic approximation with regularisation epsilon = blur^p = 0.01. Here POT's exact EMD (network simplex on a
-  float64 cost matrix) gives the unregularised f* of eq. 13-14 that the paper describes: POT is already pinned
-  here (geomloss/pykeops are not), the result is deterministic on any machine, and the solve is fast at the group
-  sizes HPO uses (tens of steps; see `bench_potentials`). Entropic potentials tend to these as epsilon -> 0: on
-  24-vs-7-point clouds in 16-D (distances ~10), POT's log-domain Sinkhorn at epsilon = 0.3 / 0.1 / 0.03 differed
-  from them by at most ~1.5 epsilon, the ranks of f agreeing to Spearman >= 0.99.
-- Exact EMD duals are not unique. Besides the shift (f + c, g - c), they are free along every way of splitting
-  the optimal plan into independently balanced parts: uniform weights with n = m (a perfect matching) or n a
-  multiple of the hindsight size in online HPO are typical. The LP solver then returns one vertex that depends on
-  the order of the points, so the same rollouts listed in another order would get other advantages. Here the
-  duals are made canonical: within a connected part of the plan's support they are fixed; the relative shifts of
-  the parts are set to the centre (mass-weighted mean of the extreme solutions) of their feasible range. The
-  result is optimal, feasible, 1-Lipschitz on both clouds, independent of the order of the points, and f = g = 0
-  for identical clouds. It costs an all-pairs shortest path over the parts: milliseconds at HPO's sizes, ~1 s for
-  the 1024 parts of a 1024-point perfect matching. Sinkhorn resolves the same freedom by smoothing instead, so in
-  degenerate cases the two can differ by up to the width of that range (in the check above with 24-vs-8 points:
-  up to ~2.5% of the range of f).
-- Non-finite embeddings raise `ValueError` by default (the code does not check them); the group
-  functions can instead flag the group as a fallback (`nonfinite="fallback"`). An empty hindsight set is a
-  fallback (the offline code has no such guard).
-- Everything is float64 (the code uses float32 numpy), and the batch std is taken over the groups passed in (the
-  code takes it over one data-parallel worker's shard of the batch).
+The math is pure tensor functions: `kantorovich_potentials` (eq. 1-2, 13-14, POT's exact solver, canonical duals),
+`potential_step_weights` and the group functions (eq. 16's numerator, the hindsight sets of section 4.2),
+`normalize_step_advantages` (eq. 16), `combine_advantages` (eq. 17), `broadcast_to_tokens`. The trainer's side:
+`turn_index` and `step_segments` (a TRL completion's steps), `StepEncoder` (the intent space's text encoder) and
+`HPOAdvantages` (eq. 17 over one generation batch). The derivation, the authors' code each choice follows ([paper] /
+[code] marks in the docstrings) and how this differs from both: `docs/method.md`.
 """
 
 from __future__ import annotations
@@ -69,8 +20,11 @@ from itertools import accumulate
 import numpy as np
 import ot
 import torch
+from accelerate.utils import gather_object
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components, csgraph_from_dense, floyd_warshall
+
+from utils.models import load_text_encoder
 
 ONLINE_CLIP = 1.0  # [code] compute_step_advantages: np.clip(w, -1, 1)
 OFFLINE_CLIP = 5.0  # [code] compute_step_advantages_off: np.clip(w, -5, 5)
@@ -671,8 +625,6 @@ class StepEncoder:
     """
 
     def __init__(self, name: str, device: torch.device | str = "cpu", max_length: int = 8192, batch_size: int = 16):
-        from models import load_text_encoder  # the repo's one loader; imported here to keep the math model-free
-
         self.device = torch.device(device)
         with torch.random.fork_rng(devices=[]):  # loading must not move the policy's sampling RNG
             self.model, self.tokenizer = load_text_encoder(name)
@@ -711,3 +663,119 @@ class StepEncoder:
                 for r, s, position in owners[i]:
                     out[r][s] = hidden[row, position]
         return out
+
+
+# ------------------------------------------------------------------------------------------------ trainer wiring
+class HPOAdvantages:
+    """HPO for `MAPOTrainer` (`advantage_estimator: hpo | mapo+hpo`): the text encoder of the intent space, the
+    offline hindsight cache, and eq. 17 over one generation batch (`__call__`).
+
+    `config` is the run's `configs.MAPOConfig` (its `hpo_*` fields).
+    """
+
+    def __init__(self, config, device: torch.device | str = "cpu"):
+        self.config = config
+        self.encoder = StepEncoder(config.hpo_text_encoder, device=device, max_length=config.hpo_encoder_max_length)
+        self._offline_embeddings: dict[str, tuple[torch.Tensor, int]] = {}
+
+    def __call__(
+        self,
+        inputs: list[dict],
+        out: dict,
+        *,
+        outcome: torch.Tensor,
+        num_generations: int,
+        tokenizer,
+        drop_token_ids: Sequence[int],
+        process_index: int,
+    ) -> tuple[torch.Tensor, dict[str, float], list[str]]:
+        """Per-token advantages (B, T) of this process's rollouts (eq. 17, A_E being `out["advantages"]`, TRL's GRPO
+        or MAPO advantage), the step's `hpo/*` metrics, and each gathered rollout's per-turn advantages as text.
+
+        `out` is `GRPOTrainer._generate_and_score_completions`' output, `outcome` R_out of the whole gathered batch.
+        Every process embeds its own rollouts' steps; the embeddings are gathered so that each group, possibly split
+        across processes, is transported whole, and every process computes the same batch statistics (eq. 16's std).
+        """
+        args = self.config
+        segments = step_segments(
+            tokenizer,
+            out["prompt_ids"],
+            out["prompt_mask"],
+            out["completion_ids"],
+            out["completion_mask"],
+            out.get("tool_mask"),
+            drop_token_ids=drop_token_ids,
+        )
+        steps = gather_object(self.encoder.embed(segments))
+        success = (outcome >= args.hpo_success_threshold).cpu()  # NaN (unscorable) is no success
+        if args.hpo_hindsight == "offline":
+            offline = gather_object([row.get(args.hpo_hindsight_column) for row in inputs])
+            prompts = gather_object([rollout[0] for rollout in segments])
+        groups, sizes = [], []
+        for first in range(0, len(steps), num_generations):
+            rows = range(first, first + num_generations)
+            sizes.append([len(steps[r]) for r in rows])
+            emb = torch.cat([steps[r] for r in rows])
+            rollout = torch.cat([torch.full((len(steps[r]),), k) for k, r in enumerate(rows)])
+            step = torch.cat([torch.arange(len(steps[r])) for r in rows])
+            if args.hpo_hindsight == "online":
+                group = online_group_step_advantages(
+                    emb,
+                    rollout,
+                    step,
+                    success[first : first + num_generations],
+                    min_positive=args.hpo_min_positive_steps,
+                    min_negative=args.hpo_min_negative_steps,
+                    nonfinite="fallback",
+                )
+            else:
+                hindsight, n_off = self._offline_hindsight(offline[first], prompts[first], row=first)
+                group = offline_group_step_advantages(
+                    emb, step, hindsight, n_off, max_off_trajectories=args.hpo_max_offline_trajectories,
+                    nonfinite="fallback",
+                )  # fmt: skip
+            groups.append(group)
+        batch = normalize_step_advantages(groups)
+        per_row = [v for values, counts in zip(batch.values, sizes) for v in values.split(counts)]
+        fallback = [f for f in batch.fallback for _ in range(num_generations)]
+        local = slice(process_index * len(inputs), (process_index + 1) * len(inputs))
+        turns = turn_index(out["completion_mask"], out.get("tool_mask"))
+        step_adv = broadcast_to_tokens(per_row[local], turns)
+        advantages = combine_advantages(out["advantages"], step_adv, args.hpo_omega, episode_only=fallback[local])
+
+        used = [g.w1 for g in groups if not g.fallback]
+        metrics = {
+            "hpo/fallback_frac": batch.n_fallback / len(groups),
+            "hpo/step_adv_sigma": batch.sigma,
+            "hpo/w1": sum(used) / len(used) if used else 0.0,
+        }
+        a_e = gather_object(out["advantages"].tolist())
+        turn_values = [
+            " | ".join(f"{(a + args.hpo_omega * v) / (1 + args.hpo_omega):.3f}" for v in values[1:].tolist())
+            if not fb
+            else " | ".join(f"{a:.3f}" for _ in values[1:])
+            for a, values, fb in zip(a_e, per_row, fallback)
+        ]
+        return advantages.to(out["advantages"].dtype), metrics, turn_values
+
+    def _offline_hindsight(self, trajectories, prompt_segment: str, row: int) -> tuple[torch.Tensor, int]:
+        """The offline hindsight cloud of one prompt (every step of its stored successful trajectories, the prompt
+        included), embedded once and cached, and how many trajectories it holds."""
+        column = self.config.hpo_hindsight_column
+        trajectories = [t for t in trajectories or [] if t]
+        if not trajectories:
+            return torch.zeros(0, self.encoder.width), 0
+        if all(isinstance(step, str) for trajectory in trajectories for step in trajectory):
+            key = prompt_segment + "\x00" + "\x00".join("\x01".join(t) for t in trajectories)
+            if key not in self._offline_embeddings:
+                embedded = self.encoder.embed([[prompt_segment, *t] for t in trajectories])
+                self._offline_embeddings[key] = (torch.cat(embedded), len(trajectories))
+            return self._offline_embeddings[key]
+        steps = torch.tensor([step for trajectory in trajectories for step in trajectory], dtype=torch.float32)
+        if steps.dim() != 2 or steps.shape[1] != self.encoder.width:
+            raise ValueError(
+                f"column {column!r}, row {row}: stored step embeddings have width "
+                f"{steps.shape[-1] if steps.dim() else 0}, the text encoder {self.config.hpo_text_encoder!r} "
+                f"{self.encoder.width}: embed the offline set with the same encoder, or store step texts"
+            )
+        return steps, len(trajectories)

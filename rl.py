@@ -10,27 +10,26 @@ from __future__ import annotations
 from transformers import set_seed
 from trl import ModelConfig, get_peft_config
 
-from launch import (
-    ScriptArguments,
-    check_master_weights,
-    keep_adapters_in_fp32,
-    load_policy,
-    load_split,
-    parse_args_and_record,
-    save_outputs,
-)
-from mapo_trainer import MAPOConfig, MAPOTrainer
-from resume import resume_checkpoint
-from task import get_reward_funcs
-from tools import ToolConfig
+from configs import MAPOConfig, ScriptArguments, ToolConfig
+from data import load_split
+from mapo_trainer import MAPOTrainer
+from rewards import get_reward_funcs
+from utils.checks import check_master_weights, keep_adapters_in_fp32
+from utils.policy import load_policy, save_outputs
+from utils.recipes import parse_args_and_record
+from utils.resume import resume_checkpoint
 
 
 def main(
-    script_args: ScriptArguments, training_args: MAPOConfig, model_args: ModelConfig, tool_config: ToolConfig
+    script_args: ScriptArguments,
+    training_args: MAPOConfig,
+    model_args: ModelConfig,
+    tool_config: ToolConfig,
+    trainer_cls: type[MAPOTrainer] = MAPOTrainer,
 ) -> MAPOTrainer:
     set_seed(training_args.seed)
     model, processor = load_policy(model_args, tool_config)
-    trainer = MAPOTrainer(
+    trainer = trainer_cls(
         model=model,
         reward_funcs=get_reward_funcs(script_args.reward_funcs),
         args=training_args,

@@ -16,24 +16,21 @@ import trl
 from transformers import set_seed
 from trl import ModelConfig, SFTConfig, get_peft_config
 
+from configs import ScriptArguments, ToolConfig, TrajectoryArguments
+from data import load_split
 from data.collator import DataCollatorForVisionToolCalling
-from data.trajectories import TrajectoryArguments, build_gold_trajectories
-from launch import (
-    ScriptArguments,
-    check_master_weights,
-    keep_adapters_in_fp32,
-    load_policy,
-    load_split,
-    parse_args_and_record,
-    save_outputs,
-)
-from models import pixel_budget
-from resume import ExactResume, resume_checkpoint
-from tools import ToolConfig, ToolConfigRecorder, environment_tools, make_environment_factory
+from data.trajectories import build_gold_trajectories
+from tools import ToolConfigRecorder, environment_tools, make_environment_factory
+from utils.checks import check_master_weights, keep_adapters_in_fp32
+from utils.models import pixel_budget
+from utils.policy import load_policy, save_outputs
+from utils.recipes import parse_args_and_record
+from utils.resume import ExactResume, resume_checkpoint
 
 
 class SFTTrainer(ExactResume, trl.SFTTrainer):
-    """TRL's `SFTTrainer`, resuming exactly (`resume.ExactResume`)."""
+    """TRL's `SFTTrainer`, resuming from a checkpoint's weights (`utils.resume.ExactResume`; its data-order mend does not
+    apply: TRL's SFT does not use the `RepeatSampler` it replaces)."""
 
 
 def main(

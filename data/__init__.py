@@ -1,18 +1,20 @@
 """Datasets by name, so a recipe picks its data with one string (`dataset_name: synthetic`) plus keyword arguments.
 
 Every builder returns a `datasets.Dataset` with the columns the trainers and evaluation read: `prompt`
-(conversational, from `task.build_prompt`), `image`, `answer`, `options` (empty for open questions), `target_bbox`,
-`target_label`, `source` and `id`.
+(conversational, from `data.task.build_prompt`), `image`, `answer`, `options` (empty for open questions),
+`target_bbox`, `target_label`, `source` and `id`. `load_split` is how the entry scripts read a recipe's data.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
+from typing import Any
 
 import datasets
 
-from data.benchmarks import load_benchmark
+from data.benchmarks import load_benchmark, load_saved_split
 from data.synthetic import build_synthetic
 
 DATASETS: dict[str, Callable[..., datasets.Dataset]] = {
@@ -27,3 +29,28 @@ def get_dataset(name: str, **kwargs) -> datasets.Dataset:
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; known: {sorted(DATASETS)}")
     return DATASETS[name](**kwargs)
+
+
+def synthetic_world(script_args: Any) -> dict[str, Any]:
+    """`build_synthetic`'s world keywords from a recipe's `synthetic_*` fields (a `configs.ScriptArguments`): the one
+    mapping from recipe to synthetic world, used by SFT, RL and the demo alike."""
+    return {
+        "min_size": script_args.synthetic_image_size[0],
+        "max_size": script_args.synthetic_image_size[1],
+        "object_fraction": tuple(script_args.synthetic_object_fraction),
+        "question_types": tuple(script_args.synthetic_question_types),
+        "region_hint": script_args.synthetic_region_hint,
+    }
+
+
+def load_split(script_args: Any, split: str) -> datasets.Dataset:
+    """One split of the recipe's dataset (a `configs.ScriptArguments`): from a `save_to_disk` folder, or built by a
+    registered builder."""
+    name = script_args.dataset_name
+    if os.path.isdir(name):
+        return load_saved_split(name, split)
+    if name == "synthetic":
+        return get_dataset(
+            name, n=script_args.num_samples, seed=script_args.dataset_seed, split=split, **synthetic_world(script_args)
+        )
+    return get_dataset(name, path=script_args.dataset_path, split=split)

@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 from data.synthetic import FEATURES, build_synthetic
-from task import OPTION_LETTERS, build_prompt, is_correct, parse_choice
+from data.task import OPTION_LETTERS, build_prompt, is_correct, parse_choice
 
 logger = logging.getLogger(__name__)
 

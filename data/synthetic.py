@@ -35,7 +35,7 @@ import datasets
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from task import OPTION_LETTERS, build_prompt
+from data.task import OPTION_LETTERS, build_prompt
 
 # Saturated and far apart (every pair differs by >= 80 in some channel, each has a channel <= 100), so neither the
 # pale background (all channels >= 160) nor another target colour can be mistaken for one of them.

@@ -6,7 +6,7 @@
 #
 # Stages, each under its own time limit so one hang cannot eat the budget (a stage that would start with less than
 # 30 s of the budget left is skipped and reported as such):
-#   bench7b  bench.py --shape 7b: GRPO and MAPO steps alternated on ONE random-weight Qwen2.5-VL-7B policy (bf16)
+#   bench7b  scripts/bench.py --shape 7b: GRPO and MAPO steps alternated on ONE random-weight Qwen2.5-VL-7B policy (bf16)
 #            and the same batches; median step times, their ratio, the verifier's share of a MAPO step, peak memory;
 #            CLIP throughput (ViT-B-32, ViT-L-14, fp16)
 #   zero2, zero3, fsdp2
@@ -67,11 +67,11 @@ stage() {
 }
 
 if [[ ! -e outputs/tiny/.built ]]; then
-  stage tiny_kit 90 $PY tiny_models.py --output_dir outputs/tiny && touch outputs/tiny/.built
+  stage tiny_kit 90 $PY -m scripts.build_tiny_kit --output_dir outputs/tiny && touch outputs/tiny/.built
 fi
 
 # 128 new tokens per turn keeps the 7B stage near 3 min (generation dominates a step); 2 timed pairs after 1 warm-up.
-stage bench7b 210 $PY bench.py --shape 7b --pairs 2 --warmup 1 --max_completion_length 128 \
+stage bench7b 210 $PY -m scripts.bench --shape 7b --pairs 2 --warmup 1 --max_completion_length 128 \
   --clip_models ViT-B-32 ViT-L-14 --clip_crops 64 --output "$OUT/bench7b.json"
 
 TINY=(--config recipes/tiny/rl/config_mapo.yaml --model_name_or_path outputs/tiny/qwen2_5_vl --use_cpu false
@@ -80,8 +80,8 @@ for config in zero2 zero3 fsdp2; do
   export GPU_CHECK_JSON="$OUT/$config.json"   # where rl_forced.py writes its summary
   stage "$config" 80 \
     $PY -m accelerate.commands.launch --num_processes 1 --config_file "recipes/accelerate_configs/$config.yaml" \
-    scripts/rl_forced.py "${TINY[@]}" --output_dir "/tmp/gpu-check-$config"
+    -m scripts.rl_forced "${TINY[@]}" --output_dir "/tmp/gpu-check-$config"
 done
 
-$PY scripts/gpu_check_summary.py "$OUT"
+$PY -m scripts.gpu_check_summary "$OUT"
 echo "=== total $((SECONDS - T0))s"

@@ -1,4 +1,4 @@
-"""Summarise a `scripts/gpu_check.sh` run: `python scripts/gpu_check_summary.py <its output folder>`.
+"""Summarise a `scripts/gpu_check.sh` run: `python -m scripts.gpu_check_summary <its output folder>`.
 
 Reads `stages.tsv` (stage, exit code, seconds), `bench7b.json` (`bench.py --shape 7b`) and `<config>.json`
 (`scripts/rl_forced.py` under zero2/zero3/fsdp2), and writes `gpu_check.json` and `gpu_check.md`, the markdown

@@ -13,7 +13,7 @@ cards of different colours; the question asks for one card by colour. The policy
 every image token's pixels say where it is. Chance is the mean over test scenes of the fraction of the cue's
 candidate boxes (16 grid boxes, or 9 region boxes) that hold the card: what a policy that ignores the image scores.
 
-    python scripts/localization_probe.py --cue pixels --cards 1 1 --tint 60 --steps 3000
+    python -m scripts.localization_probe --cue pixels --cards 1 1 --tint 60 --steps 3000
 """
 
 from __future__ import annotations
@@ -21,28 +21,23 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import numpy as np
+import torch
+from PIL import Image
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
-
-import task  # noqa: E402
-from data.synthetic import COLOURS, REGION_GRID, REGIONS, is_free, region_of  # noqa: E402
-from data.trajectories import (  # noqa: E402
-    THINK_ZOOM,  # noqa: E402
+from data import task
+from data.synthetic import COLOURS, REGION_GRID, REGIONS, is_free, region_of
+from data.trajectories import (
+    THINK_ZOOM,
     grid_box,
     region_box,
 )
-from models import load_model, load_processor, pixel_budget  # noqa: E402
-from tiny_models import kit_paths  # noqa: E402
-from tools import ToolConfig, box_contains, environment_tools, make_environment_factory  # noqa: E402
+from tiny.kit import kit_paths
+from tools import ToolConfig, box_contains, environment_tools, make_environment_factory, tool_call_text
+from utils.models import load_model, load_processor, pixel_budget
 
 SCENE, VIEW = 448, 112  # the kit's processor turns a 448 x 448 image into 112 x 112: 8 x 8 patches, 16 tokens
 GRID, GRID_BOX, MARGIN = 28, 42, 6
@@ -60,7 +55,8 @@ def chat_prompt(processor) -> str:
     )
     text = text.replace("{", "{{").replace("}", "}}").replace("{{question}}", "{question}")
     # Up to the colon: the space before the box tokenizes with its bracket (" ["), as in the rendered call.
-    call = '<tool_call>\n{{"name": "image_zoom_in_tool", "arguments": {{"bbox_2d":'
+    call = tool_call_text([0], "")  # the call's text up to its box, braces escaped for `str.format`
+    call = call[: call.index('"bbox_2d":') + len('"bbox_2d":')].replace("{", "{{").replace("}", "}}")
     return text + f"<think>{THINK_ZOOM}</think>\n" + call
 
 

@@ -1,12 +1,13 @@
 """`rl.py` with scripted tool calls and per-step GPU measurements, for `scripts/gpu_check.sh`.
 
 The random tiny policy almost never writes a valid tool call, so `rl.py` alone would never score a crop. This runs
-`rl.main` unchanged except that the policy's `generate` is wrapped by `scripted.force_tool_calls` (a zoom-in call,
+`rl.main` unchanged except that its trainer is `ForcedMAPOTrainer`, whose policy's `generate` is wrapped by
+`tiny.scripted.force_tool_calls` (a zoom-in call,
 then an answer; the real generation still runs first), so R_sem is really computed under any accelerate config.
 A callback records each optimizer step's wall time and its peak GPU memory (`torch.cuda.max_memory_allocated`, reset
 at each step's start); the summary goes to stdout (a line starting `RL_FORCED`) and to `$GPU_CHECK_JSON` when set.
 
-    accelerate launch --num_processes 1 --config_file recipes/accelerate_configs/zero3.yaml scripts/rl_forced.py \\
+    accelerate launch --num_processes 1 --config_file recipes/accelerate_configs/zero3.yaml -m scripts.rl_forced \\
         --config recipes/tiny/rl/config_mapo.yaml --model_name_or_path outputs/tiny/qwen2_5_vl --use_cpu false ...
 """
 
@@ -16,21 +17,19 @@ import json
 import math
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: launched by path from anywhere
+import torch
+from transformers import TrainerCallback
+from trl import ModelConfig
 
-import torch  # noqa: E402
-from transformers import TrainerCallback  # noqa: E402
-from trl import ModelConfig  # noqa: E402
-
-import rl  # noqa: E402
-from launch import ScriptArguments, parse_args_and_record  # noqa: E402
-from mapo_trainer import MAPOConfig, MAPOTrainer  # noqa: E402
-from scripted import force_tool_calls  # noqa: E402
-from tools import ToolConfig  # noqa: E402
+import rl
+from configs import ScriptArguments
+from mapo_trainer import MAPOConfig, MAPOTrainer
+from tiny.scripted import force_tool_calls
+from tools import ToolConfig
+from utils.recipes import parse_args_and_record
 
 
 class StepMeter(TrainerCallback):
@@ -84,8 +83,8 @@ def summary(trainer: ForcedMAPOTrainer) -> dict:
 
 
 def main() -> dict:
-    rl.MAPOTrainer = ForcedMAPOTrainer  # rl.main builds its trainer by this name
-    trainer = rl.main(*parse_args_and_record((ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)))
+    parsed = parse_args_and_record((ScriptArguments, MAPOConfig, ModelConfig, ToolConfig))
+    trainer = rl.main(*parsed, trainer_cls=ForcedMAPOTrainer)
     result = summary(trainer)
     if trainer.accelerator.is_main_process:
         print("RL_FORCED", "OK" if result["ok"] else "FAIL", json.dumps(result), flush=True)

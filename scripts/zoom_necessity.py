@@ -10,30 +10,24 @@ Both are evaluated answer-only on held-out rows, with accuracy and chance per qu
 without zooming and can be read after a zoom to the right place; it says nothing about whether a policy finds that
 place (`box_contains_target` in evaluation measures that).
 
-    python scripts/zoom_necessity.py --output_dir outputs/zoom_necessity
+    python -m scripts.zoom_necessity --output_dir outputs/zoom_necessity
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+import datasets
+import numpy as np
 
-import datasets  # noqa: E402
-import numpy as np  # noqa: E402
-
-from data.synthetic import QUESTION_TYPES, build_synthetic  # noqa: E402
-from data.trajectories import plan_calls  # noqa: E402
-from demo import chance_by_source, evaluate, run_sft  # noqa: E402
-from models import load_processor, pixel_budget  # noqa: E402
-from tiny_models import kit_paths  # noqa: E402
-from tools import ToolConfig, make_environment_factory  # noqa: E402
+from data.synthetic import QUESTION_TYPES, build_synthetic
+from data.trajectories import plan_calls
+from tiny.kit import kit_paths
+from tiny.stages import chance_by_source, evaluate, run_sft
+from tools import ToolConfig, make_environment_factory
+from utils.models import load_processor, pixel_budget
 
 
 def gold_crops(rows: datasets.Dataset, policy: str) -> datasets.Dataset:

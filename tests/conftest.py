@@ -1,26 +1,28 @@
 """Session fixtures shared by the whole suite: the tiny offline model kit and its processor and CLIP verifier."""
 
 import os
+from pathlib import Path
 
-# Before anything imports huggingface_hub, which reads these once, at import time.
-for _key, _value in {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRL_EXPERIMENTAL_SILENCE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}.items():
-    os.environ.setdefault(_key, _value)
+import pytest
+import torch
 
-from pathlib import Path  # noqa: E402
+from tiny.kit import build_tiny_kit, kit_paths
+from utils import models
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-import models  # noqa: E402
-from tiny_models import build_tiny_kit, kit_paths  # noqa: E402
+# `make test` (and .ci/run) export these before Python starts: huggingface_hub reads them once, at import.
+OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 
 torch.set_num_threads(2)
+
+
+def pytest_configure(config):
+    missing = [name for name in OFFLINE if os.environ.get(name) != "1"]
+    if missing:
+        raise pytest.UsageError(
+            f"the test suite runs offline: {', '.join(missing)} must be 1 before Python starts. Run `make test`, or "
+            f"`{' '.join(f'{name}=1' for name in OFFLINE)} .venv/bin/python -m pytest tests`."
+        )
+
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY_DIR = REPO_ROOT / "outputs" / "tiny"
@@ -28,10 +30,11 @@ TINY_DIR = REPO_ROOT / "outputs" / "tiny"
 
 @pytest.fixture(scope="session")
 def tiny_kit() -> dict[str, Path]:
-    """Paths of the tiny kit in `outputs/tiny`, built once; like `make tiny`, rebuilt when `tiny_models.py` or
-    `task.py` is newer than the `.built` stamp."""
+    """Paths of the tiny kit in `outputs/tiny`, built once; like `make tiny`, rebuilt when one of its sources is newer
+    than the `.built` stamp."""
     stamp = TINY_DIR / ".built"
-    sources = [REPO_ROOT / "tiny_models.py", REPO_ROOT / "task.py"]  # the tokenizer is trained on task.py's prompt
+    # The tokenizer is trained on the task's prompt and the tool's call format.
+    sources = [REPO_ROOT / "tiny" / "kit.py", REPO_ROOT / "data" / "task.py", REPO_ROOT / "tools" / "zoom_in.py"]
     if not stamp.exists() or any(stamp.stat().st_mtime < src.stat().st_mtime for src in sources):
         build_tiny_kit(TINY_DIR)
         stamp.touch()

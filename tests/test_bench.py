@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForImageTextToText
 
-import bench
+from scripts import bench
 
 REPO = Path(__file__).resolve().parents[1]
 

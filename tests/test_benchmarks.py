@@ -18,7 +18,7 @@ import data.benchmarks as benchmarks
 from data import get_dataset
 from data.benchmarks import BadRowError, load_benchmark, read_benchmark, split_options
 from data.synthetic import build_synthetic
-from task import build_prompt
+from data.task import build_prompt
 
 VSTAR_SUFFIX = "Answer with the option's letter from the given choices directly."
 
@@ -226,7 +226,7 @@ def test_deepeyes(deepeyes_parquet):
 
 
 def test_registered_for_the_rl_entry(deepeyes_parquet, hrbench_tsv):
-    """launch.load_split calls get_dataset(name, path=..., split=...) for every non-synthetic dataset name."""
+    """data.load_split calls get_dataset(name, path=..., split=...) for every non-synthetic dataset name."""
     assert len(get_dataset("deepeyes", path=str(deepeyes_parquet), split="train")) == 2
     assert len(get_dataset("hrbench", path=str(hrbench_tsv), split="train", skip_bad_rows=False)) == 2
 

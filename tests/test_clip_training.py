@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from clip_training import METRICS_NAME, Referent, make_batch, multi_positive_loss, referents, train_clip
-from models import load_clip
+from tiny.clip import METRICS_NAME, Referent, make_batch, multi_positive_loss, referents, train_clip
+from utils.models import load_clip
 
 SMALL = {"colours": ("red", "blue", "green"), "shapes": ("circle", "square"), "words": ("CAT", "SUN")}
 

@@ -7,17 +7,18 @@ from pathlib import Path
 
 import pytest
 
-import demo
 from data.synthetic import DEFAULT_OBJECT_FRACTION, QUESTION_TYPES, chance_accuracy
-from launch import load_recipe
+from scripts import demo
+from tiny import stages
+from utils.recipes import load_recipe
 
 
 def test_the_demo_draws_the_world_the_tiny_recipes_train_on(tmp_path):
-    sft, rl = load_recipe(demo.SFT_RECIPE).values, load_recipe(demo.RL_RECIPE).values
+    sft, rl = load_recipe(stages.SFT_RECIPE).values, load_recipe(stages.RL_RECIPE).values
     world_keys = sorted(key for key in sft.keys() | rl.keys() if key.startswith("synthetic_"))
     assert world_keys == ["synthetic_image_size", "synthetic_region_hint"]  # the rest at their defaults
     assert {key: sft.get(key) for key in world_keys} == {key: rl.get(key) for key in world_keys}
-    assert demo.synthetic_world() == {
+    assert stages.recipe_world() == {
         "min_size": 600,
         "max_size": 900,
         "object_fraction": DEFAULT_OBJECT_FRACTION,
@@ -25,17 +26,17 @@ def test_the_demo_draws_the_world_the_tiny_recipes_train_on(tmp_path):
         "region_hint": True,
     }
     recipe = tmp_path / "edited.yaml"  # a recipe's edits reach the data the demo makes
-    recipe.write_text(f"base: {Path(demo.SFT_RECIPE).resolve()}\nsynthetic_region_hint: false\n")
-    assert demo.synthetic_world(str(recipe))["region_hint"] is False
+    recipe.write_text(f"base: {Path(stages.SFT_RECIPE).resolve()}\nsynthetic_region_hint: false\n")
+    assert stages.recipe_world(str(recipe))["region_hint"] is False
 
 
 def _stage(**values) -> dict:
-    metrics = {key: 0.5 for key in demo.SUMMARY_KEYS} | {"accuracy_by_source": {}, "chance_by_source": {}}
+    metrics = {key: 0.5 for key in stages.SUMMARY_KEYS} | {"accuracy_by_source": {}, "chance_by_source": {}}
     return metrics | values
 
 
 def _step(step: int, **values) -> dict:
-    return {"step": step, **dict.fromkeys(demo.STEP_METRICS)} | values
+    return {"step": step, **dict.fromkeys(stages.STEP_METRICS)} | values
 
 
 def test_chance_is_the_mean_over_the_evaluated_rows_per_source():
@@ -44,11 +45,11 @@ def test_chance_is_the_mean_over_the_evaluated_rows_per_source():
         {"source": "synthetic/colour", "options": []},  # open: one of the colours
         {"source": "synthetic/position", "options": []},  # open: 1/2
     ]
-    overall, by_source = demo.chance_by_source(records)
+    overall, by_source = stages.chance_by_source(records)
     open_colour = chance_accuracy("synthetic/colour")
     assert by_source == {"synthetic/colour": pytest.approx((0.25 + open_colour) / 2), "synthetic/position": 0.5}
     assert overall == pytest.approx((0.25 + open_colour + 0.5) / 3)
-    assert demo.chance_by_source([]) == (None, {})
+    assert stages.chance_by_source([]) == (None, {})
 
 
 def test_the_rl_overview_by_hand():
@@ -57,27 +58,27 @@ def test_the_rl_overview_by_hand():
         _step(2, r_sem=0.3, valid_call_rate=0.5, calls_per_rollout=1.0),
         _step(3, r_sem=-0.1, valid_call_rate=1.0, calls_per_rollout=2.0),
     ]
-    assert demo.rl_overview(steps) == {
+    assert stages.rl_overview(steps) == {
         "steps": 3,
         "r_sem_mean": pytest.approx(0.2 / 3),
         "r_sem_nonzero_steps": 2,
         "valid_call_rate_mean": 0.75,
         "calls_per_rollout_mean": 1.0,
     }
-    assert demo.rl_overview([])["r_sem_mean"] is None
+    assert stages.rl_overview([])["r_sem_mean"] is None
 
 
 def test_the_step_log_derives_the_valid_call_rate_and_keeps_missing_figures_missing():
     history = [
-        {"step": 1, demo.SEMANTIC_KEY: 0.0, "tools/zoom_calls_per_rollout": 0.0, "reward_std": 0.0},  # no call
-        {"step": 2, demo.SEMANTIC_KEY: 0.3, "semantic/z_mean": 0.6, "tools/zoom_error_rate": 0.25},
+        {"step": 1, stages.SEMANTIC_KEY: 0.0, "tools/zoom_calls_per_rollout": 0.0, "reward_std": 0.0},  # no call
+        {"step": 2, stages.SEMANTIC_KEY: 0.3, "semantic/z_mean": 0.6, "tools/zoom_error_rate": 0.25},
         {"step": 2, "train_runtime": 9.0},  # the closing entry is no step
     ]
-    first, second = demo.rl_step_log(history)
+    first, second = stages.rl_step_log(history)
     assert first["valid_call_rate"] is None and first["z_mean"] is None and first["reward_std"] == 0.0
     assert second["valid_call_rate"] == pytest.approx(0.75) and second["z_mean"] == 0.6
-    assert demo.rl_endpoint(second) == {
-        demo.SEMANTIC_KEY: 0.3,
+    assert stages.rl_endpoint(second) == {
+        stages.SEMANTIC_KEY: 0.3,
         "tools/zoom_calls_per_rollout": None,
         "valid_call_rate": pytest.approx(0.75),
     }
@@ -95,13 +96,13 @@ def test_signal_warnings_name_every_zero_signal_stage():
             _step(2, r_sem=0.2, z_mean=None, calls_per_rollout=0.0),  # R_sem with no scored call: still no z_t
         ],
     }
-    warnings = demo.signal_warnings(summary)
+    warnings = stages.signal_warnings(summary)
     assert len(warnings) == 4
     assert warnings[0].startswith("eval 'base': no zoom-in call")
     assert warnings[1].startswith("eval 'sft': zoom-in calls, none of them valid")
     assert "R_sem was zero" in warnings[2] and "2 steps" in warnings[2]
     assert "no zoom-in call in any" in warnings[3]
-    assert demo.signal_warnings({"rl_steps": []}) == ["RL: no training step was logged"]
+    assert stages.signal_warnings({"rl_steps": []}) == ["RL: no training step was logged"]
 
 
 def test_signal_warnings_stay_quiet_when_every_stage_has_signal():
@@ -112,8 +113,8 @@ def test_signal_warnings_stay_quiet_when_every_stage_has_signal():
             _step(2, r_sem=0.1, z_mean=0.3, calls_per_rollout=1.0),  # one step with signal is enough
         ],
     }
-    assert demo.signal_warnings(summary) == []
-    assert demo.signal_warnings({}) == []
+    assert stages.signal_warnings(summary) == []
+    assert stages.signal_warnings({}) == []
 
 
 @pytest.mark.slow
@@ -131,15 +132,15 @@ def test_demo_runs_every_stage_and_writes_the_summary(tiny_kit, tmp_path, monkey
     for stage, metrics in summary["eval"].items():
         assert (tmp_path / "eval" / stage / "report.html").exists()
         assert json.loads((tmp_path / "eval" / stage / "metrics.json").read_text())["n"] == 2
-        assert set(metrics) == {*demo.SUMMARY_KEYS, "chance", "accuracy_by_source", "chance_by_source"}
+        assert set(metrics) == {*stages.SUMMARY_KEYS, "chance", "accuracy_by_source", "chance_by_source"}
         assert set(metrics["chance_by_source"]) == set(metrics["accuracy_by_source"])
         assert all(0 < chance <= 1 for chance in metrics["chance_by_source"].values())
     assert [step["step"] for step in summary["rl_steps"]] == [1]
-    assert set(summary["rl_steps"][0]) == {"step", *demo.STEP_METRICS}
-    assert set(summary["rl_first_step"]) == {demo.SEMANTIC_KEY, "tools/zoom_calls_per_rollout", "valid_call_rate"}
+    assert set(summary["rl_steps"][0]) == {"step", *stages.STEP_METRICS}
+    assert set(summary["rl_first_step"]) == {stages.SEMANTIC_KEY, "tools/zoom_calls_per_rollout", "valid_call_rate"}
     assert summary["rl_last_step"] == summary["rl_first_step"]
     # Two SFT steps teach a random policy nothing: its stages have no valid call, and the summary says so.
-    assert summary["warnings"] == demo.signal_warnings(summary) and summary["warnings"]
+    assert summary["warnings"] == stages.signal_warnings(summary) and summary["warnings"]
     printed = capsys.readouterr().out
     assert "accuracy / chance" in printed
     assert all(f"WARNING: {warning}" in printed for warning in summary["warnings"])

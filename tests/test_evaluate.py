@@ -15,16 +15,20 @@ from PIL import Image
 from trl import GRPOTrainer
 from trl.data_utils import prepare_multimodal_messages
 
-import evaluate
-from agent import TransformersBackend, ZoomAgent, eos_token_ids, prompt_ids, tool_suffix_ids, until_eos
+from configs import EvalArguments
 from data.benchmarks import mme_choice, score_answer
 from data.synthetic import FEATURES, build_synthetic
-from evaluate import EvalArguments, compute_metrics, parse_args, read_samples, run_evaluation
+from data.task import build_prompt
+from evaluate import parse_args
+from evaluation import run as evaluation_run
+from evaluation.agent import TransformersBackend, ZoomAgent
+from evaluation.metrics import compute_metrics
+from evaluation.run import read_samples, run_evaluation
 from mapo_trainer import MAPOTrainer
-from models import load_model, load_processor, pixel_budget
-from scripted import DEFAULT_LABELS, force_tool_calls, tiny_trainer
-from task import build_prompt
+from tiny.scripted import DEFAULT_LABELS, force_tool_calls, tiny_trainer
 from tools import TOOL_NAME, ToolConfig, executed_calls, make_environment_factory
+from utils.models import load_model, load_processor, pixel_budget
+from utils.rollout import eos_token_ids, prompt_ids, tool_suffix_ids, until_eos
 
 pytestmark = pytest.mark.slow
 
@@ -292,7 +296,7 @@ def eval_args(tiny_kit, data_path, output_dir, **overrides):
 @contextlib.contextmanager
 def scripted_model(first_turn=None):
     """Make `evaluate` load models whose turns are scripted (scripted.py); yields each loaded model's scripts."""
-    scripts, original = [], evaluate.load_model
+    scripts, original = [], evaluation_run.load_model
 
     def load_model(name_or_path, **kwargs):
         model = original(name_or_path, **kwargs)
@@ -300,7 +304,7 @@ def scripted_model(first_turn=None):
         return model
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(evaluate, "load_model", load_model)
+        patch.setattr(evaluation_run, "load_model", load_model)
         yield scripts
 
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 
-import demo
-import experiment
-from experiment import Spread
+from scripts import experiment
+from scripts.experiment import Spread
+from tiny import stages
 
 
 def _run(seed: int, **series) -> dict:
@@ -118,7 +118,7 @@ def test_a_hand_written_what_it_shows_section_survives_regeneration(tmp_path):
 def test_a_shrunk_experiment_writes_its_tables_and_plots(tiny_kit, tmp_path):
     """The tiny kit's random policy stands in for the SFT checkpoint: it makes no tool call, so the run also shows
     that missing figures (no z_t, no valid-call rate) are reported, not crashed on."""
-    data = demo.make_data(tmp_path / "data", train_rows=4, test_rows=2)
+    data = stages.make_data(tmp_path / "data", train_rows=4, test_rows=2)
     report = tmp_path / "docs" / "experiment.md"
     methods = ["grpo", "mapo", "hpo"]
     argv = ["--methods", *methods, "--seeds", "0", "--rl_steps", "2", "--eval_rows", "1", "--last_k", "2"]

@@ -8,7 +8,7 @@ import torch
 from data.synthetic import build_synthetic
 from hpo import StepEncoder, step_segments, turn_index
 from mapo_trainer import MAPOTrainer, kantorovich_potentials
-from scripted import answer_turn, tiny_trainer, tool_call_turn
+from tiny.scripted import answer_turn, tiny_trainer, tool_call_turn
 
 
 # ------------------------------------------------------------------------------------------------- pure pieces

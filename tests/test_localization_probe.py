@@ -1,19 +1,12 @@
 """scripts/localization_probe.py: the probe trains on the box alone, in either context, and its chance level and gold
 boxes follow the repo's own box rules."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from data.synthetic import REGIONS, region_of
-
-_spec = importlib.util.spec_from_file_location(
-    "localization_probe", Path(__file__).resolve().parents[1] / "scripts" / "localization_probe.py"
-)
-probe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(probe)
+from scripts import localization_probe as probe
 
 
 @pytest.mark.parametrize("context", ["bare", "chat"])

@@ -1,11 +1,15 @@
 """R_sem (eq. 2) and the MAPO advantage (eq. 3) on hand-worked numbers; no model needed."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
+from PIL import Image
 
-from mapo_trainer import MAPOConfig, mapo_advantages, scale_similarity, semantic_reward
+from mapo import scale_similarity
+from mapo_trainer import MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
+from tools import PixelBudget, ToolConfig, ZoomInEnv
 
 
 # --------------------------------------------------------------------------------------------------- R_sem, eq. 2
@@ -137,10 +141,6 @@ class _StubVerifier:
 
 
 def _trainer_with(verifier, **config):
-    from types import SimpleNamespace
-
-    from mapo_trainer import MAPOTrainer
-
     trainer = object.__new__(MAPOTrainer)  # only the semantic-reward path: no policy, no TRL state
     trainer.verifier, trainer._warned_unscorable = verifier, False
     defaults = {"semantic_lambda": 0.5, "semantic_score": "cosine", "no_tool_semantic": -1.0}
@@ -160,10 +160,6 @@ def _rollout(env, labels_and_boxes):
 
 
 def test_semantic_reward_of_a_batch_by_hand():
-    from PIL import Image
-
-    from tools import PixelBudget, ToolConfig, ZoomInEnv
-
     envs = [ZoomInEnv(ToolConfig(), PixelBudget(3136, 12544, 28)) for _ in range(3)]
     for env in envs:
         env.reset(image=Image.new("RGB", (600, 400), "white"))

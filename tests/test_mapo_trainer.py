@@ -12,15 +12,17 @@ from peft import LoraConfig
 from transformers import TrainerCallback
 from trl import GRPOTrainer, ModelConfig
 
+import rl
+from configs import ScriptArguments
 from data.synthetic import build_synthetic
-from launch import ScriptArguments, load_recipe, parse_args_and_record
 from mapo_trainer import SEMANTIC_REWARD_NAME, MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
-from models import load_model, load_processor
-from resume import resume_checkpoint
-from scripted import DEFAULT_LABELS as LABELS
-from scripted import tiny_trainer
-from task import get_reward_funcs
+from rewards import get_reward_funcs
+from tiny.scripted import DEFAULT_LABELS as LABELS
+from tiny.scripted import tiny_trainer
 from tools import ToolConfig, read_record
+from utils.models import load_model, load_processor
+from utils.recipes import load_recipe, parse_args_and_record
+from utils.resume import resume_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -231,8 +233,6 @@ def test_unknown_recipe_key_fails_at_start_with_its_name(tmp_path):
 
 
 def test_rl_entry_point_trains_and_saves(tiny_kit, tmp_path):
-    import rl
-
     argv = ["--config", RECIPES[0], "--output_dir", str(tmp_path), "--max_steps", "1", "--num_samples", "2"]
     argv += ["--model_name_or_path", str(tiny_kit["policy"]), "--clip_model", str(tiny_kit["clip"])]
     trainer = rl.main(*parse_args_and_record(PARSER_TYPES, argv))
@@ -282,8 +282,6 @@ def test_a_resumed_run_logs_what_an_uninterrupted_one_does(tiny_kit, train_datas
 
 
 def test_bf16_full_fine_tuning_on_one_process_fails_at_start(tiny_kit, tmp_path):
-    import rl
-
     argv = ["--config", RECIPES[0], "--output_dir", str(tmp_path), "--num_samples", "2", "--dtype", "bfloat16"]
     argv += ["--model_name_or_path", str(tiny_kit["policy"]), "--clip_model", str(tiny_kit["clip"])]
     with pytest.raises(ValueError, match=r"stored in bfloat16.*dtype: float32"):

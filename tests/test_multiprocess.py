@@ -27,11 +27,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts.two_process_mapo import run
+
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "scripts"))
-
-from two_process_mapo import run  # noqa: E402
 
 TOLERANCE = {"rel": 1e-5, "abs": 1e-6}
 # Wall-clock metrics, not functions of the batch.

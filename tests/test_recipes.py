@@ -1,6 +1,6 @@
-"""Recipes and accelerate configs, validated without weights or GPUs: shared values through `base:`, every recipe
+"""Recipes and accelerate configs, validated without weights or GPUs: recipe bases and the merged `recipe.yaml`, every recipe
 parsing into its entry script's dataclasses, start-up errors that name the field, every accelerate config loading,
-and the recipes/README.md memory table matching `memory.py`."""
+and the recipes/README.md memory table matching `utils/memory.py`."""
 
 import logging
 import os
@@ -20,13 +20,12 @@ from accelerate.utils import FullyShardedDataParallelPlugin
 from accelerate.utils.launch import prepare_multi_gpu_env
 from trl import ModelConfig, SFTConfig
 
-import launch
-import memory
-import vllm_images
+from configs import ScriptArguments
 from data.trajectories import TrajectoryArguments
-from launch import ScriptArguments, load_recipe, parse_args_and_record
 from mapo_trainer import MAPOConfig
 from tools import ToolConfig
+from utils import checks, memory, policy, recipes
+from utils.recipes import load_recipe, parse_args_and_record
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES_DIR = REPO / "recipes"
@@ -115,10 +114,11 @@ def test_the_resolved_recipe_is_saved_and_reruns_alike(tmp_path):
     recipe = "recipes/Qwen2.5-VL-3B-Instruct/rl/config_mapo_qlora.yaml"
     argv = ["--config", recipe, "--bf16", "false", "--output_dir", str(tmp_path / "run"), "--semantic_beta", "0.2"]
     first = parse_args_and_record(RL_TYPES, argv, save_recipe=True)
-    saved = tmp_path / "run" / launch.RESOLVED_RECIPE_NAME
+    saved = tmp_path / "run" / recipes.RESOLVED_RECIPE_NAME
     text = saved.read_text()
     assert "base:" not in yaml.safe_load(text) and "--semantic_beta 0.2" in text
-    assert "# from recipes/mapo_paper.yaml" in text and "# from recipes/lora.yaml" in text
+    assert "# from recipes/mapo_paper.yaml" in text
+    assert "# from recipes/Qwen2.5-VL-3B-Instruct/rl/config_mapo_qlora.yaml" in text
     rerun = parse_args_and_record(RL_TYPES, ["--config", str(saved), *argv[2:]])
     assert [asdict(p) for p in rerun] == [asdict(p) for p in first]
     assert first[1].semantic_beta == 0.2 and first[2].load_in_4bit and first[2].lora_r == 64
@@ -130,22 +130,27 @@ def test_the_resolved_recipe_is_saved_and_reruns_alike(tmp_path):
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_parses_through_its_bases(recipe, monkeypatch):
     # bf16 recipes cannot be instantiated on a CPU-only machine; everything else is parsed as written
-    monkeypatch.setattr(vllm_images, "installed_version", lambda name: vllm_images.SUPPORTED_VLLM[1])  # a GPU extra
+    monkeypatch.setattr(checks, "installed_version", lambda name: checks.SUPPORTED_VLLM[1])  # a GPU extra
     parsed = parse_args_and_record(types_of(recipe), ["--config", recipe, *CPU_FLAGS[types_of(recipe) is RL_TYPES]])
     values = load_recipe(recipe).values
     model_args = next(p for p in parsed if isinstance(p, ModelConfig))
     assert model_args.model_name_or_path == values["model_name_or_path"]
     if recipe in REAL:
         tool = parsed[-1]
-        assert (tool.max_pixels, tool.crop_max_pixels) == (1003520, 401408)  # SFT and RL agree: common.yaml
+        assert (tool.max_pixels, tool.crop_max_pixels) == (
+            1003520,
+            401408,
+        )  # SFT and RL agree (tests/test_recipe_layout.py)
         assert values["output_dir"].startswith("outputs/" + Path(recipe).parts[1])
 
 
 def test_one_place_per_shared_value():
-    """No real recipe repeats a value one of its bases already sets: shared values live in the base files."""
+    """No real recipe repeats a value its base already sets: the paper's values live in mapo_paper.yaml."""
     for recipe in REAL:
         own = yaml.safe_load(Path(recipe).read_text())
-        bases = own.pop("base")
+        bases = own.pop("base", None)
+        if bases is None:
+            continue
         base_values = {}
         for base in [bases] if isinstance(bases, str) else bases:
             base_values |= load_recipe(Path(recipe).parent / base).values
@@ -165,7 +170,7 @@ def test_qwen3_vl_budgets_fit_its_32_pixel_grid():
     assert values["max_pixels"] % 28**2 == 0 and values["crop_max_pixels"] % 28**2 == 0
 
 
-# ------------------------------------------------------------------------------------- start-up errors (launch)
+# ------------------------------------------------------------------------------ start-up errors (utils.checks)
 def tiny_args(tiny_kit, **fields) -> ModelConfig:
     return ModelConfig(model_name_or_path=str(tiny_kit["policy"]), **fields)
 
@@ -173,33 +178,33 @@ def tiny_args(tiny_kit, **fields) -> ModelConfig:
 def test_an_unsupported_model_family_names_the_field_and_the_families(tmp_path):
     folder = write(tmp_path / "llava" / "config.json", '{"model_type": "llava", "architectures": ["Llava"]}').parent
     with pytest.raises(ValueError) as err:
-        launch.check_model(ModelConfig(model_name_or_path=str(folder)))
+        checks.check_model(ModelConfig(model_name_or_path=str(folder)))
     message = str(err.value)
     assert message.startswith("model_name_or_path:") and "'llava'" in message
     assert "Qwen2.5-VL (model_type qwen2_5_vl)" in message and "Qwen3-VL (model_type qwen3_vl)" in message
 
 
 def test_supported_families_pass_from_local_folders_and_shipped_configs(tiny_kit):
-    assert launch.check_model(tiny_args(tiny_kit)).model_type == "qwen2_5_vl"
+    assert checks.check_model(tiny_args(tiny_kit)).model_type == "qwen2_5_vl"
     for name in ("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"):
-        config = launch.check_model(ModelConfig(model_name_or_path=name))  # offline: the shipped copy
-        assert config.model_type in launch.SUPPORTED_FAMILIES, name
+        config = checks.check_model(ModelConfig(model_name_or_path=name))  # offline: the shipped copy
+        assert config.model_type in checks.SUPPORTED_FAMILIES, name
 
 
 def test_a_hub_model_with_no_shipped_config_is_not_checked_offline(caplog):
-    with caplog.at_level(logging.WARNING, logger="launch"):
-        assert launch.check_model(ModelConfig(model_name_or_path="someorg/some-vlm")) is None
+    with caplog.at_level(logging.WARNING, logger="utils.checks"):
+        assert checks.check_model(ModelConfig(model_name_or_path="someorg/some-vlm")) is None
     assert "someorg/some-vlm" in caplog.text and "not checked" in caplog.text
 
 
 def test_a_lora_target_the_model_lacks_names_the_field_and_the_modules_on_offer(tiny_kit):
     args = tiny_args(tiny_kit, use_peft=True, lora_target_modules=["q_proj", "qkv_projj"])
     with pytest.raises(ValueError) as err:
-        launch.check_model(args)
+        checks.check_model(args)
     message = str(err.value)
     assert message.startswith("lora_target_modules:") and "['qkv_projj']" in message
     assert "'gate_proj'" in message and "'qkv'" in message  # the Linear suffixes the model does have
-    launch.check_model(tiny_args(tiny_kit, use_peft=True, lora_target_modules=["q_proj", "v_proj"]))
+    checks.check_model(tiny_args(tiny_kit, use_peft=True, lora_target_modules=["q_proj", "v_proj"]))
 
 
 @pytest.mark.parametrize("recipe", [r for r in REAL if load_recipe(r).values.get("use_peft")])
@@ -208,29 +213,29 @@ def test_every_lora_recipe_passes_the_start_up_check_on_its_architecture(recipe)
     (its folder's shipped config) instead."""
     values = load_recipe(recipe).values
     lora = {k: values[k] for k in ("use_peft", "lora_r", "lora_target_modules")}
-    assert launch.check_model(ModelConfig(model_name_or_path=Path(recipe).parts[1], **lora)).model_type in (
-        launch.SUPPORTED_FAMILIES
+    assert checks.check_model(ModelConfig(model_name_or_path=Path(recipe).parts[1], **lora)).model_type in (
+        checks.SUPPORTED_FAMILIES
     )
 
 
 def test_quantization_needs_lora(tiny_kit):
     with pytest.raises(ValueError, match="load_in_4bit/load_in_8bit: .*use_peft: true"):
-        launch.check_model(tiny_args(tiny_kit, load_in_4bit=True))
+        checks.check_model(tiny_args(tiny_kit, load_in_4bit=True))
 
 
 def test_qlora_loads_through_bitsandbytes_with_the_recipes_settings(tiny_kit, monkeypatch):
     """bitsandbytes needs a GPU: the load itself is intercepted, the kwargs it would get are checked."""
     seen = {}
-    monkeypatch.setattr(launch, "load_model", lambda path, **kwargs: seen.update(kwargs) or "model")
+    monkeypatch.setattr(policy, "load_model", lambda path, **kwargs: seen.update(kwargs) or "model")
     values = load_recipe("recipes/Qwen2.5-VL-3B-Instruct/rl/config_mapo_qlora.yaml").values
     quant = {k: values[k] for k in ("load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant")}
     args = tiny_args(tiny_kit, dtype="bfloat16", use_peft=True, lora_target_modules=["q_proj", "v_proj"], **quant)
-    launch.load_policy(args, ToolConfig())
+    policy.load_policy(args, ToolConfig())
     config = seen["quantization_config"]
     assert config.load_in_4bit and config.bnb_4bit_quant_type == "nf4" and config.bnb_4bit_use_double_quant
     assert config.bnb_4bit_compute_dtype == torch.bfloat16 and seen["device_map"] == {"": 0}
     seen.clear()
-    launch.load_policy(tiny_args(tiny_kit), ToolConfig())
+    policy.load_policy(tiny_args(tiny_kit), ToolConfig())
     assert "quantization_config" not in seen and "device_map" not in seen
 
 
@@ -245,10 +250,10 @@ def test_qlora_adapters_go_back_to_fp32(tiny_kit):
     for p in model.parameters():
         if p.requires_grad:
             p.data = p.data.to(torch.bfloat16)  # what TRL 1.16 does for QLoRA
-    assert launch.keep_adapters_in_fp32(model) == 0  # not quantized: left alone
+    assert checks.keep_adapters_in_fp32(model) == 0  # not quantized: left alone
     model.get_base_model().is_loaded_in_4bit = True
-    assert launch.keep_adapters_in_fp32(model) == 2 * 2  # A and B of 2 layers
-    launch.check_master_weights(model.named_parameters(), launch.DistributedType.NO)
+    assert checks.keep_adapters_in_fp32(model) == 2 * 2  # A and B of 2 layers
+    checks.check_master_weights(model.named_parameters(), checks.DistributedType.NO)
 
 
 # ------------------------------------------------------------------------------------------ accelerate configs
@@ -309,7 +314,7 @@ def test_the_readme_table_numbers_are_memory_py_estimates(row):
 def test_fields_of_the_dataclasses_do_not_collide():
     """`base` names a recipe's bases, so no dataclass of an entry script may have a field called that."""
     for types in (RL_TYPES, SFT_TYPES):
-        assert all(launch.BASE_KEY not in {f.name for f in fields(t)} for t in types)
+        assert all(recipes.BASE_KEY not in {f.name for f in fields(t)} for t in types)
 
 
 # ------------------------------------------------------------------------------------------------------- Makefile

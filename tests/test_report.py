@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from agent import Episode
-from evaluate import episode_record
-from report import render_report, write_report
-from task import build_prompt
+from data.task import build_prompt
+from evaluation.agent import Episode
+from evaluation.metrics import episode_record
+from evaluation.report import render_report, write_report
 from tools import ZoomCall
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -12,13 +12,14 @@ from trl import GRPOConfig, GRPOTrainer, ModelConfig, SFTConfig
 from trl.data_utils import prepare_multimodal_messages
 
 import sft
+from configs import ScriptArguments
 from data.collator import DataCollatorForVisionToolCalling
 from data.synthetic import build_synthetic
 from data.trajectories import TrajectoryArguments, build_gold_trajectories
-from launch import ScriptArguments, parse_args_and_record
-from models import load_model, pixel_budget
-from task import get_reward_funcs
+from rewards import get_reward_funcs
 from tools import ToolConfig, environment_tools, make_environment_factory, read_record
+from utils.models import load_model, pixel_budget
+from utils.recipes import parse_args_and_record
 
 RECIPES = [
     "recipes/tiny/sft/config_sft.yaml",

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
-import task
-from data import DATASETS, get_dataset
+from data import DATASETS, get_dataset, task
 from data.synthetic import (
     _QUESTION_BUILDERS,
     COLOURS,

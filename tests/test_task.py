@@ -1,20 +1,11 @@
 """Answer parsing and the outcome/format rewards on hand-written completions."""
 
 import pytest
+from PIL import Image
 
-from task import (
-    REWARDS,
-    SYSTEM_PROMPT,
-    build_prompt,
-    extract_answer,
-    format_reward,
-    gated_outcome_reward,
-    get_reward_funcs,
-    is_correct,
-    outcome_reward,
-    parse_choice,
-    tool_bonus_reward,
-)
+from data.task import SYSTEM_PROMPT, build_prompt, extract_answer, is_correct, parse_choice
+from rewards import REWARDS, format_reward, gated_outcome_reward, get_reward_funcs, outcome_reward, tool_bonus_reward
+from tools import PixelBudget, ToolConfig, ZoomInEnv
 
 OPTIONS = ["red", "green", "blue", "yellow"]
 
@@ -141,10 +132,6 @@ def test_gated_outcome_is_binary_and_needs_a_well_formed_rollout():
 
 
 def test_tool_bonus_needs_a_correct_answer_and_a_zoom_that_returned_a_crop():
-    from PIL import Image
-
-    from tools import PixelBudget, ToolConfig, ZoomInEnv
-
     envs = [ZoomInEnv(ToolConfig(), PixelBudget(3136, 12544, 28)) for _ in range(3)]
     completions = []
     for env, box in zip(envs, ([0, 0, 50, 50], [50, 50, 10, 10], None)):

@@ -17,10 +17,10 @@ from trl.chat_template_utils import (
     supports_tool_calling,
 )
 
-import models
-import task
-from tiny_models import ADDED_TOKENS, BPE_VOCAB_SIZE, build_tiny_kit
+from data import task
+from tiny.kit import ADDED_TOKENS, BPE_VOCAB_SIZE, build_tiny_kit
 from tools import PixelBudget
+from utils import models
 
 ZOOM_CALL = {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [10, 20, 100, 200], "label": "red circle"}}
 

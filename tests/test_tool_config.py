@@ -9,11 +9,11 @@ import pytest
 from PIL import Image
 from trl import ModelConfig, SFTConfig
 
+from configs import EvalArguments, ScriptArguments
 from data.trajectories import TrajectoryArguments
-from evaluate import EvalArguments
-from launch import ScriptArguments, parse_args_and_record
 from mapo_trainer import ClipVerifier, MAPOConfig
 from tools import RECORD_NAME, PixelBudget, ToolConfig, read_record, write_record
+from utils.recipes import parse_args_and_record
 
 RL_TYPES = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)
 SFT_TYPES = (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig)

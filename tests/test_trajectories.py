@@ -5,11 +5,11 @@ import datasets
 import pytest
 from PIL import ImageChops
 
-import task
+import rewards
 from data.synthetic import REGIONS, build_synthetic, region_of
 from data.trajectories import TrajectoryArguments, build_gold_trajectories, grid_box, region_box
-from models import pixel_budget
 from tools import TOOL_NAME, ToolConfig, crop_box, make_environment_factory
+from utils.models import pixel_budget
 
 SMALL = {"min_size": 600, "max_size": 900}  # fast to draw, still far larger than the tiny model's ~112 px frame
 ONE_CALL, TWO_CALLS = TrajectoryArguments([0.0, 1.0, 0.0]), TrajectoryArguments([0.0, 0.0, 1.0])
@@ -135,8 +135,8 @@ def test_trajectories_are_deterministic_per_row(rows, make_env):
 def test_gold_trajectories_score_full_rewards(rows, make_env):
     gold, _ = build_gold_trajectories(rows, make_env, TrajectoryArguments(MIXED))
     completions = [completion(example["messages"]) for example in gold]
-    assert task.format_reward(completions) == [1.0] * len(rows)
-    assert task.outcome_reward(completions, answer=rows["answer"], options=rows["options"]) == [1.0] * len(rows)
+    assert rewards.format_reward(completions) == [1.0] * len(rows)
+    assert rewards.outcome_reward(completions, answer=rows["answer"], options=rows["options"]) == [1.0] * len(rows)
 
 
 @pytest.mark.parametrize("mix", [[0.5, 0.5], [0.5, 0.6, -0.1], [0.2, 0.2, 0.2]])

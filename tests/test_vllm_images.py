@@ -22,20 +22,15 @@ from PIL import Image
 from trl import GRPOTrainer, ModelConfig
 from trl.generation.vllm_generation import VLLMGeneration
 
-import vllm_images
+from configs import ScriptArguments
 from data.synthetic import build_synthetic
-from launch import ScriptArguments, parse_args_and_record
 from mapo_trainer import MAPOConfig, MAPOTrainer
-from scripted import DEFAULT_LABELS, answer_turn, tiny_trainer, tool_call_turn
+from tiny.scripted import DEFAULT_LABELS, answer_turn, tiny_trainer, tool_call_turn
 from tools import ToolConfig
-from vllm_images import (
-    MIN_VLLM_MULTIMODAL_SERVER,
-    SUPPORTED_VLLM,
-    VLLMImagePlaceholders,
-    check_vllm_version,
-    collapse_image_runs,
-    image_runs,
-)
+from utils import checks
+from utils.checks import MIN_VLLM_MULTIMODAL_SERVER, SUPPORTED_VLLM, check_vllm_version
+from utils.recipes import parse_args_and_record
+from utils.vllm_images import VLLMImagePlaceholders, collapse_image_runs, image_runs
 
 IMAGE_PAD = "<|image_pad|>"
 REPO = Path(__file__).resolve().parents[1]
@@ -284,7 +279,7 @@ def test_supported_vllm_or_no_vllm_use_passes(installed):
 
 
 def test_mapo_config_checks_vllm_at_start(tmp_path, monkeypatch):
-    monkeypatch.setattr(vllm_images, "installed_version", versions(None))
+    monkeypatch.setattr(checks, "installed_version", versions(None))
     with pytest.raises(ValueError, match="use_vllm"):
         MAPOConfig(output_dir=str(tmp_path), use_vllm=True, use_cpu=True, bf16=False)
 
@@ -296,10 +291,10 @@ def test_server_recipe_parses_and_needs_a_supported_vllm(monkeypatch):
     """The server-mode recipe fails at parse time where vLLM is missing, and parses to server mode with vLLM 0.31."""
     types = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)
     argv = ["--config", SERVER_RECIPE, "--bf16", "false"]  # bf16 cannot be instantiated on a CPU-only machine
-    monkeypatch.setattr(vllm_images, "installed_version", versions(None))
+    monkeypatch.setattr(checks, "installed_version", versions(None))
     with pytest.raises(ValueError, match="use_vllm=True needs vLLM 0.22.0 to 0.31.0"):
         parse_args_and_record(types, argv)
-    monkeypatch.setattr(vllm_images, "installed_version", versions("0.31.0"))
+    monkeypatch.setattr(checks, "installed_version", versions("0.31.0"))
     _, config, _, tool = parse_args_and_record(types, argv)
     assert (config.use_vllm, config.vllm_mode, config.vllm_importance_sampling_correction) == (True, "server", True)
     assert tool.max_pixels == 1003520  # the server's --mm-processor-kwargs must repeat it (docs/vllm.md)

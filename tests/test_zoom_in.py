@@ -13,6 +13,8 @@ from tools import (
     ToolConfig,
     ToolError,
     ZoomInEnv,
+    box_contains,
+    boxes_overlap,
     crop,
     crop_box,
     executed_calls,
@@ -281,8 +283,6 @@ def test_fuzz_tool_never_raises_and_returns_a_crop_inside_the_image_or_an_error(
 
 
 def test_box_predicates_by_hand():
-    from tools import box_contains, boxes_overlap
-
     assert boxes_overlap((0, 0, 10, 10), (9, 9, 20, 20))
     assert not boxes_overlap((0, 0, 10, 10), (10, 0, 20, 10))  # ends are exclusive: touching edges share no area
     assert box_contains((0, 0, 10, 10), (0, 0, 10, 10)) and box_contains((0, 0, 10, 10), (2, 3, 4, 5))

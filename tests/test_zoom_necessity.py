@@ -1,22 +1,14 @@
 """scripts/zoom_necessity.py: the `crop` view holds exactly what the gold zoom-in call shows the policy. Its SFT,
 evaluation and chance levels are the demo's own stages, tested in tests/test_demo.py."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 from PIL import ImageChops
 
 from data.synthetic import build_synthetic
 from data.trajectories import plan_calls
-from models import load_processor, pixel_budget
+from scripts import zoom_necessity
 from tools import ToolConfig, make_environment_factory
-
-_spec = importlib.util.spec_from_file_location(
-    "zoom_necessity", Path(__file__).resolve().parents[1] / "scripts" / "zoom_necessity.py"
-)
-zoom_necessity = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(zoom_necessity)
+from utils.models import load_processor, pixel_budget
 
 
 def test_the_crop_view_is_the_gold_calls_crop(tiny_kit):

@@ -25,6 +25,7 @@ from tools.zoom_in import (
     crop_box,
     resize_to_budget,
     seen_size,
+    tool_call_text,
     validate_label,
 )
 
@@ -33,7 +34,7 @@ ENVIRONMENTS = {"zoom_in": ZoomInEnv}
 
 def make_environment_factory(config: ToolConfig, image_budget: PixelBudget) -> functools.partial:
     """A zero-argument factory for TRL's `environment_factory`: `config.environment` in the processor's frame
-    (`models.pixel_budget(processor)`)."""
+    (`utils.models.pixel_budget(processor)`)."""
     if config.environment not in ENVIRONMENTS:
         raise ValueError(f"environment: unknown environment {config.environment!r}; known: {sorted(ENVIRONMENTS)}")
     return functools.partial(ENVIRONMENTS[config.environment], config, image_budget)
@@ -61,6 +62,7 @@ __all__ = [
     "record_mismatches",
     "resize_to_budget",
     "seen_size",
+    "tool_call_text",
     "validate_label",
     "warn_on_mismatch",
     "write_record",

@@ -21,9 +21,16 @@ from transformers import TrainerCallback
 
 RECORD_NAME = "tool_config.json"
 VERIFIER_FIELDS = ("clip_model", "clip_pretrained", "clip_resize")
-CLIP_RESIZE = ("pad", "squash", "center_crop")
-# open_clip's names for the same inference resize modes (`create_model_and_transforms(image_resize_mode=...)`).
+# `clip_resize` values, and open_clip's names for them (`create_model_and_transforms(image_resize_mode=...)`).
 OPEN_CLIP_RESIZE_MODE = {"pad": "longest", "squash": "squash", "center_crop": "shortest"}
+CLIP_RESIZE = tuple(OPEN_CLIP_RESIZE_MODE)
+
+
+def open_clip_resize_mode(clip_resize: str) -> str:
+    """open_clip's `image_resize_mode` for a `clip_resize` value; the one check of that value."""
+    if clip_resize not in OPEN_CLIP_RESIZE_MODE:
+        raise ValueError(f"clip_resize must be one of {CLIP_RESIZE}; got {clip_resize!r}")
+    return OPEN_CLIP_RESIZE_MODE[clip_resize]
 
 
 @dataclass(frozen=True)
@@ -90,8 +97,7 @@ class ToolConfig:
     )
 
     def __post_init__(self):
-        if self.clip_resize not in CLIP_RESIZE:
-            raise ValueError(f"clip_resize must be one of {CLIP_RESIZE}; got {self.clip_resize!r}")
+        open_clip_resize_mode(self.clip_resize)
         for name in ("min_pixels", "max_pixels", "crop_max_pixels"):
             value = getattr(self, name)
             if value is not None and value <= 0:

@@ -18,6 +18,7 @@ Everything here is pure (PIL in, PIL out) so it is tested without a model; `tool
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from numbers import Real
@@ -28,6 +29,13 @@ from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 from tools.config import PixelBudget
 
 TOOL_NAME = "image_zoom_in_tool"
+
+
+def tool_call_text(bbox_2d: Sequence[float], label: str, name: str = TOOL_NAME) -> str:
+    """A zoom-in call as the model writes it: Qwen2.5's `<tool_call>` JSON block, which the chat template renders for a
+    structured call and TRL's response parser reads back. The one place that spells a call out by hand."""
+    call = {"name": name, "arguments": {"bbox_2d": list(bbox_2d), "label": label}}
+    return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
 
 class ToolError(ValueError):

@@ -20,9 +20,9 @@ from transformers import TrainerCallback
 
 from data.synthetic import build_synthetic
 from mapo_trainer import MAPOTrainer
-from scripted import tiny_trainer
-from task import format_reward
-from tiny_models import kit_paths
+from rewards import format_reward
+from tiny.kit import kit_paths
+from tiny.scripted import tiny_trainer
 
 STEPS = 2
 ROWS = 4  # 2 steps x 2 prompts, in dataset order (shuffle_dataset=False): step 1 rows 0 and 1, step 2 rows 2 and 3

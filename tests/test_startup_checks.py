@@ -11,12 +11,15 @@ from accelerate.utils import DistributedType
 from peft import LoraConfig, get_peft_model
 from trl import ModelConfig
 
-from agent import check_token_budget, token_budget
-from launch import ScriptArguments, check_master_weights, parse_args_and_record
+from configs import ScriptArguments
+from data import load_split
 from mapo_trainer import MAPOConfig
-from models import load_model, load_processor
-from resume import resume_checkpoint
 from tools import ToolConfig
+from utils.checks import check_master_weights
+from utils.models import load_model, load_processor
+from utils.recipes import parse_args_and_record
+from utils.resume import resume_checkpoint
+from utils.rollout import check_token_budget, token_budget
 
 RL_TYPES = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)
 
@@ -150,8 +153,6 @@ def test_every_rl_recipe_fits_its_worst_case(tiny_kit, recipe):
 
 # ------------------------------------------------------------------------------------------------------ the data
 def test_a_recipe_sets_the_synthetic_world(tmp_path):
-    from launch import load_split
-
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(
         "dataset_name: synthetic\nnum_samples: 2\nsynthetic_object_fraction: [0.1, 0.1]\n"

@@ -21,12 +21,11 @@ Crops are windows of a cluttered background at random scales, with the object(s)
 (a zoom-in box on the grid of the tiny recipe frames a target at ~15%, a tight box at ~70%), and sometimes a
 distractor or two. The learning rate warms up, then decays (see `train_clip`).
 
-    python clip_training.py --output_dir outputs/tiny/clip_trained --steps 300
+    python -m scripts.train_clip --output_dir outputs/tiny/clip_trained --steps 300   (make clip)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -50,8 +49,8 @@ from data.synthetic import (
     render_background,
     render_object,
 )
-from models import CLIP_CONFIG_NAME, load_clip, save_clip
-from tiny_models import kit_paths
+from tiny.kit import kit_paths
+from utils.models import CLIP_CONFIG_NAME, load_clip, save_clip
 
 KIT_CLIP = kit_paths("outputs/tiny")["clip"]  # the random-weight CLIP `make tiny` builds: where training starts
 METRICS_NAME = "training_metrics.json"
@@ -335,22 +334,3 @@ def train_clip(
     save_clip(model, output_dir, config["model_cfg"], config["preprocess_cfg"])
     (Path(output_dir) / METRICS_NAME).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     return metrics
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", type=Path, required=True)
-    parser.add_argument("--init", type=Path, default=KIT_CLIP, help="CLIP to start from")
-    parser.add_argument("--seconds", type=float, default=60.0, help="training time budget (ignored with --steps)")
-    parser.add_argument("--steps", type=int, default=None, help="train for exactly this many steps (reproducible)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lr", type=float, default=4e-3, help="peak learning rate")
-    args = parser.parse_args()
-    metrics = train_clip(
-        args.output_dir, init=args.init, seconds=args.seconds, steps=args.steps, seed=args.seed, lr=args.lr
-    )
-    print(json.dumps(metrics, indent=2))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,8 @@
 """Resuming a run exactly: `--resume_from_checkpoint` continues where the checkpoint left off, weights and data order.
 
-Two things in transformers 5.24 / TRL 1.16 make a resumed run differ from an uninterrupted one, silently; `ExactResume`
-mends both for the trainers of this repo (`MAPOTrainer`, `sft.SFTTrainer`):
+Two things in transformers 5.24 / TRL 1.16 make a resumed run differ from an uninterrupted one, silently. `ExactResume`
+mends the first for both trainers of this repo (`MAPOTrainer`, `sft.SFTTrainer`) and the second for `MAPOTrainer`, the
+only one whose sampler is TRL's `RepeatSampler` (SFT's is transformers' own, untouched here):
 
 - Weights. `save_pretrained` writes checkpoints in the hub's key layout (it reverts Qwen2.5-VL's key renames,
   `model.language_model.*` -> `model.*`, `model.visual.*` -> `visual.*`), but `Trainer._load_from_checkpoint` reads

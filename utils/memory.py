@@ -1,13 +1,7 @@
 """GPU memory of a training recipe, worked out from the architecture alone: the model is built on the meta device.
 
-No weights are read and nothing is allocated, so a 7B or 8B recipe can be checked on a laptop: do the LoRA targets
-exist, and roughly how much memory per GPU will weights, gradients, optimizer states and activations take?
-
-    python memory.py --model_config recipes/model_configs/Qwen2.5-VL-7B-Instruct
-    python memory.py --model_config recipes/model_configs/Qwen2.5-VL-7B-Instruct --lora_r 64 \\
-        --lora_target_modules q_proj k_proj v_proj o_proj
-    python memory.py --model_config recipes/model_configs/Qwen3-VL-8B-Instruct --zero_stage 3 --num_gpus 8
-    python memory.py --recipe recipes/Qwen2.5-VL-3B-Instruct/rl/config_mapo_qlora.yaml --accelerate single_gpu
+No weights are read and nothing is allocated, so a 7B or 8B recipe can be checked on a laptop (`python -m
+scripts.memory`): roughly how much memory per GPU will weights, gradients, optimizer states and activations take?
 
 Parameters, gradients and optimizer states are exact byte counts under the stated storage rules; activations are a
 rough model (see `activation_bytes`). Sizes are GiB (2**30 bytes), per GPU. Not counted: the CUDA context and
@@ -18,22 +12,21 @@ a reference model when `beta > 0`). `recipes/model_configs/README.md` compares a
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 import yaml
 from torch import nn
-from transformers import AutoConfig, AutoModelForImageTextToText, PreTrainedModel
+from transformers import AutoConfig
+
+from utils.lora import check_lora_targets, lora_matches, normalise_target_modules, output_module_names
+from utils.models import RECIPES_DIR, build_on_meta, resolve_config_path
+from utils.recipes import load_recipe
 
 GIB = 2**30
-MODEL_CONFIGS_DIR = Path(__file__).parent / "recipes" / "model_configs"
-ALL_LINEAR = "all-linear"  # peft's shorthand for every Linear layer but the output head
 
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
 # Optimizer states per trainable parameter. Each takes 4 bytes beside an fp32 master copy, otherwise the weights' own
@@ -62,102 +55,6 @@ LOGIT_BYTES = 8
 VISION_MARKERS = ("visual", "vision_tower", "vision_model")
 
 
-def resolve_config_path(config_dir_or_name: str | os.PathLike) -> str:
-    """A local config folder as is; a hub name such as `Qwen/Qwen2.5-VL-7B-Instruct` mapped to the shipped copy of
-    its `config.json` under `recipes/model_configs/` when there is one (so recipes naming hub models validate
-    offline); anything else goes to `AutoConfig` unchanged."""
-    path = Path(config_dir_or_name)
-    if path.is_dir():
-        return str(path)
-    shipped = MODEL_CONFIGS_DIR / path.name
-    return str(shipped) if (shipped / "config.json").is_file() else os.fspath(config_dir_or_name)
-
-
-def build_on_meta(config_dir_or_name: str | os.PathLike) -> PreTrainedModel:
-    """`AutoModelForImageTextToText.from_config` under `torch.device("meta")`: the real module tree and parameter
-    shapes, no storage, built in about a second even for 8B models."""
-    config = AutoConfig.from_pretrained(resolve_config_path(config_dir_or_name))
-    with torch.device("meta"):
-        return AutoModelForImageTextToText.from_config(config)
-
-
-def _output_module_names(model: nn.Module) -> set[str]:
-    """Names of the output head (and any module sharing its weight), which peft's `all-linear` leaves out."""
-    head = model.get_output_embeddings() if isinstance(model, PreTrainedModel) else None
-    if head is None:
-        return set()
-    return {name for name, module in model.named_modules() if module is head}
-
-
-def _is_lora_supported(module: nn.Module) -> bool:
-    # peft's LoRA also wraps nn.MultiheadAttention and GPT-2's Conv1D; neither occurs in the models this repo trains.
-    return isinstance(module, nn.Linear | nn.Embedding | nn.Conv1d | nn.Conv2d | nn.Conv3d)
-
-
-def normalise_target_modules(target_modules: str | Sequence[str] | None) -> str | list[str] | None:
-    """What TRL's `ModelConfig` hands peft: a one-element list becomes its element, a plain string.
-
-    That is how `[all-linear]` works in a recipe, and also why `[q_proj]` alone does not: peft reads a string as a
-    regular expression that must match the *full* module name.
-    """
-    if target_modules is None or isinstance(target_modules, str):
-        return target_modules
-    target_modules = list(target_modules)
-    return target_modules[0] if len(target_modules) == 1 else target_modules
-
-
-def lora_matches(model: nn.Module, target_modules: str | Sequence[str]) -> dict[str, list[str]]:
-    """Module names each LoRA target selects, with peft's rules.
-
-    A list entry matches a module whose name equals it or ends with `.<entry>`; a string is a regular expression
-    that must match the whole name, except `all-linear`, every `nn.Linear` but the output head. Keys are the targets
-    (the string itself for a string).
-    """
-    names = [name for name, _ in model.named_modules() if name]
-    if isinstance(target_modules, str):
-        if target_modules.lower() == ALL_LINEAR:
-            excluded = _output_module_names(model)
-            linear = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in excluded]
-            return {target_modules: linear}
-        return {target_modules: [name for name in names if re.fullmatch(target_modules, name)]}
-    return {
-        target: [name for name in names if name == target or name.endswith(f".{target}")] for target in target_modules
-    }
-
-
-def check_lora_targets(model: nn.Module, target_modules: str | Sequence[str]) -> int:
-    """The number of modules the LoRA targets select; ValueError if any target selects nothing or a layer type peft
-    cannot adapt.
-
-    Stricter than peft, which only fails when *no* target matches: a typo beside valid names (`qkv_projj` next to
-    `q_proj`) would otherwise train silently without it. The message lists the Linear suffixes the model does have.
-    """
-    matches = lora_matches(model, target_modules)
-    missing = [target for target, found in matches.items() if not found]
-    if missing:
-        suffixes = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)})
-        hint = ""
-        if isinstance(target_modules, str):
-            hint = (
-                " A single target is a regular expression over the full module name (TRL passes a one-element list"
-                " to peft as a string): write e.g. '.*\\.q_proj', or list two or more names."
-            )
-        raise ValueError(
-            f"LoRA target(s) {missing} match no module of {type(model).__name__}. "
-            f"Linear module suffixes it has: {suffixes}.{hint}"
-        )
-    modules = dict(model.named_modules())
-    selected = {name for found in matches.values() for name in found}
-    unsupported = sorted(name for name in selected if not _is_lora_supported(modules[name]))
-    if unsupported:
-        kinds = sorted({type(modules[name]).__name__ for name in unsupported})
-        raise ValueError(
-            f"LoRA target(s) select {len(unsupported)} module(s) peft cannot adapt ({', '.join(kinds)}), "
-            f"e.g. {unsupported[0]}: name Linear layers (their last name component) instead"
-        )
-    return len(selected)
-
-
 def _lora_params(module: nn.Module, r: int) -> int:
     """Parameters of one LoRA adapter (A and B, no bias) of rank `r` on `module`."""
     if isinstance(module, nn.Linear):
@@ -175,7 +72,7 @@ def _is_vision(name: str) -> bool:
 
 def _quantised_names(model: nn.Module) -> set[str]:
     """Weights bitsandbytes would store in 4 bits: every `nn.Linear` weight but the output head's and tied ones."""
-    excluded = _output_module_names(model)
+    excluded = output_module_names(model)
     return {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in excluded}
 
 
@@ -321,7 +218,7 @@ def estimate_memory(
         selected = {name for found in lora_matches(model, lora_targets).values() for name in found}
         n_trainable = sum(_lora_params(modules[name], lora_r) for name in selected)
         vision_trainable = any(_is_vision(name) for name in selected)
-        head_trainable = bool(selected & _output_module_names(model))
+        head_trainable = bool(selected & output_module_names(model))
         if adapter_dtype is None:
             adapter_dtype = dtype if (zero_stage == 3 and not load_in_4bit) else "float32"
         trainable_w = w if master_weights_fp32 else DTYPE_BYTES[adapter_dtype]
@@ -370,7 +267,7 @@ def estimate_memory(
 # Text tokens around the images (the tiny kit's byte-level tokenizer measures more; Qwen's, about these):
 PROMPT_TEXT_TOKENS = 450  # system prompt with the tool schema, question, options, format instruction
 SFT_TEXT_TOKENS = 1024  # SFT's whole gold conversation, prompt included: thoughts, <= 2 calls, tool texts, answer
-ACCELERATE_CONFIGS_DIR = Path(__file__).parent / "recipes" / "accelerate_configs"
+ACCELERATE_CONFIGS_DIR = RECIPES_DIR / "accelerate_configs"
 
 
 @dataclass
@@ -422,8 +319,6 @@ def recipe_workload(
     - SFT: the longest gold conversation, the image and 2 crops (`call_mix` allows 0-2 calls) plus
       `SFT_TEXT_TOKENS`, every token through the LM head (conservative: the loss keeps only the assistant's).
     """
-    from launch import load_recipe  # launch imports this module
-
     values = load_recipe(recipe).values
     source = resolve_config_path(values["model_name_or_path"])
     if not (Path(source) / "config.json").is_file():
@@ -484,85 +379,3 @@ def format_table(rows: dict[str, float], title: str) -> str:
     lines = [title, "-" * (width + 14)]
     lines += [f"{key:<{width}}  {value:8.2f} GiB" for key, value in rows.items()]
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> dict[str, float]:
-    """CLI: build the model on meta, check the LoRA targets, print the per-GPU memory table."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--recipe", help="estimate this recipe's worst-case step (every other flag but --accelerate is read from it)"
-    )
-    parser.add_argument("--accelerate", default="single_gpu", help="with --recipe: accelerate config, path or name")
-    parser.add_argument("--model_config", help="config folder, or a hub name with a shipped copy")
-    parser.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPE_BYTES))
-    parser.add_argument("--lora_r", type=int, default=None, help="train rank-r LoRA adapters instead of all weights")
-    parser.add_argument(
-        "--lora_target_modules",
-        nargs="+",
-        default=["q_proj", "k_proj", "v_proj", "o_proj"],
-        help="peft target_modules, passed as TRL's ModelConfig does (a single value is a regex or all-linear)",
-    )
-    parser.add_argument("--load_in_4bit", action="store_true", help="QLoRA: 4-bit NF4 base weights")
-    parser.add_argument("--use_bnb_nested_quant", action="store_true", help="nested (double) quantisation")
-    parser.add_argument("--optimizer", default="adamw", choices=[*OPTIMIZER_STATES, "adamw_8bit"])
-    parser.add_argument("--zero_stage", type=int, default=0, choices=[0, 1, 2, 3])
-    parser.add_argument(
-        "--num_gpus",
-        type=int,
-        default=None,
-        help="data-parallel GPUs ZeRO shards over (default 1; --recipe: the config's)",
-    )
-    parser.add_argument(
-        "--master_weights_fp32",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="fp32 master weights and states (default: on with DeepSpeed, zero_stage > 0)",
-    )
-    parser.add_argument("--micro_batch", type=int, default=1, help="per_device_train_batch_size")
-    parser.add_argument("--seq_len", type=int, default=2048, help="padded tokens per sample, image tokens included")
-    parser.add_argument("--image_tokens", type=int, default=0, help="merged visual tokens per sample (1280 at 1M px)")
-    parser.add_argument("--logit_tokens", type=int, default=None, help="tokens with logits (GRPO: completion length)")
-    parser.add_argument("--no_gradient_checkpointing", action="store_true")
-    parser.add_argument("--no_fused_lm_head", action="store_true", help="full logits (a loss outside TRL's trainers)")
-    args = parser.parse_args(argv)
-    if args.recipe:
-        estimate, setup = estimate_recipe(args.recipe, args.accelerate, args.num_gpus)
-        print(format_table(estimate, f"{args.recipe} on {args.accelerate}: {setup}"))
-        return estimate
-    if not args.model_config:
-        parser.error("give --model_config (or --recipe)")
-
-    model = build_on_meta(args.model_config)
-    targets = normalise_target_modules(args.lora_target_modules) if args.lora_r else None
-    n_modules = check_lora_targets(model, targets) if targets is not None else 0
-    estimate = estimate_memory(
-        model,
-        dtype=args.dtype,
-        trainable="lora" if args.lora_r else "full",
-        lora_r=args.lora_r or 0,
-        lora_targets=targets,
-        optimizer=args.optimizer,
-        zero_stage=args.zero_stage,
-        num_gpus=args.num_gpus or 1,
-        master_weights_fp32=args.master_weights_fp32,
-        micro_batch=args.micro_batch,
-        seq_len=args.seq_len,
-        gradient_checkpointing=not args.no_gradient_checkpointing,
-        image_tokens=args.image_tokens,
-        logit_tokens=args.logit_tokens,
-        load_in_4bit=args.load_in_4bit,
-        nested_quant=args.use_bnb_nested_quant,
-        fused_lm_head=not args.no_fused_lm_head,
-    )
-    mode = f"LoRA r={args.lora_r} on {n_modules} modules" if args.lora_r else "full fine-tuning"
-    title = (
-        f"{type(model).__name__}, {parameter_count(model) / 1e9:.3f} B parameters: {mode}, {args.dtype}"
-        f"{', 4-bit base' if args.load_in_4bit else ''}, {args.optimizer}, ZeRO-{args.zero_stage} x {args.num_gpus} GPU, "
-        f"batch {args.micro_batch} x {args.seq_len} tokens (per GPU)"
-    )
-    print(format_table(estimate, title))
-    return estimate
-
-
-if __name__ == "__main__":
-    main()

@@ -4,7 +4,7 @@ An episode is built exactly as `GRPOTrainer` builds a rollout with `environment_
 `_generate_single_turn`, `_tool_call_loop`, `_get_tool_suffix_ids`), so a checkpoint is scored on the interface it was
 trained on, and the tests check the agent's token ids against TRL's own on the same scripted turns:
 
-- the prompt is the row's `prompt` column (`task.build_prompt`) with the image inserted by TRL's
+- the prompt is the row's `prompt` column (`data.task.build_prompt`) with the image inserted by TRL's
   `prepare_multimodal_messages`, rendered by the processor's chat template with the environment's tools;
 - a turn ends at an EOS token (TRL's `eos_token_ids`) or when the rollout's one `max_completion_length` budget,
   shared by every turn and every tool response, is spent: there is no stop at `</tool_call>`;
@@ -15,42 +15,40 @@ trained on, and the tests check the agent's token ids against TRL's own on the s
 - a tool response that would push the completion past `max_completion_length` (or the sequence past the context) is
   dropped and the episode ends there, as TRL drops it; the loop runs while the last turn called a tool, at most
   `max_tool_calling_iterations` times;
-- the answer is read from the last assistant turn, as the outcome reward reads it (`task.final_text`), and the calls
+- the answer is read from the last assistant turn, as the outcome reward reads it (`data.task.final_text`), and the calls
   are the ones training scores (`tools.executed_calls`).
 
 With greedy decoding (the default) the agent writes exactly the tokens TRL's rollout would; TRL generates
 `max_completion_length` tokens and then trims each turn to the budget left, which greedy decoding makes the same as
 generating only the budget left, as done here.
 
-Backends: `TransformersBackend` (`model.generate`, CPU or GPU) and `VLLMBackend` (GPU; imports vLLM lazily).
-`check_token_budget` warns at start when a rollout's worst case does not fit its lengths.
+Backends: `TransformersBackend` (`model.generate`, CPU or GPU) and `VLLMBackend` (GPU; imports vLLM lazily). The
+rollout's pieces shared with the trainer's token-budget check are in `utils.rollout`.
 """
 
 from __future__ import annotations
 
 import io
 import logging
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 from PIL import Image
-from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
+from transformers import GenerationConfig, PreTrainedModel, ProcessorMixin
 from trl.chat_template_utils import add_response_schema, parse_response
 from trl.data_utils import prepare_multimodal_messages
 
-from models import pixel_budget
-from task import build_prompt, extract_answer, final_text
-from tools import TOOL_NAME, ToolConfig, ZoomCall, ZoomInEnv, environment_tools, executed_calls
-from tools import make_environment_factory as _environment_factory
-from vllm_images import collapse_image_runs
+from data.task import extract_answer, final_text
+from tools import ToolConfig, ZoomCall, ZoomInEnv, environment_tools, executed_calls, make_environment_factory
+from utils.models import pixel_budget
+from utils.rollout import IMAGE_PAD, eos_token_ids, prompt_ids, run_tool_calls, tool_suffix_ids, until_eos
+from utils.vllm_images import collapse_image_runs
 
 logger = logging.getLogger(__name__)
 
 TOOL_CALL_START = "<tool_call>"
-IMAGE_PAD = "<|image_pad|>"
 
 Prompt = tuple[list[int], list[Image.Image]]  # a conversation's token ids so far, and its images in order
 
@@ -96,193 +94,7 @@ def open_image(value: Image.Image | Mapping[str, Any]) -> Image.Image:
     return image if image.mode == "RGB" else image.convert("RGB")
 
 
-def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model_eos: int | list[int] | None = None) -> list[int]:
-    """The tokens that end a turn, as `GRPOTrainer` collects them: the model's EOS ids, with the tokenizer's EOS
-    (`<|im_end|>`) put first when missing."""
-    ids = [model_eos] if isinstance(model_eos, int) else list(model_eos or [])
-    return ids if tokenizer.eos_token_id in ids else [tokenizer.eos_token_id, *ids]
-
-
-def until_eos(ids: Sequence[int], eos_ids: Sequence[int], budget: int) -> list[int]:
-    """`ids` cut after the first EOS (what follows is padding of a batch that kept generating) and to `budget`."""
-    for i, token in enumerate(ids[:budget]):
-        if token in eos_ids:
-            return list(ids[: i + 1])
-    return list(ids[:budget])
-
-
-def tool_suffix_ids(processor: ProcessorMixin, tool_messages: list[dict]) -> list[int]:
-    """Token ids appended after a tool-calling turn: the tool responses and the next assistant header.
-
-    TRL 1.16's `GRPOTrainer._get_tool_suffix_ids`, which is bound to a trainer: render a dummy user/assistant-call
-    exchange with and without the tool messages and keep the difference, cut at the EOS that closes the assistant
-    turn (the turn's own tokens already end with it).
-    """
-    calls = [{"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}]
-    dummy = prepare_multimodal_messages(
-        [{"role": "user", "content": "dummy"}, {"role": "assistant", "content": "", "tool_calls": calls}]
-    )
-    tool_messages = prepare_multimodal_messages(tool_messages)
-    prefix = processor.apply_chat_template(dummy, add_generation_prompt=False, tokenize=True, return_dict=False)[0]
-    full = processor.apply_chat_template(
-        dummy + tool_messages, add_generation_prompt=True, tokenize=True, return_dict=False
-    )[0]
-    eos = processor.tokenizer.eos_token_id
-    prefix = prefix[: len(prefix) - prefix[::-1].index(eos)] if eos in prefix else prefix
-    if full[: len(prefix)] != prefix:
-        raise ValueError("chat template is not prefix-preserving around tool messages")
-    return full[len(prefix) :]
-
-
-def prompt_ids(processor: ProcessorMixin, prompt: list[dict], env: ZoomInEnv) -> list[int]:
-    """Token ids of a row's prompt (image already inserted), rendered with the tools schema as
-    `GRPOTrainer._tokenize_prompts` renders it."""
-    return list(
-        processor.apply_chat_template(
-            conversation=[prompt],
-            tools=environment_tools(env),
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=True,
-        )["input_ids"][0]
-    )
-
-
-def run_tool_calls(env: ZoomInEnv, tool_calls: list[dict]) -> list[dict]:
-    """The tool messages for one turn's calls, as `GRPOTrainer._tool_call_loop` makes them: every call runs, in
-    order; an unknown tool, bad arguments or an exception become `{"error": ...}` text, a list result stays a list."""
-    tools = {tool.__name__: tool for tool in environment_tools(env)}
-    messages = []
-    for call in tool_calls:
-        if call.get("type") == "function":
-            name = call["function"]["name"]
-            try:
-                if name not in tools:
-                    raise ValueError(f"Tool {name} not found.")
-                result = tools[name](**call["function"]["arguments"])
-            except Exception as err:  # noqa: BLE001 - as TRL: the error is an observation, the rollout goes on
-                result = {"error": str(err)}
-        else:
-            name = call.get("name", "unknown")
-            result = {"error": f"Unsupported tool call type: {call.get('type')}"}
-        messages.append({"role": "tool", "name": name, "content": result if isinstance(result, list) else str(result)})
-    return messages
-
-
 # ------------------------------------------------------------------------------------------------- token budget
-@dataclass(frozen=True)
-class TokenBudget:
-    """The worst case of one rollout in tokens, against the lengths it must fit (`check_token_budget`)."""
-
-    prompt_image: int  # tokens of the largest prompt image
-    prompt_text: int  # system prompt, tools schema and a one-word question
-    crop_response: int  # one tool response with the largest crop, plus the next assistant header
-    call_turn: int  # the shortest well-formed turn that calls the tool
-    answer_turn: int  # the shortest well-formed answering turn
-    iterations: int
-    max_completion_length: int
-    context_length: int
-
-    @property
-    def completion(self) -> int:
-        """Every tool round used, one call per turn, each turn as short as it can be."""
-        return self.iterations * (self.call_turn + self.crop_response) + self.answer_turn
-
-    @property
-    def prompt(self) -> int:
-        return self.prompt_image + self.prompt_text
-
-    def problems(self) -> list[str]:
-        out = []
-        arithmetic = (
-            f"{self.iterations} x ({self.crop_response} tool response with a full-size crop + {self.call_turn} "
-            f"shortest call turn) + {self.answer_turn} shortest answer = {self.completion} tokens"
-        )
-        if self.completion > self.max_completion_length:
-            out.append(
-                f"a rollout that uses all max_tool_calling_iterations needs at least {arithmetic}, over "
-                f"max_completion_length={self.max_completion_length}: its later tool responses are dropped. Lower "
-                "crop_max_pixels or max_tool_calling_iterations, or raise max_completion_length."
-            )
-        if self.prompt + self.max_completion_length > self.context_length:
-            out.append(
-                f"prompt ({self.prompt_image} image + {self.prompt_text} text tokens) + max_completion_length="
-                f"{self.max_completion_length} exceeds the model's context ({self.context_length}): lower max_pixels "
-                "or max_completion_length."
-            )
-        return out
-
-
-def token_budget(
-    processor: ProcessorMixin,
-    config: ToolConfig,
-    *,
-    max_completion_length: int,
-    max_tool_calling_iterations: int,
-    context_length: int,
-) -> TokenBudget:
-    """Measure a rollout's worst case with the real chat template: the largest prompt image and crop the budgets
-    allow, the tool response exactly as TRL renders it, and the shortest well-formed turns."""
-    budget = pixel_budget(processor)
-    env = _environment_factory(config, budget)()
-    side = int(budget.max_pixels**0.5)
-    env.reset(image=Image.new("RGB", (side, side)))  # a box in this frame has as many digits as real ones
-    response = env.image_zoom_in_tool([0, 0, env.seen_size[0], env.seen_size[1]], "the object")
-    suffix = tool_suffix_ids(processor, [{"role": "tool", "name": TOOL_NAME, "content": response}])
-    pad = processor.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
-    # The response's text as rendered, and the largest crop the budget allows (smart_resize keeps h * w under it).
-    crop_response = len(suffix) - suffix.count(pad) + env.crop_budget.max_tokens
-    small = Image.new("RGB", (budget.factor, budget.factor))
-    text_ids = prompt_ids(processor, prepare_multimodal_messages(build_prompt("?"), images=[small]), env)
-    tokenizer = processor.tokenizer
-
-    def length(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    call = '{"name": "' + TOOL_NAME + '", "arguments": {"bbox_2d": [10, 20, 100, 200], "label": "the object"}}'
-    return TokenBudget(
-        prompt_image=budget.max_tokens,
-        prompt_text=len(text_ids) - text_ids.count(pad),
-        crop_response=crop_response,
-        call_turn=length(f"<think>zoom</think>\n<tool_call>\n{call}\n</tool_call>{tokenizer.eos_token}"),
-        answer_turn=length(f"<think>seen</think><answer>A</answer>{tokenizer.eos_token}"),
-        iterations=max_tool_calling_iterations,
-        max_completion_length=max_completion_length,
-        context_length=context_length,
-    )
-
-
-def check_token_budget(
-    processor: ProcessorMixin,
-    config: ToolConfig,
-    *,
-    max_completion_length: int,
-    max_tool_calling_iterations: int | None,
-    context_length: int,
-) -> TokenBudget | None:
-    """Warn, with the numbers, when a rollout's worst case does not fit `max_completion_length` or the context.
-
-    A crop costs up to `crop_max_pixels / factor^2` tokens of the completion budget (1,280 at Qwen2.5-VL-7B's usual
-    1M-pixel budget), and TRL silently drops a tool response that overflows it. Returns the measured budget.
-    """
-    if max_tool_calling_iterations is None:
-        warnings.warn(
-            "max_tool_calling_iterations is None: TRL lets a rollout call the tool until max_completion_length runs "
-            "out, and drops the response that overflows it. Set a limit.",
-            stacklevel=2,
-        )
-        return None
-    budget = token_budget(
-        processor,
-        config,
-        max_completion_length=max_completion_length,
-        max_tool_calling_iterations=max_tool_calling_iterations,
-        context_length=context_length,
-    )
-    logger.info("rollout token budget: %s", budget)
-    for problem in budget.problems():
-        warnings.warn(problem, stacklevel=2)
-    return budget
 
 
 # ------------------------------------------------------------------------------------------------------ backends
@@ -337,7 +149,7 @@ class TransformersBackend:
 class VLLMBackend:
     """vLLM generation on a GPU (`pip install -r requirements-gpu.txt`).
 
-    Prompts go in as token ids with one `<|image_pad|>` per image (`vllm_images.collapse_image_runs`, as training's
+    Prompts go in as token ids with one `<|image_pad|>` per image (`utils.vllm_images.collapse_image_runs`, as training's
     colocate rollouts do), plus `multi_modal_data`, and vLLM expands each image itself: given the processor's
     already-expanded ids it would expand them again (trl#6294). vLLM resizes images
     with the processor's pixel budget; every call checks that it produced the same number of image tokens as the
@@ -414,7 +226,7 @@ class VLLMBackend:
 class ZoomAgent:
     """Runs episodes of the zoom-in agent over a batch of rows, one generation call per turn for all of them.
 
-    `rows` are dataset rows: `id`, `prompt` (conversational, from `task.build_prompt`) and `image` (a PIL image or
+    `rows` are dataset rows: `id`, `prompt` (conversational, from `data.task.build_prompt`) and `image` (a PIL image or
     an undecoded `datasets.Image` cell). `config` is the tool the policy was trained with, and
     `max_completion_length` / `max_tool_calling_iterations` its rollout budget (`GRPOConfig`'s fields).
     """
@@ -435,7 +247,7 @@ class ZoomAgent:
         if getattr(processor.tokenizer, "response_template", None) is None:
             add_response_schema(processor)  # what GRPOTrainer sets up so `parse_response` reads tool calls
         self.processor, self.tokenizer = processor, processor.tokenizer
-        self.make_env = _environment_factory(config, pixel_budget(processor))
+        self.make_env = make_environment_factory(config, pixel_budget(processor))
 
     def run(self, rows: Sequence[Mapping[str, Any]]) -> list[Episode]:
         episodes = [self._start(row) for row in rows]

@@ -1,7 +1,7 @@
 """`make experiment`: advantage estimators compared from one SFT checkpoint, on the tiny models, on CPU.
 
 From ONE SFT checkpoint, with its data and its CLIP verifier, every estimator in `--methods` (default grpo, mapo,
-hpo; any of `mapo_trainer.ADVANTAGE_ESTIMATORS`) trains with the tiny RL recipe (recipes/tiny/rl/config_mapo.yaml)
+hpo; any of `configs.ADVANTAGE_ESTIMATORS`) trains with the tiny RL recipe (recipes/tiny/rl/config_mapo.yaml)
 once per seed in `--seeds`: same data, steps, rollout budget and hyper-parameters. Only `advantage_estimator` and
 `seed` change between runs; every other parsed field is compared across runs before anything trains, so no method
 can be tuned on its own. The seed is RL's (data order and sampling) and the final evaluation's.
@@ -14,10 +14,10 @@ The recipe gets the same overrides in every run:
 - `variance_probe_steps` (`--probe_steps`): the gradient-variance probe, at the same interval in every run; it never
   touches the optimizer.
 
-The stages are `demo.py`'s: without `--sft_model` the verifier, the data and the SFT checkpoint are made as `make demo`
+The stages are the demo's (`tiny.stages`): without `--sft_model` the verifier, the data and the SFT checkpoint are made as `make demo`
 makes them (same sizes and flags), else they are reused (`make demo`'s layout: `--sft_model outputs/demo/sft` finds
 `outputs/demo/data` and `outputs/demo/clip` beside it). Every step of every run logs, from `trainer.state.log_history`
-(`demo.rl_step_log`): mean z_t, valid-call rate, accuracy, reward std, advantage std, and the probe's gradient-norm
+(`stages.rl_step_log`): mean z_t, valid-call rate, accuracy, reward std, advantage std, and the probe's gradient-norm
 variance where it ran; a figure TRL did not log at a step (no valid call: no z_t) stays missing, shown as a gap in
 the plots and counted in the tables. Each final RL model is then evaluated on the test split as the demo does.
 
@@ -46,15 +46,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-import demo  # before anything that imports transformers: it sets the offline environment
+from configs import ADVANTAGE_ESTIMATORS
 from data.benchmarks import load_saved_split
-from mapo_trainer import ADVANTAGE_ESTIMATORS
-
-matplotlib.use("Agg")  # files only: the plots are written on headless machines
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from tiny import stages
 
 DEFAULT_METHODS = ("grpo", "mapo", "hpo")
 DEFAULT_SEEDS = (0, 1, 2)
@@ -77,13 +74,13 @@ SETUP_FIELDS = (
     "hpo_text_encoder", "variance_probe_steps", "variance_probe_rows", "clip_model",
 )  # fmt: skip
 
-# The curves, by `demo.STEP_METRICS` name: title and what the figure is.
+# The curves, by `stages.STEP_METRICS` name: title and what the figure is.
 CURVES = {
     "z_mean": ("mean z_t", "CLIP cosine of each valid call's label and crop (semantic/z_mean)"),
     "valid_call_rate": ("valid-call rate", "share of zoom-in calls that returned a crop (1 - tools/zoom_error_rate)"),
     "accuracy": (
         "accuracy",
-        f"batch mean of the recipe's binary outcome reward, correct and well formed ({demo.ACCURACY_KEY})",
+        f"batch mean of the recipe's binary outcome reward, correct and well formed ({stages.ACCURACY_KEY})",
     ),
     "reward_std": (
         "reward std",
@@ -135,7 +132,7 @@ def across_seeds(values: Sequence[float | None]) -> Spread | None:
 
 
 def curve(runs: Sequence[Sequence[dict]], metric: str) -> tuple[list[int], list[Spread | None]]:
-    """`metric` per step across runs (one `demo.rl_step_log` per seed), steps matched by number: every step any run
+    """`metric` per step across runs (one `stages.rl_step_log` per seed), steps matched by number: every step any run
     logged, and its `Spread` (None where no run has a value)."""
     by_step = [{row["step"]: row.get(metric) for row in run} for run in runs]
     steps = sorted({step for run in by_step for step in run})
@@ -172,7 +169,8 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
 def plot_curves(curves: dict[str, tuple[list[int], list[Spread | None]]], title: str, path: Path) -> Path:
     """One PNG: per method, the mean across seeds (line and points) and the min-max band; a step where no seed
     logged the figure is a gap, and a method with no value at all says so in the legend."""
-    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    fig = Figure(figsize=(6.4, 3.6), dpi=100)  # the object API: no pyplot, no display backend, nothing to close
+    ax = fig.subplots()
     every_step = sorted({step for steps, _ in curves.values() for step in steps})
     for method, (steps, spreads) in curves.items():
         nan = float("nan")
@@ -195,7 +193,6 @@ def plot_curves(curves: dict[str, tuple[list[int], list[Spread | None]]], title:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
-    plt.close(fig)
     return path
 
 
@@ -315,11 +312,11 @@ def locate(args: argparse.Namespace) -> Start:
     return start
 
 
-def prepare(args: argparse.Namespace, start: Start, stage: demo.Stages, kit: dict[str, Path]) -> None:
+def prepare(args: argparse.Namespace, start: Start, stage: stages.Stages, kit: dict[str, Path]) -> None:
     """The demo's own stages, at the demo's sizes unless overridden: verifier, data, SFT checkpoint."""
-    stage("train the CLIP verifier", lambda: demo.train_verifier(start.clip, kit, args.clip_steps))
-    stage("generate synthetic data", lambda: demo.make_data(start.data, args.train_rows, args.test_rows))
-    stage("SFT cold start", lambda: demo.run_sft(kit["policy"], start.data, start.sft, args.sft_steps))
+    stage("train the CLIP verifier", lambda: stages.train_verifier(start.clip, kit, args.clip_steps))
+    stage("generate synthetic data", lambda: stages.make_data(start.data, args.train_rows, args.test_rows))
+    stage("SFT cold start", lambda: stages.run_sft(kit["policy"], start.data, start.sft, args.sft_steps))
 
 
 def shared_fields(parsed: tuple) -> dict:
@@ -347,8 +344,8 @@ def estimate_seconds(n_runs: int, steps: int, eval_rows: int, prepare: bool) -> 
     return runs + (SECONDS_TO_PREPARE if prepare else 0.0)
 
 
-def plan_runs(args: argparse.Namespace, start: Start, kit: dict[str, Path]) -> dict[tuple[str, int], tuple]:
-    """Each run's parsed RL arguments, seed-major (a run cut short still holds every method for its first seeds):
+def plan_runs(args: argparse.Namespace, start: Start, kit: dict[str, Path]) -> dict[tuple[str, int], list[str]]:
+    """Each run's `rl.py` command line, seed-major (a run cut short still holds every method for its first seeds):
     the tiny recipe with the same overrides for all, and only the estimator, the seed and the folder per run."""
     shared = {
         "hpo_text_encoder": kit["text_encoder"],
@@ -357,7 +354,7 @@ def plan_runs(args: argparse.Namespace, start: Start, kit: dict[str, Path]) -> d
         "variance_probe_steps": args.probe_steps,
     }
     return {
-        (method, seed): demo.rl_args(
+        (method, seed): stages.rl_argv(
             start.sft,
             start.data,
             start.clip,
@@ -372,22 +369,22 @@ def plan_runs(args: argparse.Namespace, start: Start, kit: dict[str, Path]) -> d
     }
 
 
-def run_one(parsed: tuple, data: Path, eval_dir: Path, eval_rows: int, stage: demo.Stages) -> dict:
-    """One RL run and the evaluation of its model: its steps (`demo.rl_step_log`), the evaluation's summary (None
-    when `eval_rows` is 0) and the zero-signal warnings of both (`demo.signal_warnings`)."""
-    training_args = parsed[1]
+def run_one(argv: list[str], data: Path, eval_dir: Path, eval_rows: int, stage: stages.Stages) -> dict:
+    """One RL run (`rl.py` on `argv`) and the evaluation of its model: its steps (`stages.rl_step_log`), the
+    evaluation's summary (None when `eval_rows` is 0) and the zero-signal warnings of both (`stages.signal_warnings`)."""
+    training_args = stages.rl_args(argv)[1]
     name = f"{training_args.advantage_estimator} seed {training_args.seed}"
     rl_dir = Path(training_args.output_dir)
     shutil.rmtree(rl_dir, ignore_errors=True)  # a rerun never mixes with an earlier run's files
-    trainer = stage(f"RL {name}", lambda: demo.run_rl(parsed))
-    steps = demo.rl_step_log(trainer.state.log_history)
+    log_history = stage(f"RL {name}", lambda: stages.run_rl(argv))
+    steps = stages.rl_step_log(log_history)
     summary = None
     if eval_rows:
         metrics = stage(
-            f"evaluate {name}", lambda: demo.evaluate(rl_dir, data, eval_dir, eval_rows, seed=training_args.seed)
+            f"evaluate {name}", lambda: stages.evaluate(rl_dir, data, eval_dir, eval_rows, seed=training_args.seed)
         )
-        summary = demo.eval_summary(metrics, eval_dir)
-    warnings = demo.signal_warnings({"eval": {"test": summary} if summary else {}, "rl_steps": steps})
+        summary = stages.eval_summary(metrics, eval_dir)
+    warnings = stages.signal_warnings({"eval": {"test": summary} if summary else {}, "rl_steps": steps})
     return {"seed": training_args.seed, "steps": steps, "eval": summary, "warnings": warnings}
 
 
@@ -398,7 +395,7 @@ def describe_setup(
     fields: dict,
     results: dict,
     eval_rows: int,
-    stage: demo.Stages,
+    stage: stages.Stages,
 ) -> dict:
     """The report's generated setup: the command, where the runs started, sizes, shared fields, wall time."""
     runs = [run for method_runs in results.values() for run in method_runs]
@@ -413,13 +410,14 @@ def describe_setup(
     batch, group = fields["per_device_train_batch_size"], fields["num_generations"]
     return {
         "date": datetime.date.today().isoformat(),
-        "command": shlex.join(["python", "experiment.py", *argv]) + '   # make experiment ARGS="..." runs the same',
+        "command": shlex.join(["python", "-m", "scripts.experiment", *argv])
+        + '   # make experiment ARGS="..." runs the same',
         "lines": [
             f"- Start: SFT checkpoint `{start.sft}`, {made}.",
             f"- Data: synthetic, {rows['train']} train rows, {rows['test']} test rows (`{start.data}`).",
             f"- Methods: {', '.join(args.methods)}; seeds: {', '.join(map(str, args.seeds))} (RL's seed, which "
             "orders the data and seeds sampling, and the evaluation's).",
-            f"- RL: recipe `{demo.RL_RECIPE}`, {args.rl_steps} steps of {batch} rollouts (groups of {group}), "
+            f"- RL: recipe `{stages.RL_RECIPE}`, {args.rl_steps} steps of {batch} rollouts (groups of {group}), "
             f"{args.rl_steps * batch} rollouts per run; only `advantage_estimator` and `seed` differ between runs.",
             "- `hpo_text_encoder`, `hpo_min_positive_steps` and `hpo_min_negative_steps` are read only by the hpo "
             "estimators: the other runs get the same values, unused.",
@@ -448,7 +446,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--sft_model", type=Path, default=None, help="reuse this SFT checkpoint (default: make one as the demo does)")
     add("--data", type=Path, default=None, help="with --sft_model: its data (default: data/ beside it)")
     add("--clip", type=Path, default=None, help="with --sft_model: the verifier (default: clip/ beside it)")
-    demo.add_stage_arguments(parser)
+    stages.add_stage_arguments(parser)
     args = parser.parse_args(argv)
     if len(set(args.methods)) < len(args.methods) or len(set(args.seeds)) < len(args.seeds):
         parser.error("--methods and --seeds must not repeat a value")
@@ -458,8 +456,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    stage = demo.Stages()
-    kit = demo.tiny_kit()
+    stage = stages.Stages()
+    kit = stages.tiny_kit()
     start = locate(args)
     test_rows = len(load_saved_split(str(start.data), "test")) if args.sft_model else args.test_rows
     eval_rows = test_rows if args.eval_rows is None else min(args.eval_rows, test_rows)
@@ -475,13 +473,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
     if not args.sft_model:
         prepare(args, start, stage, kit)
     runs = plan_runs(args, start, kit)
-    fields = check_shared(runs)
+    fields = check_shared({key: stages.rl_args(argv) for key, argv in runs.items()})
     results: dict[str, list[dict]] = {method: [] for method in args.methods}
     spent = []
-    for i, ((method, seed), parsed) in enumerate(runs.items(), start=1):
+    for i, ((method, seed), argv_rl) in enumerate(runs.items(), start=1):
         t0 = time.perf_counter()
         eval_dir = args.output_dir / "eval" / f"{method}-seed{seed}"
-        run = run_one(parsed, start.data, eval_dir, eval_rows, stage)
+        run = run_one(argv_rl, start.data, eval_dir, eval_rows, stage)
         spent.append(time.perf_counter() - t0)
         results[method].append(run | {"seconds": round(spent[-1], 1)})
         left = statistics.fmean(spent) * (len(runs) - i)

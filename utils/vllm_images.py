@@ -20,21 +20,12 @@ which thread a second, tokenizer-only id track through `_tokenize_prompts`, `_ge
 
 Server mode is left alone on purpose: there TRL computes image features itself (`VLLMClient.image_features`) and
 `VLLMGeneration._place_features` places them on the runs of image tokens of the *expanded* ids, one run per image,
-which is already right (and needs vLLM >= 0.30 on the server, `MIN_VLLM_MULTIMODAL_SERVER`).
-
-`check_vllm_version` is the start-up check that `use_vllm` comes with a vLLM inside TRL 1.16's supported range
-(TRL itself only warns, then fails later or deep inside vLLM).
+which is already right (and needs vLLM >= 0.30 on the server, `utils.checks.MIN_VLLM_MULTIMODAL_SERVER`).
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-from collections.abc import Callable, Sequence
-
-from packaging.version import InvalidVersion, Version
-
-SUPPORTED_VLLM = ("0.22.0", "0.31.0")  # TRL 1.16's range, `trl.import_utils.is_vllm_available`
-MIN_VLLM_MULTIMODAL_SERVER = "0.30.0"  # `trl vllm-serve` image features need vLLM's render endpoint
+from collections.abc import Sequence
 
 
 def image_runs(ids: Sequence[int], image_token_id: int) -> list[tuple[int, int]]:
@@ -80,35 +71,3 @@ class VLLMImagePlaceholders:
                     )
             prompt_ids = collapsed
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
-
-
-def installed_version(name: str) -> str:
-    """The installed version of distribution `name` (raises `PackageNotFoundError`); tests replace it."""
-    return importlib.metadata.version(name)
-
-
-def check_vllm_version(use_vllm: bool, version: Callable[[str], str] | None = None) -> None:
-    """Fail at start when `use_vllm` is set and vLLM is missing or outside TRL 1.16's supported range.
-
-    TRL only warns about an unsupported vLLM and then fails later, inside vLLM or at the first weight sync.
-    `version` looks up an installed distribution's version (default `installed_version`).
-    """
-    if not use_vllm:
-        return
-    low, high = SUPPORTED_VLLM
-    try:
-        found = (version or installed_version)("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        found = None
-    try:
-        # base_version drops a local tag such as "+cu129", which would otherwise sort above the upper bound.
-        if found is not None and Version(low) <= Version(Version(found).base_version) <= Version(high):
-            return
-    except InvalidVersion:
-        pass
-    have = "vLLM is not installed" if found is None else f"vLLM {found} is installed"
-    raise ValueError(
-        f"use_vllm=True needs vLLM {low} to {high} (the versions TRL 1.16 supports; multimodal server mode needs "
-        f">= {MIN_VLLM_MULTIMODAL_SERVER}), but {have}. Install the pinned GPU extras (pip install -r "
-        "requirements-gpu.txt: vllm==0.31.0) or set use_vllm: false."
-    )

@@ -1,58 +1,56 @@
-"""`make demo`: the whole pipeline on the tiny offline models, on CPU, in a few minutes.
+"""The demo's stages as functions, shared by `scripts/demo.py` and `scripts/experiment.py`, and the summaries and
+zero-signal warnings they report.
 
-1. train the tiny CLIP verifier on synthetic (crop, label) pairs, so z_t means something (held-out top-1 reported);
-2. generate a synthetic train/test split;
-3. evaluate the untrained policy on the test split;
-4. SFT cold start on gold zoom-in trajectories (`sft.py`, recipes/tiny/sft/config_sft.yaml);
-5. MAPO RL from the SFT checkpoint (`rl.py`, recipes/tiny/rl/config_mapo.yaml), scored by the trained CLIP;
-6. evaluate after SFT and after RL; write `outputs/demo/summary.json` and print a table.
-
-Each stage runs the real entry point in-process with its recipe and a few overrides, exactly as
-`make sft ARGS=...` / `make rl ARGS=...` / `make eval ...` would. The stages are functions (`train_verifier`,
-`make_data`, `run_sft`, `run_rl`, `evaluate`) so that `experiment.py` runs the very same ones.
+Each stage runs what a user would: the tiny CLIP's training (`tiny.clip`), the synthetic data of the tiny recipes'
+world, `sft.py` and `rl.py` in processes of their own with their recipes and a few overrides (exactly as `make sft
+ARGS=...` / `make rl ARGS=...`), and the evaluation `make eval` runs (`evaluation.run`).
 
 A tiny run can look fine while measuring nothing: accuracy at chance, no valid zoom-in call, R_sem zero throughout.
-So every evaluated stage reports its accuracy beside the chance level of the same rows, per question type, and the
-summary lists a warning for each stage whose signal was zero (`signal_warnings`), printed last.
+So every evaluated stage reports its accuracy beside the chance level of the same rows, per question type, and
+`signal_warnings` names each stage whose signal was zero.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+import datasets
+from trl import ModelConfig, SFTConfig
 
-import datasets  # noqa: E402
-from trl import ModelConfig, SFTConfig  # noqa: E402
+from configs import EvalArguments, MAPOConfig, ScriptArguments, ToolConfig, TrajectoryArguments
+from data import synthetic_world
+from data.benchmarks import mean
+from data.synthetic import build_synthetic, chance_accuracy
+from evaluation.run import read_samples, run_evaluation
+from rewards import REWARDS
+from tiny.clip import train_clip
+from tiny.kit import build_tiny_kit, kit_paths
+from utils.recipes import load_recipe, parse_args_and_record
 
-import rl  # noqa: E402
-import sft  # noqa: E402
-from clip_training import train_clip  # noqa: E402
-from data.benchmarks import mean  # noqa: E402
-from data.synthetic import build_synthetic, chance_accuracy  # noqa: E402
-from data.trajectories import TrajectoryArguments  # noqa: E402
-from evaluate import parse_args as evaluate_args  # noqa: E402
-from evaluate import read_samples, run_evaluation  # noqa: E402
-from launch import ScriptArguments, load_recipe, parse_args_and_record  # noqa: E402
-from launch import synthetic_world as launch_world  # noqa: E402
-from mapo_trainer import MAPOConfig, MAPOTrainer  # noqa: E402
-from task import REWARDS  # noqa: E402
-from tiny_models import build_tiny_kit, kit_paths  # noqa: E402
-from tools import ToolConfig  # noqa: E402
-
+REPO = Path(__file__).resolve().parents[1]
 KIT_DIR = Path("outputs/tiny")
+
+
 SFT_RECIPE = "recipes/tiny/sft/config_sft.yaml"
+
+
 RL_RECIPE = "recipes/tiny/rl/config_mapo.yaml"
+
+
 SFT_TYPES = (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig)  # what sft.py parses
+RL_TYPES = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)  # what rl.py parses
+TRAINER_STATE = "trainer_state.json"  # `Trainer.save_state`'s file, which `utils.policy.save_outputs` writes
+
+
 SUMMARY_KEYS = (
     "accuracy",
     "tool_call_rate",
@@ -62,11 +60,16 @@ SUMMARY_KEYS = (
     "gap_rate",
     "calls_per_sample",
 )
+
+
 SAMPLES_FILE = "samples.jsonl"  # evaluate.run_evaluation's per-sample records, in its output_dir
+
 
 # TRL logs each reward function under its own name; the tiny recipe's only outcome reward is `gated_outcome`, 1 when
 # the answer is correct *and* every turn is well formed, so its batch mean is the rollouts' (format-gated) accuracy.
 ACCURACY_KEY = f"rewards/{REWARDS['gated_outcome'].__name__}/mean"
+
+
 SEMANTIC_KEY = "rewards/semantic/mean"  # MAPOTrainer logs R_sem at every training step, whatever the estimator
 
 
@@ -91,7 +94,6 @@ STEP_METRICS: dict[str, tuple[str, Callable[[float], float] | None]] = {
 }
 
 
-# ---------------------------------------------------------------------------------------------------------- stages
 def flags(**values) -> list[str]:
     """`--key value` command-line flags; a list or tuple value becomes several arguments (`--call_mix 1.0 0.0 0.0`)."""
     out = []
@@ -115,16 +117,16 @@ def train_verifier(output_dir: Path, kit: dict[str, Path], steps: int) -> dict:
     return train_clip(output_dir, init=kit["clip"], steps=steps)
 
 
-def synthetic_world(recipe: str = SFT_RECIPE) -> dict[str, Any]:
-    """`build_synthetic`'s world keywords from `recipe`, parsed as `make sft` parses it (`launch.synthetic_world`):
+def recipe_world(recipe: str = SFT_RECIPE) -> dict[str, Any]:
+    """`build_synthetic`'s world keywords from `recipe`, parsed as `make sft` parses it (`data.synthetic_world`):
     the demo's data is what `make sft` on that recipe would generate."""
-    return launch_world(parse_recipe(SFT_TYPES, recipe)[0])
+    return synthetic_world(parse_recipe(SFT_TYPES, recipe)[0])
 
 
 def make_data(data_dir: Path, train_rows: int, test_rows: int, seed: int = 0) -> Path:
     """A synthetic train/test split saved with `save_to_disk`, the form every stage reads (`dataset_name`), in the
-    tiny SFT recipe's world (`synthetic_world`)."""
-    world = synthetic_world()
+    tiny SFT recipe's world (`recipe_world`)."""
+    world = recipe_world()
     splits = {
         "train": build_synthetic(train_rows, seed=seed, split="train", **world),
         "test": build_synthetic(test_rows, seed=seed, split="test", **world),
@@ -133,38 +135,43 @@ def make_data(data_dir: Path, train_rows: int, test_rows: int, seed: int = 0) ->
     return data_dir
 
 
+def run_entry(script: str, argv: Sequence[str]) -> None:
+    """Run an entry script (`sft.py`, `rl.py`) in a process of its own, as `make sft` / `make rl` does (one process,
+    no accelerate config: the tiny recipes' `cpu`); fails with the script's exit status."""
+    subprocess.run([sys.executable, str(REPO / script), *map(str, argv)], check=True, cwd=REPO)
+
+
+def sft_argv(model: str | Path, data_dir: Path, output_dir: Path, steps: int, **overrides) -> list[str]:
+    """`sft.py`'s command line: the tiny SFT recipe from `model` on `data_dir`'s train split, into `output_dir`."""
+    fields = dict(model_name_or_path=model, dataset_name=data_dir, output_dir=output_dir, max_steps=steps)
+    return ["--config", SFT_RECIPE, *flags(**fields, **overrides)]
+
+
 def run_sft(model: str | Path, data_dir: Path, output_dir: Path, steps: int, **overrides) -> None:
     """`make sft` (the tiny recipe) from `model` on `data_dir`'s train split, into `output_dir`."""
-    args = parse_recipe(
-        SFT_TYPES,
-        SFT_RECIPE,
-        model_name_or_path=model,
-        dataset_name=data_dir,
-        output_dir=output_dir,
-        max_steps=steps,
-        **overrides,
+    run_entry("sft.py", sft_argv(model, data_dir, output_dir, steps, **overrides))
+
+
+def rl_argv(model: str | Path, data_dir: Path, clip: Path, output_dir: Path, steps: int, **overrides) -> list[str]:
+    """`rl.py`'s command line: the tiny RL recipe from `model` on `data_dir`, scored by `clip`, with `--key value`
+    overrides (any recipe field)."""
+    fields = dict(
+        model_name_or_path=model, dataset_name=data_dir, clip_model=clip, output_dir=output_dir, max_steps=steps
     )
-    sft.main(*args)
+    return ["--config", RL_RECIPE, *flags(**fields, **overrides)]
 
 
-def rl_args(model: str | Path, data_dir: Path, clip: Path, output_dir: Path, steps: int, **overrides) -> tuple:
-    """The tiny RL recipe's parsed arguments (`ScriptArguments`, `MAPOConfig`, `ModelConfig`, `ToolConfig`) from
-    `model` on `data_dir`, scored by `clip`, with `--key value` overrides (any recipe field)."""
-    return parse_recipe(
-        (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig),
-        RL_RECIPE,
-        model_name_or_path=model,
-        dataset_name=data_dir,
-        clip_model=clip,
-        output_dir=output_dir,
-        max_steps=steps,
-        **overrides,
-    )
+def rl_args(argv: Sequence[str]) -> tuple:
+    """`rl.py`'s parsed arguments (`ScriptArguments`, `MAPOConfig`, `ModelConfig`, `ToolConfig`) for `argv`, parsed
+    exactly as `rl.py` parses them."""
+    return parse_args_and_record(RL_TYPES, list(map(str, argv)))
 
 
-def run_rl(args: tuple) -> MAPOTrainer:
-    """`make rl` in-process on arguments from `rl_args`; the trainer holds the run's `state.log_history`."""
-    return rl.main(*args)
+def run_rl(argv: Sequence[str]) -> list[dict]:
+    """`make rl` on `argv` (from `rl_argv`); returns the run's `log_history` (its `trainer_state.json`)."""
+    output_dir = Path(rl_args(argv)[1].output_dir)
+    run_entry("rl.py", argv)
+    return json.loads((output_dir / TRAINER_STATE).read_text(encoding="utf-8"))["log_history"]
 
 
 def rollout_budget() -> dict[str, Any]:
@@ -181,7 +188,8 @@ def evaluate(model: str | Path, data: str | Path, output_dir: Path, limit: int, 
     checkpoint at the same path, so resuming would mix the old model's samples into the new one's metrics.
     """
     shutil.rmtree(output_dir, ignore_errors=True)
-    args = evaluate_args(
+    args = parse_args_and_record(
+        (EvalArguments, ToolConfig),
         flags(
             model_name_or_path=model,
             benchmark="synthetic",
@@ -191,7 +199,7 @@ def evaluate(model: str | Path, data: str | Path, output_dir: Path, limit: int, 
             limit=limit,
             dtype="float32",
             **overrides,
-        )
+        ),
     )
     return run_evaluation(*args)
 
@@ -217,7 +225,6 @@ class Stages:
         return round(time.perf_counter() - self._start, 1)
 
 
-# --------------------------------------------------------------------------------------------------------- summary
 def chance_by_source(records: Iterable[dict]) -> tuple[float | None, dict[str, float]]:
     """Chance accuracy of evaluated rows (`source`, `options`), overall and per source: the mean over those rows of
     `data.synthetic.chance_accuracy`, so it matches the very rows the accuracy was measured on (a few test rows can
@@ -303,42 +310,6 @@ def signal_warnings(summary: dict) -> list[str]:
     return warnings
 
 
-def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def print_summary(summary: dict, path: Path) -> None:
-    """The summary as plain tables: tool use per stage, then accuracy beside chance per question type, then warnings
-    (last, so they are what a reader sees)."""
-    print(f"\nCLIP verifier, held-out top-1 label retrieval: {summary['clip_verifier']}")
-    widths = [len(k) + 2 for k in SUMMARY_KEYS]
-    print(f"{'stage':<8}" + "".join(k.rjust(w) for k, w in zip(SUMMARY_KEYS, widths)))
-    for stage, metrics in summary["eval"].items():
-        print(f"{stage:<8}" + "".join(_number(metrics[k]).rjust(w) for k, w in zip(SUMMARY_KEYS, widths)))
-
-    sources = sorted({s for metrics in summary["eval"].values() for s in metrics["chance_by_source"]})
-    names = [s.removeprefix("synthetic/") for s in sources]
-    print("\naccuracy / chance, by question type")
-    print(f"{'stage':<8}{'all':>15}" + "".join(f"{name:>15}" for name in names))
-    for stage, metrics in summary["eval"].items():
-        pairs = [(metrics["accuracy"], metrics["chance"])]
-        pairs += [(metrics["accuracy_by_source"].get(s), metrics["chance_by_source"].get(s)) for s in sources]
-        print(f"{stage:<8}" + "".join(f"{_number(acc)} / {_number(chance)}".rjust(15) for acc, chance in pairs))
-
-    overview = summary["rl_overview"]
-    print(
-        f"\nRL over {overview['steps']} steps: R_sem mean {_number(overview['r_sem_mean'])}, non-zero in "
-        f"{overview['r_sem_nonzero_steps']}; valid-call rate mean {_number(overview['valid_call_rate_mean'])}; "
-        f"calls per rollout mean {_number(overview['calls_per_rollout_mean'])}"
-    )
-    first, last = summary["rl_first_step"], summary["rl_last_step"]
-    print("\nRL, first -> last step: " + ", ".join(f"{k} {_number(first[k])} -> {_number(last[k])}" for k in first))
-    print(f"\nsummary: {path}   reports: {path.parent / 'eval'}/*/report.html   total {summary['seconds']['total']} s")
-    for warning in summary["warnings"]:
-        print(f"WARNING: {warning}")
-
-
-# ------------------------------------------------------------------------------------------------------------ main
 def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
     """Sizes of the stages before RL, shared by `demo.py` and `experiment.py`."""
     parser.add_argument("--train_rows", type=int, default=1024)
@@ -350,57 +321,3 @@ def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
         default=900,
         help="batches of 8 (the recipe's); fewer, and boxes miss the named cell more often",
     )
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", type=Path, default=Path("outputs/demo"))
-    add_stage_arguments(parser)
-    parser.add_argument("--rl_steps", type=int, default=16)
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> dict:
-    args = parse_args(argv)
-    out = args.output_dir
-    stage = Stages()
-    kit = tiny_kit()
-    clip_dir, data_dir, sft_dir, rl_dir = out / "clip", out / "data", out / "sft", out / "rl"
-    clip = stage("train the CLIP verifier", lambda: train_verifier(clip_dir, kit, args.clip_steps))
-    stage("generate synthetic data", lambda: make_data(data_dir, args.train_rows, args.test_rows))
-
-    def evaluate_stage(name: str, model: Path, **overrides) -> dict:
-        eval_dir = out / "eval" / name
-        return eval_summary(evaluate(model, data_dir, eval_dir, args.test_rows, **overrides), eval_dir)
-
-    results = {}
-    # No record yet for the untrained policy and SFT (SFT scores nothing with CLIP, so its record names no
-    # verifier): they get RL's rollout budget and the trained verifier.
-    before_rl = {"clip_model": clip_dir, **rollout_budget()}
-    results["base"] = stage(
-        "evaluate the untrained policy", lambda: evaluate_stage("base", kit["policy"], **before_rl)
-    )
-    stage("SFT cold start", lambda: run_sft(kit["policy"], data_dir, sft_dir, args.sft_steps))
-    results["sft"] = stage("evaluate after SFT", lambda: evaluate_stage("sft", sft_dir, **before_rl))
-    trainer = stage("MAPO RL", lambda: run_rl(rl_args(sft_dir, data_dir, clip_dir, rl_dir, args.rl_steps)))
-    results["rl"] = stage("evaluate after RL", lambda: evaluate_stage("rl", rl_dir))
-
-    steps = rl_step_log(trainer.state.log_history)
-    summary = {
-        "clip_verifier": clip,
-        "eval": results,
-        "rl_steps": steps,
-        "rl_first_step": rl_endpoint(steps[0]) if steps else {},
-        "rl_last_step": rl_endpoint(steps[-1]) if steps else {},
-        "rl_overview": rl_overview(steps),
-    }
-    summary["warnings"] = signal_warnings(summary)
-    summary["seconds"] = {**stage.seconds, "total": stage.total()}
-    path = out / "summary.json"
-    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    print_summary(summary, path)
-    return summary
-
-
-if __name__ == "__main__":
-    main()

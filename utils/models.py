@@ -1,6 +1,7 @@
-"""The one place that loads models, processors and the CLIP verifier by name.
+"""The one place that loads models, processors, the CLIP verifier and the step text encoder by name, and builds an
+architecture on the meta device.
 
-SFT, RL, evaluation and the tests all load through here, so a tiny local kit (`tiny_models.py`) and the real
+SFT, RL, evaluation and the tests all load through here, so the tiny local kit (`tiny/kit.py`) and the real
 checkpoints (`Qwen/Qwen2.5-VL-7B-Instruct`, open_clip `ViT-B-32`/`openai`) take exactly the same code path.
 """
 
@@ -13,16 +14,26 @@ from typing import TYPE_CHECKING, Any
 
 import open_clip
 import torch
-from transformers import AutoModel, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer, ProcessorMixin
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    AutoTokenizer,
+    PretrainedConfig,
+    ProcessorMixin,
+)
 from transformers.image_utils import SizeDict
 
-from tools.config import OPEN_CLIP_RESIZE_MODE, PixelBudget
+from tools.config import PixelBudget, open_clip_resize_mode
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
     from trl import ModelConfig
 
-CHAT_TEMPLATE_PATH = Path(__file__).parent / "recipes" / "chat_template.jinja"
+RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
+CHAT_TEMPLATE_PATH = RECIPES_DIR / "chat_template.jinja"
+MODEL_CONFIGS_DIR = RECIPES_DIR / "model_configs"
 CLIP_CONFIG_NAME = "open_clip_config.json"
 CLIP_WEIGHTS_NAME = "open_clip_pytorch_model.bin"
 
@@ -108,13 +119,12 @@ def load_clip(
     `resize` is how an image is fitted to the model's square input (`tools.ToolConfig.clip_resize`): `pad`
     letterboxes it (open_clip's `longest` mode), so an elongated crop is scored whole, not by its middle square.
     """
-    if resize not in OPEN_CLIP_RESIZE_MODE:
-        raise ValueError(f"clip_resize must be one of {sorted(OPEN_CLIP_RESIZE_MODE)}; got {resize!r}")
+    resize_mode = open_clip_resize_mode(resize)
     name = _clip_name(name)
     if name.startswith("local-dir:"):
         pretrained = None  # the directory carries its weights; recipes may still name a tag for hub models
     model, _, preprocess = open_clip.create_model_and_transforms(
-        name, pretrained=pretrained, device=device, image_resize_mode=OPEN_CLIP_RESIZE_MODE[resize]
+        name, pretrained=pretrained, device=device, image_resize_mode=resize_mode
     )
     model.eval().requires_grad_(False)
     return model, preprocess, open_clip.get_tokenizer(name)
@@ -138,3 +148,24 @@ def load_text_encoder(name_or_path: str | os.PathLike) -> tuple[PreTrainedModel,
     """A frozen text encoder (`AutoModel`, `AutoTokenizer`) whose hidden states embed reasoning steps."""
     model = AutoModel.from_pretrained(name_or_path).eval().requires_grad_(False)
     return model, AutoTokenizer.from_pretrained(name_or_path)
+
+
+def resolve_config_path(config_dir_or_name: str | os.PathLike) -> str:
+    """A local config folder as is; a hub name such as `Qwen/Qwen2.5-VL-7B-Instruct` mapped to the shipped copy of
+    its `config.json` under `recipes/model_configs/` when there is one (so recipes naming hub models validate
+    offline); anything else goes to `AutoConfig` unchanged."""
+    path = Path(config_dir_or_name)
+    if path.is_dir():
+        return str(path)
+    shipped = MODEL_CONFIGS_DIR / path.name
+    return str(shipped) if (shipped / "config.json").is_file() else os.fspath(config_dir_or_name)
+
+
+def build_on_meta(config: PretrainedConfig | str | os.PathLike) -> PreTrainedModel:
+    """`AutoModelForImageTextToText.from_config` under `torch.device("meta")`: the real module tree and parameter
+    shapes, no storage, built in about a second even for 8B models. `config` is a config or what
+    `resolve_config_path` takes."""
+    if not isinstance(config, PretrainedConfig):
+        config = AutoConfig.from_pretrained(resolve_config_path(config))
+    with torch.device("meta"):
+        return AutoModelForImageTextToText.from_config(config)

@@ -1,4 +1,4 @@
-"""The task the agent is trained and evaluated on: its prompt, how its answer is read, and how it is scored.
+"""The task the agent is trained and evaluated on: its prompt, and how its answer and format are read.
 
 One definition of each, shared by SFT, RL and evaluation, so the three see the same words and score the same way.
 
@@ -6,17 +6,15 @@ One definition of each, shared by SFT, RL and evaluation, so the three see the s
   it from the tool's signature (`tools=[...]`), exactly as TRL does during RL.
 - `build_prompt` makes the conversational `prompt` column (system + user question); the image is attached by TRL
   (`prepare_multimodal_messages`) from the dataset's `image` column.
-- Reward functions follow TRL's signature `(completions, **kwargs) -> list[float | None]` and are registered by
-  name in `REWARDS`, so a recipe picks them with `reward_funcs: [outcome, format]`.
+- `extract_answer`, `is_correct` and `is_well_formed_turn` read a completion; the rewards built on them are in
+  `rewards.py`.
 """
 
 from __future__ import annotations
 
 import re
 import string
-from collections.abc import Callable, Sequence
-
-from tools import executed_calls
+from collections.abc import Sequence
 
 SYSTEM_PROMPT = (
     "You are a visual search agent. The image you see is downscaled, so small details may be unreadable.\n"
@@ -128,14 +126,9 @@ def is_correct(prediction: str | None, answer: str, options: Sequence[str] = ())
     return normalize(prediction) == normalize(answer)
 
 
-# --------------------------------------------------------------------------------------------------------- rewards
-def outcome_reward(completions: list, answer: list[str], options: list[Sequence[str]] | None = None, **kwargs):
-    """R_out: 1.0 when the final `<answer>` (fallback `\\boxed{}`) is correct, else 0.0. See `is_correct`."""
-    options = options if options is not None else [()] * len(completions)
-    return [float(is_correct(extract_answer(final_text(c)), a, o)) for c, a, o in zip(completions, answer, options)]
-
-
-def _turn_is_well_formed(message: dict, is_last: bool) -> bool:
+def is_well_formed_turn(message: dict, is_last: bool) -> bool:
+    """An assistant turn in the task's format: `<think>...</think>`, then a tool call (an intermediate turn) or one
+    `<answer>...</answer>` (the last turn)."""
     text = message_text(message)
     reasoning = message.get("reasoning_content")
     if reasoning is not None:  # TRL's response parser already moved `<think>...</think>` out of the content
@@ -151,50 +144,3 @@ def _turn_is_well_formed(message: dict, is_last: bool) -> bool:
     if is_last:  # the final turn answers and calls nothing
         return not has_call and _ANSWER_RE.fullmatch(rest) is not None
     return has_call and rest == ""  # an intermediate turn thinks, then calls (the call is parsed out of content)
-
-
-def format_reward(completions: list, **kwargs) -> list[float]:
-    """1.0 when every assistant turn is `<think>...</think>` followed by a tool call (intermediate turns) or by one
-    `<answer>...</answer>` (the last turn), else 0.0."""
-    scores = []
-    for completion in completions:
-        if isinstance(completion, str):
-            completion = [{"role": "assistant", "content": completion}]
-        turns = [m for m in completion if m.get("role") == "assistant"]
-        ok = bool(turns) and all(_turn_is_well_formed(m, i == len(turns) - 1) for i, m in enumerate(turns))
-        scores.append(float(ok))
-    return scores
-
-
-def gated_outcome_reward(completions: list, answer: list[str], options: list[Sequence[str]] | None = None, **kwargs):
-    """Binary R_out with format as a gate: 1.0 when the answer is correct *and* every turn is well formed
-    (`format_reward`), else 0.0. MAPO pairs R_sem with a binary outcome reward (section 3.3); gating keeps it binary
-    while still refusing credit to a right answer in a broken format."""
-    correct = outcome_reward(completions, answer, options)
-    return [c * f for c, f in zip(correct, format_reward(completions))]
-
-
-def tool_bonus_reward(
-    completions: list, answer: list[str], environments: list, options: list[Sequence[str]] | None = None, **kwargs
-):
-    """DeepEyes' tool bonus: 1.0 when the answer is correct and at least one zoom-in call of the trained completion
-    returned a crop (DeepEyes counts returned images; a call that only errored earns nothing), else 0.0."""
-    correct = outcome_reward(completions, answer, options)
-    used = [any(call.ok for call in executed_calls(env, c)) for env, c in zip(environments, completions)]
-    return [c * float(u) for c, u in zip(correct, used)]
-
-
-REWARDS: dict[str, Callable[..., list[float | None]]] = {
-    "outcome": outcome_reward,
-    "format": format_reward,
-    "gated_outcome": gated_outcome_reward,
-    "tool_bonus": tool_bonus_reward,
-}
-
-
-def get_reward_funcs(names: Sequence[str]) -> list[Callable]:
-    """Reward functions by registry name; an unknown name fails with the list of known ones."""
-    unknown = [n for n in names if n not in REWARDS]
-    if unknown:
-        raise ValueError(f"reward_funcs: unknown reward(s) {unknown}; known: {sorted(REWARDS)}")
-    return [REWARDS[name] for name in names]

@@ -1,4 +1,4 @@
-"""Scripted tool calls for the random tiny policy, shared by the tests and `bench.py`.
+"""Scripted tool calls for the random tiny policy, shared by the tests and `scripts/bench.py`.
 
 A random policy almost never writes a valid `<tool_call>`, so nothing downstream of the tool loop would run.
 `force_tool_calls` wraps one model instance's `generate`: the real generation still runs (same code path, same RNG
@@ -9,12 +9,15 @@ production path.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 
 import torch
 
-from tools import TOOL_NAME
+from configs import MAPOConfig
+from mapo_trainer import MAPOTrainer
+from rewards import get_reward_funcs
+from tools import ToolConfig, make_environment_factory, tool_call_text
+from utils.models import load_model, load_processor, pixel_budget
 
 DEFAULT_LABELS = ("red circle", "blue square")  # alternated over rows, so z_t differs within a group
 DEFAULT_BOX = (8, 8, 80, 80)  # inside the seen frame of any image at the tiny kit's pixel budget
@@ -22,8 +25,7 @@ DEFAULT_BOX = (8, 8, 80, 80)  # inside the seen frame of any image at the tiny k
 
 def tool_call_turn(label: str, box: Sequence[float] = DEFAULT_BOX, think: str = "look closer") -> str:
     """An assistant turn that thinks, then calls the zoom-in tool, in the Qwen2.5 `<tool_call>` JSON format."""
-    call = {"name": TOOL_NAME, "arguments": {"bbox_2d": list(box), "label": label}}
-    return f"<think>{think}</think>\n<tool_call>\n{json.dumps(call)}\n</tool_call><|im_end|>"
+    return f"<think>{think}</think>\n{tool_call_text(box, label)}<|im_end|>"
 
 
 def answer_turn(row: int) -> str:
@@ -90,12 +92,6 @@ def tiny_trainer(
     (another architecture, or one policy shared by several trainers) are used as they are, not loaded from the kit:
     such a model is not scripted here, so wrap its `generate` once with `force_tool_calls` first.
     """
-    # Imported here: the scripted turns above must stay importable without the trainer stack.
-    from mapo_trainer import MAPOConfig, MAPOTrainer
-    from models import load_model, load_processor, pixel_budget
-    from task import get_reward_funcs
-    from tools import ToolConfig, make_environment_factory
-
     processor = processor or load_processor(str(kit["policy"]))
     if model is None:
         model = load_model(str(kit["policy"]), dtype=torch.float32)

@@ -6,7 +6,7 @@
    (`scripted.force_tool_calls`), so every rollout zooms once and MAPO really scores every crop. Reported: median
    step time of each (generation, loss, backward, optimizer step; warm-up pairs dropped), their ratio, and the
    verifier's share of a MAPO step (time inside `_semantic_reward`, CLIP included, over the step's time), plus peak
-   GPU memory. (Earlier 7B figures came from separate processes and moved 30% between them.)
+   GPU memory.
    `--shape tiny` (default): the tiny kit's architecture, CPU or GPU, seconds. `--shape 7b`: Qwen2.5-VL-7B-Instruct's
    architecture (recipes/model_configs) with random weights, bf16 on one GPU, the 7B recipe's pixel budgets and a
    random-weight ViT-L-14 verifier: nothing downloads, and speed does not depend on the weights.
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import tempfile
@@ -31,22 +30,18 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+import torch
+from PIL import Image
+from transformers import AutoConfig, AutoModelForImageTextToText, set_seed
+from trl import GRPOTrainer
 
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
-from transformers import AutoConfig, AutoModelForImageTextToText, set_seed  # noqa: E402
-from trl import GRPOTrainer  # noqa: E402
-
-from data.synthetic import build_synthetic  # noqa: E402
-from hpo import bench_potentials  # noqa: E402
-from mapo_trainer import SEMANTIC_REWARD_NAME, ClipVerifier, MAPOTrainer  # noqa: E402
-from memory import resolve_config_path  # noqa: E402
-from models import load_processor  # noqa: E402
-from scripted import force_tool_calls, tiny_trainer  # noqa: E402
-from tiny_models import build_tiny_kit, kit_paths  # noqa: E402
-from tools import ToolConfig  # noqa: E402
+from data.synthetic import build_synthetic
+from hpo import bench_potentials
+from mapo_trainer import SEMANTIC_REWARD_NAME, ClipVerifier, MAPOTrainer
+from tiny.kit import build_tiny_kit, kit_paths
+from tiny.scripted import force_tool_calls, tiny_trainer
+from tools import ToolConfig
+from utils.models import load_processor, resolve_config_path
 
 
 # ------------------------------------------------------------------------------------------------------ shapes
@@ -267,8 +262,8 @@ def bench_hpo(kit: dict, sizes: list[int], steps: int, dim: int = 1024) -> dict:
             advantage_estimator="hpo", hpo_text_encoder=kit["text_encoder"],
             hpo_min_positive_steps=1, hpo_min_negative_steps=1,  # so that every group really is transported
         )  # fmt: skip
-        trainer._hpo_advantages = _timed(trainer._hpo_advantages, spent["hpo"])
-        trainer.step_encoder.embed = _timed(trainer.step_encoder.embed, spent["embed"])
+        trainer.hpo.encoder.embed = _timed(trainer.hpo.encoder.embed, spent["embed"])
+        trainer.hpo = _timed(trainer.hpo, spent["hpo"])
         trainer.train()
         step = [entry["step_time"] for entry in trainer.state.log_history if "step_time" in entry]
         fallback = [entry["hpo/fallback_frac"] for entry in trainer.state.log_history if "hpo/fallback_frac" in entry]

@@ -1,0 +1,133 @@
+"""What one evaluated sample records (`samples.jsonl`) and the run's metrics computed from those records; the
+definitions are in docs/evaluation.md. Each benchmark's own accuracy rule is beside its reader (`data.benchmarks`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from PIL.Image import Image
+
+from data.benchmarks import accuracy_by, benchmark_metrics, mean, score_answer
+from evaluation.agent import Episode
+from rewards import ClipVerifier
+from tools import ZoomCall, box_contains, boxes_overlap
+
+
+def clip_scores(verifier: ClipVerifier, images: Sequence[Image], calls: Sequence[list[ZoomCall]]) -> list[list]:
+    """For each episode (its original image and its calls), per call: `(z_t, z_full)`, the CLIP cosine of the call's
+    label with its crop and with the whole image, or None for a call that returned no crop. One batched CLIP call."""
+    pairs = [(call, image) for image, episode_calls in zip(images, calls) for call in episode_calls if call.ok]
+    cosine = verifier.similarity(
+        [call.label for call, _ in pairs] * 2, [call.crop for call, _ in pairs] + [image for _, image in pairs]
+    ).tolist()
+    scores = iter(zip(cosine[: len(pairs)], cosine[len(pairs) :]))
+    return [[next(scores) if call.ok else None for call in episode_calls] for episode_calls in calls]
+
+
+def _messages(episode: Episode, tokenizer) -> list[dict]:
+    """The episode's completion, JSON-ready: assistant turns as parsed (with their raw text, for turns the parser
+    could not read) and tool replies as text, each pointing at its call."""
+    messages, turns, call = [], iter(episode.turn_ids), 0
+    for message in episode.completion:
+        if message["role"] == "assistant":
+            messages.append(
+                {
+                    "role": "assistant",
+                    "reasoning": message.get("reasoning_content"),
+                    "content": message.get("content") or "",
+                    "tool_calls": [c.get("function", c) for c in message.get("tool_calls") or []],
+                    "raw": tokenizer.decode(next(turns)),
+                }
+            )
+        else:
+            content = message["content"]
+            text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+            messages.append({"role": "tool", "name": message["name"], "content": text, "call": call})
+            call += 1
+    return messages
+
+
+def episode_record(
+    benchmark: str, row: dict, episode: Episode, calls: list[ZoomCall], scores: list, tokenizer
+) -> dict:
+    """The `samples.jsonl` line of one sample; `calls` are `episode.calls`, `scores` their `clip_scores`."""
+    correct, reason = score_answer(benchmark, episode.prediction, row["answer"], row["options"])
+    messages = _messages(episode, tokenizer)
+    turn_of_call = {}
+    turn = 0
+    for message in messages:
+        turn += message["role"] == "assistant"
+        if message["role"] == "tool":
+            turn_of_call[message["call"]] = turn
+    records = []
+    for k, (call, score) in enumerate(zip(calls, scores)):
+        z, z_full = score or (None, None)
+        records.append(
+            {
+                "t": call.turn,
+                "turn": turn_of_call[k],
+                "name": call.name,
+                "arguments": call.arguments,
+                "label": call.label,
+                "box": list(call.box) if call.box else None,
+                "error": call.error,
+                "z": z,
+                "z_full": z_full,
+                "gap": None if z is None else z <= z_full,
+            }
+        )
+    return {
+        "id": row["id"],
+        "source": row["source"],
+        "question": row["prompt"][-1]["content"],
+        "options": list(row["options"]),
+        "answer": row["answer"],
+        "prediction": episode.prediction,
+        "correct": correct,
+        "failure": episode.failure or reason,
+        "num_turns": episode.num_turns,
+        "completion_tokens": len(episode.completion_ids),
+        "image_size": list(episode.image.size) if episode.image else None,
+        "seen_size": list(episode.seen_size) if episode.seen_size else None,
+        "target_bbox": row.get("target_bbox"),
+        "target_label": row.get("target_label"),
+        "messages": messages,
+        "calls": records,
+    }
+
+
+def _target_rate(records: Sequence[dict], hit: Callable[[Sequence[int], Sequence[int]], bool]) -> float | None:
+    """Over the valid calls of rows that have a `target_bbox`, the fraction whose crop `hit`s it; None without any."""
+    hits = [
+        float(hit(call["box"], record["target_bbox"]))
+        for record in records
+        if record.get("target_bbox")
+        for call in record["calls"]
+        if call["box"] is not None
+    ]
+    return mean(hits) if hits else None
+
+
+def compute_metrics(records: Sequence[dict], benchmark: str, skipped_rows: int = 0) -> dict[str, Any]:
+    """Accuracy under the benchmark's reporting rule plus the agent's tool use; definitions in docs/evaluation.md."""
+    calls = [call for record in records for call in record["calls"]]
+    valid = [call for call in calls if call["box"] is not None]
+    scored = [call for call in valid if call["z"] is not None]
+    metrics = {
+        "benchmark": benchmark,
+        "n": len(records),
+        "n_failed": sum(record["failure"] is not None for record in records),
+        "skipped_rows": skipped_rows,
+        "accuracy": mean([float(record["correct"]) for record in records]),
+        "accuracy_by_source": accuracy_by(records, lambda r: r["source"]),
+        "turns_per_sample": mean([record["num_turns"] for record in records]),
+        "calls_per_sample": mean([len(record["calls"]) for record in records]),
+        "tool_call_rate": mean([float(bool(record["calls"])) for record in records]),
+        "valid_call_rate": len(valid) / len(calls) if calls else None,
+        "box_contains_target": _target_rate(records, box_contains),
+        "box_touches_target": _target_rate(records, boxes_overlap),
+        "mean_z": mean([call["z"] for call in scored]),
+        "gap_rate": mean([float(call["gap"]) for call in scored]),
+    }
+    return metrics | benchmark_metrics(benchmark, records)

@@ -1,0 +1,143 @@
+"""An evaluation run: the agent on a benchmark's rows, resumable, written as `samples.jsonl`, `metrics.json` and
+`report.html` in its output folder (`evaluate.py` is its command line)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import datasets
+import torch
+from tqdm import tqdm
+from transformers import set_seed
+
+from configs import EvalArguments
+from data.benchmarks import read_benchmark
+from evaluation.agent import TransformersBackend, VLLMBackend, ZoomAgent, open_image
+from evaluation.metrics import clip_scores, compute_metrics, episode_record
+from evaluation.report import write_report
+from rewards import ClipVerifier
+from tools import ToolConfig
+from utils.models import load_model, load_processor
+
+# Fields that change what a run measures: a resumed run must not mix samples scored under different values (every
+# `ToolConfig` field counts too).
+RESULT_FIELDS = (
+    "model_name_or_path", "benchmark", "data_path", "split", "backend", "dtype", "max_completion_length",
+    "max_tool_calling_iterations", "temperature", "top_p", "seed",
+)  # fmt: skip
+
+
+def read_samples(path: Path) -> list[dict]:
+    """The records of `samples.jsonl`. A run killed mid-write leaves a partial last line: it is dropped (and cut
+    from the file, so the next append starts on a fresh line) and that sample runs again."""
+    if not path.exists():
+        return []
+    complete, _, partial = path.read_text(encoding="utf-8").rpartition("\n")
+    if partial:
+        path.write_text(complete + "\n" if complete else "", encoding="utf-8")
+    return [json.loads(line) for line in complete.splitlines() if line]
+
+
+def _check_resume(out: Path, args: EvalArguments, tool: ToolConfig) -> None:
+    """Record the run's settings; refuse to resume a run made with different result-defining ones."""
+    path = out / "eval_args.json"
+    current = asdict(args) | {"tool": asdict(tool)}
+    if path.exists():
+        previous = json.loads(path.read_text(encoding="utf-8"))
+        changed = {k: (previous.get(k), current[k]) for k in (*RESULT_FIELDS, "tool") if previous.get(k) != current[k]}
+        if changed:
+            raise ValueError(f"{out} holds a run with other settings {changed}; choose another --output_dir")
+    path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
+
+
+def build_agent(args: EvalArguments, tool: ToolConfig, device: str) -> ZoomAgent:
+    """The policy behind the chosen backend, with its processor, loaded as training loads them."""
+    processor = load_processor(args.model_name_or_path, min_pixels=tool.min_pixels, max_pixels=tool.max_pixels)
+    sampling = dict(temperature=args.temperature, top_p=args.top_p)
+    if args.backend == "vllm":
+        backend = VLLMBackend(
+            args.model_name_or_path,
+            processor,
+            **sampling,
+            max_images=args.vllm_max_images,
+            dtype=args.dtype,
+            gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+            max_model_len=args.vllm_max_model_len,
+            seed=args.seed,
+        )
+    else:
+        model = load_model(args.model_name_or_path, dtype=args.dtype, attn_implementation=args.attn_implementation)
+        backend = TransformersBackend(model.to(device), processor, **sampling)
+    return ZoomAgent(
+        backend,
+        processor,
+        tool,
+        max_completion_length=args.max_completion_length,
+        max_tool_calling_iterations=args.max_tool_calling_iterations,
+    )
+
+
+def run_evaluation(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
+    """Evaluate (or resume evaluating) `args.model_name_or_path` on `args.benchmark` with the zoom-in tool and CLIP
+    verifier of `tool` (training's: see `parse_args`); returns the metrics written to `<output_dir>/metrics.json`."""
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _check_resume(out, args, tool)
+    dataset, skipped = read_benchmark(
+        args.benchmark, args.data_path, split=args.split, skip_bad_rows=args.skip_bad_rows
+    )
+    # Rows are decoded by the agent, so that an image that does not decode fails its sample, not the run.
+    dataset = dataset.cast_column("image", datasets.Image(decode=False))
+    ids = dataset["id"]
+    selected = range(len(dataset) if args.limit is None else min(args.limit, len(dataset)))
+    samples_path = out / "samples.jsonl"
+    done = {record["id"] for record in read_samples(samples_path)}
+    todo = [i for i in selected if ids[i] not in done]
+
+    if todo:
+        set_seed(args.seed)
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        agent = build_agent(args, tool, device)
+        verifier = ClipVerifier(tool, device=device)
+        with (
+            samples_path.open("a", encoding="utf-8") as sink,
+            tqdm(
+                total=len(selected), initial=len(selected) - len(todo), desc=f"{args.benchmark}", unit="sample"
+            ) as progress,
+        ):
+            for start in range(0, len(todo), args.batch_size):
+                rows = [dataset[i] for i in todo[start : start + args.batch_size]]
+                episodes = agent.run(rows)
+                calls = [episode.calls for episode in episodes]
+                scores = clip_scores(verifier, [episode.image for episode in episodes], calls)
+                for row, episode, episode_calls, episode_scores in zip(rows, episodes, calls, scores):
+                    record = episode_record(
+                        args.benchmark, row, episode, episode_calls, episode_scores, agent.tokenizer
+                    )
+                    sink.write(json.dumps(record) + "\n")
+                sink.flush()
+                progress.update(len(rows))
+
+    records = read_samples(samples_path)
+    metrics = compute_metrics(records, args.benchmark, skipped_rows=len(skipped))
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    index = {row_id: i for i, row_id in enumerate(ids)}
+
+    def image_of(row_id: str):
+        try:
+            return open_image(dataset[index[row_id]]["image"])
+        except Exception:  # a missing or undecodable image is already this sample's recorded failure
+            return None
+
+    write_report(
+        out / "report.html",
+        records,
+        image_of,
+        metrics=metrics,
+        title=f"{args.model_name_or_path} on {args.benchmark}",
+        max_samples=args.report_max_samples,
+    )
+    return metrics

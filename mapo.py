@@ -1,0 +1,66 @@
+"""MAPO's math (Walk the Talk, section 3), pure and model-free: R_sem (eq. 2), the group-normalised advantage of
+R_out + beta * R_sem (eq. 3), and the scale of z_t. The derivation and where this departs from the paper:
+`docs/method.md`. `MAPOTrainer` computes eq. 3 through TRL's own reward aggregation; `mapo_advantages` states it on its
+own, for the tests and the trainer's `mapo/advantage_std` metric.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from trl.trainer.utils import nanstd
+
+SEMANTIC_SCORES = ("cosine", "clipscore")
+
+
+def semantic_reward(scores: Sequence[float], lam: float, empty: float = 0.0) -> float:
+    """R_sem of one rollout, eq. 2: (1/T) * sum_{t=1..T} lam^(T-t) * z_t.
+
+    Later calls weigh more (the last one has weight 1), and the 1/T factor discounts long trajectories. A NaN score
+    counts as 0 (an unscorable call earns nothing). `empty` is returned when there are no calls (T = 0).
+    """
+    T = len(scores)
+    if T == 0:
+        return float(empty)
+    return sum(lam ** (T - t) * (0.0 if math.isnan(z) else z) for t, z in enumerate(scores, start=1)) / T
+
+
+def mapo_advantages(
+    outcome: torch.Tensor,
+    semantic: torch.Tensor,
+    num_generations: int,
+    beta: float,
+    scale_rewards: str = "group",
+) -> torch.Tensor:
+    """MAPO's group-normalised advantage (eq. 3) of the composite R_out + beta * R_sem.
+
+    Rows are ordered group by group (G = `num_generations` consecutive rows per prompt), as TRL orders them.
+    Normalisation follows TRL's GRPO exactly, so that beta = 0 gives GRPO's advantages bit for bit: minus the group
+    mean, then divided by (group std + 1e-4) for "group", by (batch std + 1e-4) for "batch", by nothing for "none".
+    NaN rows (unscorable outcome) are left out of the statistics and get advantage 0.
+    """
+    rewards = outcome + beta * semantic
+    grouped = rewards.view(-1, num_generations)
+    mean = torch.nanmean(grouped, dim=1).repeat_interleave(num_generations)
+    if scale_rewards in ("group", "none"):
+        std = nanstd(grouped, dim=1).repeat_interleave(num_generations) if num_generations > 1 else None
+    elif scale_rewards == "batch":
+        std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else None
+    else:
+        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none'; got {scale_rewards!r}")
+    advantages = rewards - mean
+    if scale_rewards != "none":
+        advantages = advantages / ((std if std is not None else torch.zeros_like(rewards)) + 1e-4)
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+def scale_similarity(cosine: torch.Tensor, how: str) -> torch.Tensor:
+    """z_t from a CLIP cosine: "cosine" keeps it (in [-1, 1]); "clipscore" is 2.5 * max(cos, 0) (Hessel et al., 2021),
+    which stretches CLIP's narrow cosine band (about 0.15-0.35 for real CLIP) towards [0, 1] and ignores negatives."""
+    if how == "cosine":
+        return cosine
+    if how == "clipscore":
+        return 2.5 * cosine.clamp(min=0)
+    raise ValueError(f"semantic_score must be one of {SEMANTIC_SCORES}; got {how!r}")

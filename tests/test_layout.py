@@ -1,0 +1,284 @@
+"""The repo's layout rules, read from the source: imports flow one way, runnables are leaves, nothing edits `sys.path`
+or the environment at import, and `MAPOTrainer`'s docstring names every method it overrides.
+
+Each rule is a function over a source tree, so the tests also run it on a small tree that breaks the rule and check
+that it is caught.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import pytest
+from trl import GRPOTrainer
+
+from mapo_trainer import MAPOTrainer
+
+REPO = Path(__file__).resolve().parents[1]
+SKIP_DIRS = {".venv", "outputs", ".git", "__pycache__"}
+ENTRY_SCRIPTS = {"rl", "sft", "evaluate"}
+# The one runnable that imports an entry script: it is `rl.py` run unchanged but for its trainer class.
+ALLOWED_RUNNABLE_IMPORTS = {("scripts.rl_forced", "rl")}
+
+
+# ----------------------------------------------------------------------------------------------------- the rules
+def modules(root: Path) -> dict[str, Path]:
+    """Every Python module under `root` by dotted name (`utils.models`, `data` for `data/__init__.py`)."""
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if SKIP_DIRS & set(rel.parts):
+            continue
+        parts = list(rel.with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def _imported(node: ast.AST, module: str, known: dict[str, Path]) -> list[str]:
+    """The repo modules an import statement of `module` loads (a `from pkg import sub` names the submodule)."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:  # relative import
+            package = (
+                module.split(".")[: -node.level] if not known[module].name == "__init__.py" else module.split(".")
+            )
+            base = ".".join([*package, base] if base else package)
+        names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+    out = []
+    for name in names:
+        while name and name not in known:  # `import a.b.c` of a package path: the deepest repo module
+            name = name.rpartition(".")[0]
+        if name:
+            out.append(name)
+    return out
+
+
+def import_graph(root: Path) -> tuple[dict[str, set[str]], list[str]]:
+    """Module -> repo modules it imports at top level, and the imports of repo modules made inside a function or
+    class body (`module: line`), which hide an edge from anyone reading the top of the file."""
+    known = modules(root)
+    graph, deferred = {name: set() for name in known}, []
+    for name, path in known.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top = set(map(id, tree.body))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                targets = [t for t in _imported(node, name, known) if t != name]
+                if id(node) in top:
+                    graph[name] |= set(targets)
+                elif targets:
+                    deferred.append(f"{name}:{node.lineno} imports {', '.join(targets)}")
+    return graph, deferred
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (or a module importing itself): import cycles."""
+    index, low, stack, on_stack, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def runnable_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a runnable (`scripts.*`, an entry script) by a module that is not a test."""
+    runnable = {m for m in graph if m.startswith("scripts.") or m in ENTRY_SCRIPTS}
+    return [
+        f"{m} imports {t}"
+        for m, targets in sorted(graph.items())
+        if not m.startswith("tests")
+        for t in sorted(targets & runnable)
+        if (m, t) not in ALLOWED_RUNNABLE_IMPORTS
+    ]
+
+
+_SYS_PATH = re.compile(r"\bsys\.path\.(insert|append|extend)\(|\bsys\.path\s*=")
+_ENV_AT_IMPORT = re.compile(r"^os\.environ(\[|\.setdefault\(|\.update\()", re.M)
+
+
+def import_time_edits(root: Path) -> list[str]:
+    """`sys.path` edits anywhere, `# noqa: E402` (imports pushed below code), and environment variables set at module
+    level outside tests: configuration belongs to the Makefile and the entry points, not to an import."""
+    found = []
+    for name, path in modules(root).items():
+        text = path.read_text(encoding="utf-8")
+        if _SYS_PATH.search(text):
+            found.append(f"{name}: edits sys.path")
+        comments = [
+            t.string for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.COMMENT
+        ]
+        if any("noqa: E402" in comment for comment in comments):
+            found.append(f"{name}: noqa: E402")
+        if not name.startswith("tests") and _ENV_AT_IMPORT.search(text):
+            found.append(f"{name}: sets os.environ at import")
+    return found
+
+
+def overridden_methods(cls: type, base: type) -> set[str]:
+    """Methods that `cls` and the classes between it and `base` in its MRO define and that `base`'s MRO also defines:
+    what `cls` overrides of `base`."""
+    mro = cls.__mro__
+    own = mro[: mro.index(base)]
+    inherited = {name for klass in base.__mro__ for name in vars(klass)}
+    return {name for klass in own for name, value in vars(klass).items() if callable(value) and name in inherited}
+
+
+def documented_overrides(docstring: str) -> set[str]:
+    """The methods a docstring's "Methods it overrides" list names: the first backticked name of each `- ` item."""
+    _, _, section = docstring.partition("Methods it overrides")
+    return set(re.findall(r"^\s*- `(\w+)`", section, re.M)) | set(re.findall(r"^\s*- `\w+`, `(\w+)`", section, re.M))
+
+
+# ------------------------------------------------------------------------------------------------------ the repo
+def test_the_repo_has_no_import_cycle():
+    graph, _ = import_graph(REPO)
+    assert {"mapo_trainer", "utils.models", "evaluation.agent", "tiny.stages"} <= set(graph)  # the walk found the repo
+    assert cycles(graph) == []
+
+
+def test_no_repo_module_is_imported_inside_a_function():
+    _, deferred = import_graph(REPO)
+    assert deferred == []
+
+
+def test_runnables_are_leaves():
+    graph, _ = import_graph(REPO)
+    assert runnable_imports(graph) == []
+
+
+def test_nothing_edits_sys_path_or_the_environment_at_import():
+    assert import_time_edits(REPO) == []
+
+
+def test_the_trainer_docstring_lists_every_method_it_overrides():
+    overridden = overridden_methods(MAPOTrainer, GRPOTrainer)
+    assert {"_calculate_rewards", "_generate_single_turn", "_load_from_checkpoint"} <= overridden
+    assert documented_overrides(MAPOTrainer.__doc__) == overridden
+
+
+# --------------------------------------------------------------------------------- the rules catch what they guard
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    return root
+
+
+def test_a_cycle_through_a_package_is_found(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "a.py": "from pkg import b\n",
+            "pkg/__init__.py": "",
+            "pkg/b.py": "from pkg.c import x\n",
+            "pkg/c.py": "import a\nx = 1\n",
+            "d.py": "import a\n",
+        },
+    )
+    graph, deferred = import_graph(root)
+    assert graph["a"] == {"pkg.b"} and graph["d"] == {"a"}
+    assert cycles(graph) == [["a", "pkg.b", "pkg.c"]]
+    assert deferred == []
+
+
+def test_a_deferred_import_and_a_runnable_import_are_found(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "lib.py": "def f():\n    import rl\n",
+            "rl.py": "",
+            "scripts/__init__.py": "",
+            "scripts/demo.py": "import rl\n",
+            "tiny/stages.py": "from scripts import demo\n",
+            "tests/test_x.py": "from scripts import demo\n",
+        },
+    )
+    graph, deferred = import_graph(root)
+    assert deferred == ["lib:2 imports rl"]
+    assert runnable_imports(graph) == ["scripts.demo imports rl", "tiny.stages imports scripts.demo"]
+
+
+def test_import_time_edits_are_found(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "a.py": "import sys\nsys.path.insert(0, '.')\n",
+            "b.py": "import os\nos.environ.setdefault('X', '1')\nimport json  # noqa: E402\n",
+            "c.py": "import os\n\ndef main():\n    os.environ['X'] = '1'\n",
+            "tests/conftest.py": "import os\nos.environ.setdefault('X', '1')\n",
+        },
+    )
+    assert import_time_edits(root) == ["a: edits sys.path", "b: noqa: E402", "b: sets os.environ at import"]
+
+
+class _Base:
+    def hook(self): ...
+
+    def other(self): ...
+
+
+class _Mixin:
+    def other(self): ...
+
+
+class _Trainer(_Mixin, _Base):
+    """Methods it overrides:
+    - `hook`: something.
+    """
+
+    def hook(self): ...
+
+    def helper(self): ...
+
+
+@pytest.mark.parametrize("doc, ok", [(_Trainer.__doc__, False), (_Trainer.__doc__ + "- `other` (`_Mixin`)\n", True)])
+def test_an_override_missing_from_the_docstring_is_found(doc, ok):
+    assert overridden_methods(_Trainer, _Base) == {"hook", "other"}
+    assert (documented_overrides(doc) == overridden_methods(_Trainer, _Base)) is ok
+
+
+def test_what_users_import_stays_where_it_was():
+    kept = {
+        "mapo_trainer": [
+            "MAPOConfig", "MAPOTrainer", "ClipVerifier", "semantic_reward", "mapo_advantages", "kantorovich_potentials",
+        ],
+        "tools": ["ToolConfig", "ZoomInEnv", "make_environment_factory"],
+        "tools.zoom_in": ["crop_box", "TOOL_NAME"],
+        "data.synthetic": ["build_synthetic"],
+        "data.benchmarks": ["load_benchmark"],
+        "tiny_models": ["build_tiny_kit", "kit_paths"],
+    }  # fmt: skip
+    missing = [f"{m}.{n}" for m, names in kept.items() for n in names if not hasattr(importlib.import_module(m), n)]
+    assert missing == []

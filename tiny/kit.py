@@ -1,0 +1,251 @@
+"""Build the tiny offline model kit that tests, CI and the demo run on instead of the real checkpoints.
+
+Every model here has the real architecture and file layout, so it goes through exactly the loading code the recipes
+use (`utils/models.py`); only the sizes shrink and the weights are random (seeded, so a rebuild is bit-identical):
+
+- `qwen2_5_vl/`: a ~300k-parameter `Qwen2_5_VLForConditionalGeneration` with its processor: a byte-level BPE
+  tokenizer trained here on the task's own text, Qwen2.5-VL's special tokens in Qwen's order, a pixel budget small
+  enough that a 448x448 image costs 16 tokens, and the repo's tool-calling chat template.
+- `clip/`: a small open_clip `CLIP` in the `local-dir:` format (`open_clip_config.json` + weights) for the verifier.
+- `text_encoder/`: a tiny `Qwen2Model` with the same tokenizer, for step embeddings.
+
+    python -m scripts.build_tiny_kit --output_dir outputs/tiny [--seed 0]   (make tiny)
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import open_clip
+import torch
+from open_clip.transform import PreprocessCfg
+from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers, trainers
+from tokenizers.models import BPE
+from transformers import (
+    AddedToken,
+    GenerationConfig,
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLForConditionalGeneration,
+    Qwen2_5_VLProcessor,
+    Qwen2Config,
+    Qwen2Model,
+    Qwen2Tokenizer,
+    Qwen2VLImageProcessor,
+    Qwen2VLVideoProcessor,
+)
+from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+from data import task
+from tools import tool_call_text
+from utils.models import load_chat_template, save_clip
+
+BPE_VOCAB_SIZE = 1024
+VOCAB_SIZE = 1088  # BPE vocab + 22 added tokens, padded to a multiple of 64 as Qwen pads its embedding matrix
+MAX_POSITIONS = 4096  # room for multi-turn rollouts with several images
+MIN_PIXELS, MAX_PIXELS = 28 * 28 * 4, 28 * 28 * 16  # a 448x448 image becomes 112x112: an 8x8 patch grid, 16 tokens
+
+# Qwen2.5-VL's added tokens in its own id order. The first 14 are special; the rest are not, so `<tool_call>` survives
+# `skip_special_tokens=True` decoding, which is what tool-call parsing reads.
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+NON_SPECIAL_TOKENS = [
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+]
+ADDED_TOKENS = SPECIAL_TOKENS + NON_SPECIAL_TOKENS
+
+COLOURS = ["red", "green", "blue", "yellow", "orange", "purple", "black", "white", "gray", "brown", "pink", "cyan"]
+SHAPES = ["circle", "square", "triangle", "star", "rectangle", "diamond", "cross", "hexagon", "arrow", "heart"]
+OBJECTS = [
+    "car", "bus", "person", "dog", "cat", "bird", "tree", "house", "window", "door", "clock", "bottle", "cup",
+    "book", "phone", "laptop", "chair", "table", "flower", "ball", "kite", "boat", "train", "bicycle", "umbrella",
+    "bag", "hat", "shirt", "shoe", "sign", "poster", "screen", "menu", "license plate", "street name", "logo",
+]  # fmt: skip
+PLACES = ["top left", "top right", "bottom left", "bottom right", "center", "left", "right", "top", "bottom"]
+
+
+def kit_paths(output_dir: str | Path) -> dict[str, Path]:
+    """Where `build_tiny_kit` puts each model, without building anything (a built kit is found by these paths)."""
+    root = Path(output_dir)
+    return {"policy": root / "qwen2_5_vl", "clip": root / "clip", "text_encoder": root / "text_encoder"}
+
+
+def tokenizer_corpus() -> list[str]:
+    """Deterministic training text: the prompts, tool schema and tool calls, answers and digits the agents see."""
+    lines = [load_chat_template(), task.SYSTEM_PROMPT, task.USER_SUFFIX, " ".join(str(i) for i in range(1000))]
+    lines += [
+        '{"type": "function", "function": {"name": "image_zoom_in_tool", "description": "Zoom in on a region of '
+        'the image.", "parameters": {"type": "object", "properties": {"bbox_2d": {"type": "array", "items": '
+        '{"type": "integer"}, "description": "Box [x1, y1, x2, y2] in pixels."}, "label": {"type": "string", '
+        '"description": "What the box shows."}}, "required": ["bbox_2d", "label"]}}}',
+        "Options:\n" + "\n".join(f"{letter}. {colour}" for letter, colour in zip(task.OPTION_LETTERS, COLOURS)),
+    ]
+    for i, (colour, shape, place) in enumerate(itertools.product(COLOURS, SHAPES, PLACES)):
+        x, y = (37 * i) % 400, (91 * i) % 400
+        bbox = [x, y, x + 16 + i % 48, y + 24 + i % 32]
+        letter = task.OPTION_LETTERS[i % len(task.OPTION_LETTERS)]
+        lines += [
+            f"What colour is the {shape} in the {place} of the image?",
+            f"<think>The {shape} in the {place} is too small to see, so I zoom in.</think>\n"
+            + tool_call_text(bbox, f"{colour} {shape}"),
+            f"<tool_response>\nZoomed in on {bbox} ({colour} {shape}).\n</tool_response>",
+            f"<think>The zoomed view shows a {colour} {shape}.</think> <answer>{letter}</answer>",
+            f"<answer>{colour}</answer> \\boxed{{{colour}}}",
+        ]
+    for i, (thing, other, place) in enumerate(itertools.product(OBJECTS, OBJECTS[::-1], PLACES)):
+        lines += [
+            f"How many {thing}s are there near the {other}? Is the {thing} to the {place} of the {other}?",
+            f"What is written on the {thing}? I cannot read it yet; the {other} in the {place} is blurry.",
+            f"The {COLOURS[i % len(COLOURS)]} {thing} is next to the {other}. There are {i % 10} of them.",
+        ]
+    for token in ADDED_TOKENS:  # matched before BPE runs, so don't spend merges on them
+        lines = [line.replace(token, " ") for line in lines]
+    return lines
+
+
+def build_tokenizer() -> Qwen2Tokenizer:
+    """A Qwen2-style byte-level BPE tokenizer trained offline, with Qwen2.5-VL's added tokens at ids 1024..1045."""
+    bpe = Tokenizer(BPE())
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(  # Qwen2's: digits split one by one, so bbox numbers tokenize alike
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=BPE_VOCAB_SIZE, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    bpe.train_from_iterator(tokenizer_corpus(), trainer)
+    state = json.loads(bpe.to_str())["model"]
+    vocab = state["vocab"]
+    assert len(vocab) == BPE_VOCAB_SIZE, f"corpus too small: {len(vocab)} < {BPE_VOCAB_SIZE} BPE tokens"
+    # Added tokens go in the vocab first: Qwen2Tokenizer registers its eos/pad itself, which would otherwise take the
+    # first free ids in the wrong order.
+    vocab |= {token: BPE_VOCAB_SIZE + i for i, token in enumerate(ADDED_TOKENS)}
+    tokenizer = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=[tuple(merge) for merge in state["merges"]],  # tokenizers 0.23 rejects "a b" strings
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        bos_token=None,
+        model_max_length=MAX_POSITIONS,
+    )
+    tokenizer.add_special_tokens({"extra_special_tokens": SPECIAL_TOKENS[1:]})
+    tokenizer.add_tokens([AddedToken(token, special=False, normalized=False) for token in NON_SPECIAL_TOKENS])
+    tokenizer.chat_template = load_chat_template()
+    return tokenizer
+
+
+def build_policy(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -> None:
+    """A tiny Qwen2.5-VL (real architecture, random weights) and its processor, saved as a hub checkpoint would be."""
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in ADDED_TOKENS}
+    eos, pad = ids["<|im_end|>"], ids["<|endoftext|>"]
+    config = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": VOCAB_SIZE,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": MAX_POSITIONS,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},  # = head_dim/2
+            "bos_token_id": pad,
+            "eos_token_id": eos,
+            "pad_token_id": pad,
+        },
+        vision_config={
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "window_size": 56,  # 2x2 merged patches per window, so the windowed-attention path is exercised
+            "fullatt_block_indexes": [1],
+            "out_hidden_size": 64,
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+    torch.manual_seed(seed)
+    model = Qwen2_5_VLForConditionalGeneration(config)
+    model.generation_config = GenerationConfig(bos_token_id=pad, eos_token_id=[eos, pad], pad_token_id=pad)
+    model.save_pretrained(output_dir)
+
+    processor = Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(),
+        chat_template=tokenizer.chat_template,
+    )
+    processor.save_pretrained(output_dir)
+
+
+def build_clip(output_dir: Path, seed: int) -> None:
+    """A small open_clip CLIP (modified-ResNet image tower, 2-layer text tower) that trains in minutes on a CPU."""
+    model_cfg = {
+        "embed_dim": 64,
+        "vision_cfg": {"image_size": 64, "layers": [1, 1, 1, 1], "width": 8},
+        "text_cfg": {"context_length": 32, "vocab_size": 49408, "width": 128, "heads": 2, "layers": 2},
+    }
+    torch.manual_seed(seed)
+    model = open_clip.CLIP(**model_cfg)
+    save_clip(model, output_dir, model_cfg, asdict(PreprocessCfg(size=model_cfg["vision_cfg"]["image_size"])))
+
+
+def build_text_encoder(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -> None:
+    """A tiny `Qwen2Model` sharing the policy's tokenizer, standing in for a real text-embedding model."""
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    config = Qwen2Config(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=MAX_POSITIONS,
+        bos_token_id=pad,
+        eos_token_id=eos,
+        pad_token_id=pad,
+    )
+    torch.manual_seed(seed)
+    Qwen2Model(config).save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+
+
+def build_tiny_kit(output_dir: str | Path, seed: int = 0) -> dict[str, Path]:
+    """Build the whole kit into `output_dir` and return `kit_paths(output_dir)`; same seed, same weights."""
+    paths = kit_paths(output_dir)
+    tokenizer = build_tokenizer()
+    build_policy(paths["policy"], tokenizer, seed)
+    build_clip(paths["clip"], seed)
+    build_text_encoder(paths["text_encoder"], tokenizer, seed)
+    return paths

@@ -1,0 +1,156 @@
+"""Start-up checks: each fails before training starts, naming the field to change and what it accepts.
+
+The model fields (family, quantisation, LoRA targets: `check_model`), trainable weights with no fp32 master copy
+(`check_master_weights`), and the vLLM version `use_vllm` needs (`check_vllm_version`).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from collections.abc import Callable, Iterable
+
+import torch
+import trl
+from accelerate.utils import DistributedType
+from packaging.version import InvalidVersion, Version
+from transformers import AutoConfig, PretrainedConfig
+
+from utils.lora import check_lora_targets
+from utils.models import build_on_meta, resolve_config_path
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_FAMILIES = {"qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL"}  # config.json model_type -> family
+
+
+def model_config(model_args: trl.ModelConfig) -> PretrainedConfig | None:
+    """The architecture of `model_name_or_path`, read without its weights, or None (logged) when it cannot be read.
+
+    A local folder's `config.json`; for a hub name, the copy shipped in `recipes/model_configs/` when its last name
+    matches (offline), else the hub's (network). Fails when the model is of a family the repo does not support: its
+    processor, chat template and zoom-tool frame are Qwen2.5-VL's and Qwen3-VL's.
+    """
+    name = model_args.model_name_or_path
+    source = resolve_config_path(name)
+    revision = model_args.model_revision if source == name else None  # shipped copies are of the main revision
+    try:
+        raw, _ = PretrainedConfig.get_config_dict(source, revision=revision)
+    except OSError as err:  # offline (HF_HUB_OFFLINE) or unreachable, and no shipped copy
+        logger.warning(
+            "model_name_or_path: cannot read the config of %s (%s); its model family and lora_target_modules are "
+            "not checked before loading",
+            name,
+            str(err).splitlines()[0],
+        )
+        return None
+    model_type = raw.get("model_type")
+    if model_type not in SUPPORTED_FAMILIES:
+        supported = ", ".join(f"{family} (model_type {key})" for key, family in SUPPORTED_FAMILIES.items())
+        raise ValueError(
+            f"model_name_or_path: {name} is a {model_type!r} model ({', '.join(raw.get('architectures') or [])}); "
+            f"supported model families: {supported}"
+        )
+    return AutoConfig.from_pretrained(source, revision=revision)
+
+
+def check_model(model_args: trl.ModelConfig) -> PretrainedConfig | None:
+    """Start-up checks of the model fields, before any weight is read; each error names the field and what it
+    accepts. The family (`model_config`); quantisation only with LoRA; every `lora_target_modules` entry selecting
+    some module of the real module tree (built on the meta device from the config: no weights, about a second for
+    8B; `utils.lora.check_lora_targets`, stricter than peft, which only fails when no entry matches)."""
+    if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:
+        raise ValueError(
+            "load_in_4bit/load_in_8bit: quantized weights cannot be fully fine-tuned; set use_peft: true (QLoRA) "
+            "or load_in_4bit: false"
+        )
+    config = model_config(model_args)
+    if config is not None and model_args.use_peft and model_args.lora_target_modules is not None:
+        model = build_on_meta(config)
+        try:
+            check_lora_targets(model, model_args.lora_target_modules)
+        except ValueError as err:
+            raise ValueError(f"lora_target_modules: {err}") from None
+    return config
+
+
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def check_master_weights(
+    named_parameters: Iterable[tuple[str, torch.nn.Parameter]], distributed_type: DistributedType
+) -> None:
+    """Fail at start when trainable weights are stored in half precision with no fp32 master copy.
+
+    A plain torch optimizer updates the weights in their own dtype: in bfloat16 (8 bits of mantissa) an update below
+    ~1/256 of a weight rounds away, so a full fine-tune at lr 1e-6 does not move at all, silently. DeepSpeed and
+    FSDP mixed precision keep fp32 master weights, and PEFT keeps LoRA adapters in fp32; anything else must load
+    fp32 weights and let `bf16: true` autocast the compute.
+    """
+    if distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
+        return
+    half = [(name, p) for name, p in named_parameters if p.requires_grad and p.dtype in HALF_DTYPES]
+    if half:
+        dtypes = sorted({str(p.dtype).removeprefix("torch.") for _, p in half})
+        count = sum(p.numel() for _, p in half)
+        raise ValueError(
+            f"{count:,} trainable parameters (e.g. {half[0][0]}) are stored in {'/'.join(dtypes)} and the optimizer "
+            f"keeps no fp32 master copy (accelerate distributed_type={distributed_type.value}): updates smaller than "
+            "1/256 of a weight round away and training silently does not move it. Set `dtype: float32` in the recipe "
+            "(keep `bf16: true`: compute is autocast), or train with DeepSpeed/FSDP (ACCELERATE=zero2, zero3 or "
+            "fsdp2), or train LoRA adapters (`use_peft: true`)."
+        )
+
+
+def keep_adapters_in_fp32(model: torch.nn.Module) -> int:
+    """QLoRA: put the trainable adapters of a 4/8-bit model back in float32; returns how many tensors it cast.
+
+    TRL 1.16's GRPO and SFT trainers cast them to bfloat16 (the QLoRA paper's choice, made at lr 2e-4); at this
+    repo's learning rates (1e-5 for RL) a bfloat16 adapter's updates round away, which `check_master_weights` then
+    refuses. float32 adapters are PEFT's own default; the frozen 4-bit base still computes in `dtype`.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not (getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False)):
+        return 0
+    cast = [p for p in model.parameters() if p.requires_grad and p.dtype in HALF_DTYPES]
+    for param in cast:
+        param.data = param.data.float()
+    return len(cast)
+
+
+SUPPORTED_VLLM = ("0.22.0", "0.31.0")  # TRL 1.16's range, `trl.import_utils.is_vllm_available`
+
+
+MIN_VLLM_MULTIMODAL_SERVER = "0.30.0"  # `trl vllm-serve` image features need vLLM's render endpoint
+
+
+def installed_version(name: str) -> str:
+    """The installed version of distribution `name` (raises `PackageNotFoundError`); tests replace it."""
+    return importlib.metadata.version(name)
+
+
+def check_vllm_version(use_vllm: bool, version: Callable[[str], str] | None = None) -> None:
+    """Fail at start when `use_vllm` is set and vLLM is missing or outside TRL 1.16's supported range.
+
+    TRL only warns about an unsupported vLLM and then fails later, inside vLLM or at the first weight sync.
+    `version` looks up an installed distribution's version (default `installed_version`).
+    """
+    if not use_vllm:
+        return
+    low, high = SUPPORTED_VLLM
+    try:
+        found = (version or installed_version)("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        found = None
+    try:
+        # base_version drops a local tag such as "+cu129", which would otherwise sort above the upper bound.
+        if found is not None and Version(low) <= Version(Version(found).base_version) <= Version(high):
+            return
+    except InvalidVersion:
+        pass
+    have = "vLLM is not installed" if found is None else f"vLLM {found} is installed"
+    raise ValueError(
+        f"use_vllm=True needs vLLM {low} to {high} (the versions TRL 1.16 supports; multimodal server mode needs "
+        f">= {MIN_VLLM_MULTIMODAL_SERVER}), but {have}. Install the pinned GPU extras (pip install -r "
+        "requirements-gpu.txt: vllm==0.31.0) or set use_vllm: false."
+    )

@@ -1,0 +1,88 @@
+"""Advantage and gradient-variance diagnostics, logged by `MAPOTrainer` for every estimator: whether an estimator
+lowers the variance of the policy gradient, as MAPO and HPO both claim, measured on the run itself."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import torch
+from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
+
+
+def trained_token_mask(batch: dict) -> torch.Tensor:
+    """The tokens the loss trains on: `completion_mask`, less tool-response tokens (`tool_mask`) when there are any."""
+    return (
+        batch["completion_mask"] if batch.get("tool_mask") is None else batch["completion_mask"] * batch["tool_mask"]
+    )
+
+
+def advantage_statistics(out: dict, reduce_sum: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, float]:
+    """`adv/variance` (of the advantages over trained tokens) and `adv/zero_frac` (the fraction of trained tokens whose
+    advantage is 0: no learning signal), over all processes (`reduce_sum`: a sum over processes of a tensor)."""
+    mask = trained_token_mask(out)
+    advantages = out["advantages"]
+    per_token = advantages if advantages.dim() == 2 else advantages[:, None].expand_as(mask)
+    values = per_token[mask.bool()].double()
+    local = torch.stack(
+        [values.sum(), values.square().sum(), values.new_tensor(values.numel()), (values.abs() < 1e-8).sum()]
+    )
+    total, square, count, zero = reduce_sum(local).tolist()
+    count = max(count, 1.0)
+    return {"adv/variance": square / count - (total / count) ** 2, "adv/zero_frac": zero / count}
+
+
+class GradientVarianceProbe:
+    """Every `every` steps: per-sample policy-gradient norms on a fixed batch, and their variance.
+
+    The fixed batch is the first `rows` rollouts of the first generation batch, with the advantages the run's
+    estimator gave them; so the probe compares estimators on the same rollouts (the first batch is drawn before any
+    update, hence identical across estimators for the same seed). The per-sample gradient is that of
+    -sum_t A_t log pi(a_t) / |tau| (the clipped surrogate's gradient at the sampling policy), taken with
+    `torch.autograd.grad`, so the optimizer's gradients are untouched.
+    """
+
+    def __init__(self, every: int, rows: int):
+        self.every, self.rows = every, rows
+        self._batch: list[dict] | None = None
+        self._done_at, self._off = -1, False
+
+    def __call__(self, trainer, out: dict) -> dict[str, float]:
+        """`probe/grad_norm_{mean,var}` at a probed step of `trainer` (a `GRPOTrainer`), else nothing."""
+        if self._off:
+            return {}
+        if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
+            warnings.warn("variance_probe_steps: the probe needs unsharded parameters; it is off.", stacklevel=2)
+            self._off = True
+            return {}
+        if self._batch is None:
+            batch = split_pixel_values_by_grid({k: v for k, v in out.items() if v is not None})
+            rows = split_tensor_dict(batch, len(out["prompt_ids"]))
+            self._batch = [unsplit_pixel_values_by_grid(r) for r in rows[: self.rows]]
+        step = trainer.state.global_step
+        if step % self.every or step == self._done_at:
+            return {}
+        self._done_at = step
+        params = [p for p in trainer.model.parameters() if p.requires_grad]
+        norms = []
+        for row in self._batch:
+            mask = trained_token_mask(row)
+            logps, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model,
+                torch.cat([row["prompt_ids"], row["completion_ids"]], dim=1),
+                torch.cat([row["prompt_mask"], row["completion_mask"]], dim=1),
+                row["completion_ids"].size(1),
+                pixel_values=row.get("pixel_values"),
+                image_grid_thw=row.get("image_grid_thw"),
+                num_images=row.get("num_images"),
+                mm_token_type_ids=row.get("mm_token_type_ids"),
+            )
+            advantages = row["advantages"] if row["advantages"].dim() == 2 else row["advantages"][:, None]
+            loss = -(advantages * logps * mask).sum() / mask.sum().clamp(min=1)
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            norms.append(torch.sqrt(sum(g.float().square().sum() for g in grads if g is not None)))
+        norms = trainer.accelerator.gather(torch.stack(norms)).double()
+        return {
+            "probe/grad_norm_mean": norms.mean().item(),
+            "probe/grad_norm_var": norms.var().item() if norms.numel() > 1 else 0.0,
+        }

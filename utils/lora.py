@@ -1,0 +1,88 @@
+"""LoRA targets with peft's matching rules, checked against a model's real module tree before training starts."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from torch import nn
+from transformers import PreTrainedModel
+
+ALL_LINEAR = "all-linear"  # peft's shorthand for every Linear layer but the output head
+
+
+def output_module_names(model: nn.Module) -> set[str]:
+    """Names of the output head (and any module sharing its weight), which peft's `all-linear` leaves out."""
+    head = model.get_output_embeddings() if isinstance(model, PreTrainedModel) else None
+    if head is None:
+        return set()
+    return {name for name, module in model.named_modules() if module is head}
+
+
+def is_lora_supported(module: nn.Module) -> bool:
+    # peft's LoRA also wraps nn.MultiheadAttention and GPT-2's Conv1D; neither occurs in the models this repo trains.
+    return isinstance(module, nn.Linear | nn.Embedding | nn.Conv1d | nn.Conv2d | nn.Conv3d)
+
+
+def normalise_target_modules(target_modules: str | Sequence[str] | None) -> str | list[str] | None:
+    """What TRL's `ModelConfig` hands peft: a one-element list becomes its element, a plain string.
+
+    That is how `[all-linear]` works in a recipe, and also why `[q_proj]` alone does not: peft reads a string as a
+    regular expression that must match the *full* module name.
+    """
+    if target_modules is None or isinstance(target_modules, str):
+        return target_modules
+    target_modules = list(target_modules)
+    return target_modules[0] if len(target_modules) == 1 else target_modules
+
+
+def lora_matches(model: nn.Module, target_modules: str | Sequence[str]) -> dict[str, list[str]]:
+    """Module names each LoRA target selects, with peft's rules.
+
+    A list entry matches a module whose name equals it or ends with `.<entry>`; a string is a regular expression
+    that must match the whole name, except `all-linear`, every `nn.Linear` but the output head. Keys are the targets
+    (the string itself for a string).
+    """
+    names = [name for name, _ in model.named_modules() if name]
+    if isinstance(target_modules, str):
+        if target_modules.lower() == ALL_LINEAR:
+            excluded = output_module_names(model)
+            linear = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in excluded]
+            return {target_modules: linear}
+        return {target_modules: [name for name in names if re.fullmatch(target_modules, name)]}
+    return {
+        target: [name for name in names if name == target or name.endswith(f".{target}")] for target in target_modules
+    }
+
+
+def check_lora_targets(model: nn.Module, target_modules: str | Sequence[str]) -> int:
+    """The number of modules the LoRA targets select; ValueError if any target selects nothing or a layer type peft
+    cannot adapt.
+
+    Stricter than peft, which only fails when *no* target matches: a typo beside valid names (`qkv_projj` next to
+    `q_proj`) would otherwise train silently without it. The message lists the Linear suffixes the model does have.
+    """
+    matches = lora_matches(model, target_modules)
+    missing = [target for target, found in matches.items() if not found]
+    if missing:
+        suffixes = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)})
+        hint = ""
+        if isinstance(target_modules, str):
+            hint = (
+                " A single target is a regular expression over the full module name (TRL passes a one-element list"
+                " to peft as a string): write e.g. '.*\\.q_proj', or list two or more names."
+            )
+        raise ValueError(
+            f"LoRA target(s) {missing} match no module of {type(model).__name__}. "
+            f"Linear module suffixes it has: {suffixes}.{hint}"
+        )
+    modules = dict(model.named_modules())
+    selected = {name for found in matches.values() for name in found}
+    unsupported = sorted(name for name in selected if not is_lora_supported(modules[name]))
+    if unsupported:
+        kinds = sorted({type(modules[name]).__name__ for name in unsupported})
+        raise ValueError(
+            f"LoRA target(s) select {len(unsupported)} module(s) peft cannot adapt ({', '.join(kinds)}), "
+            f"e.g. {unsupported[0]}: name Linear layers (their last name component) instead"
+        )
+    return len(selected)

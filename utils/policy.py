@@ -1,0 +1,45 @@
+"""The entry scripts' load and save steps for the policy: load it after the start-up checks of its fields, and save
+the final model with its processor and record."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import trl
+from accelerate import PartialState
+from transformers import PreTrainedModel, ProcessorMixin, Trainer
+
+from tools import ToolConfig, write_record
+from utils.checks import check_model
+from utils.models import load_model, load_processor, model_init_kwargs
+
+
+def load_policy(model_args: trl.ModelConfig, tool: ToolConfig) -> tuple[PreTrainedModel, ProcessorMixin]:
+    """The policy and its processor (with the repo's tool-calling chat template and `tool`'s pixel budget), after
+    `check_model`. `load_in_4bit`/`load_in_8bit` load the base through bitsandbytes with TRL's
+    `get_quantization_config`, as TRL's own scripts do (a GPU and `requirements-gpu.txt` needed)."""
+    path = model_args.model_name_or_path
+    if path.startswith(("outputs/", "./outputs/")) and not os.path.isdir(path):
+        raise FileNotFoundError(
+            f"model_name_or_path: {path} does not exist; it is an earlier stage's output (make sft before make rl)."
+        )
+    check_model(model_args)
+    processor = load_processor(path, min_pixels=tool.min_pixels, max_pixels=tool.max_pixels)
+    kwargs = model_init_kwargs(model_args)
+    quantization = trl.get_quantization_config(model_args)
+    if quantization is not None:  # each process's 4/8-bit weights on its own GPU (TRL < 1.x's get_kbit_device_map)
+        kwargs |= {"quantization_config": quantization, "device_map": {"": PartialState().local_process_index}}
+    model = load_model(path, **kwargs)
+    return model, processor
+
+
+def save_outputs(trainer: Trainer, processor: ProcessorMixin, tool: dict[str, Any], **rollout: Any) -> None:
+    """The final model, its processor, its `tool_config.json` and the trainer's state (`trainer_state.json`, with the
+    run's `log_history`), into `output_dir`."""
+    output_dir = trainer.args.output_dir
+    trainer.save_model(output_dir)
+    trainer.save_state()
+    if trainer.accelerator.is_main_process:
+        processor.save_pretrained(output_dir)
+        write_record(output_dir, tool, **rollout)

@@ -1,0 +1,158 @@
+"""Recipes: `--config recipe.yaml` with the base recipe it may name (`base:`), the command line over it, and the
+starting checkpoint's record (`tool_config.json`) under both; the merged recipe each run saves (`recipe.yaml`).
+
+Every entry script parses with `parse_args_and_record`, so SFT, RL and evaluation read a recipe the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trl
+import yaml
+
+from tools import read_record, record_mismatches, warn_on_mismatch
+
+logger = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------------------------------------- parse
+BASE_KEY = "base"
+RESOLVED_RECIPE_NAME = "recipe.yaml"
+
+
+@dataclass
+class Recipe:
+    """A recipe with its bases merged: `values` as TrlParser reads them, and which file set each one."""
+
+    path: Path
+    values: dict[str, Any]
+    origin: dict[str, Path]
+    files: list[Path]  # every file read, bases first, in the order they were merged
+
+
+def load_recipe(path: str | os.PathLike) -> Recipe:
+    """Read a recipe YAML and the base recipes it names, merged into one flat mapping.
+
+    A recipe may start with `base: <file>` or `base: [<file>, ...]` (paths relative to the recipe itself): the bases
+    are read first (each with its own bases: chains are allowed), in order, and every key the recipe sets replaces the
+    base's value whole (a list or a mapping is not merged key by key). So a value shared by several recipes (the
+    paper's MAPO values, the pixel budgets SFT and RL must agree on, the LoRA block) is written once. A missing base
+    file or a cycle fails with the chain that led to it.
+    """
+    return _load_recipe(Path(path), ())
+
+
+def _load_recipe(path: Path, chain: tuple[Path, ...]) -> Recipe:
+    if path.resolve() in (p.resolve() for p in chain):
+        raise ValueError(f"recipe bases form a cycle: {' -> '.join(map(str, (*chain, path)))}")
+    if not path.is_file():
+        named_by = f" (named by `{BASE_KEY}:` in {chain[-1]})" if chain else ""
+        raise FileNotFoundError(f"recipe {path} does not exist{named_by}")
+    values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(values, dict):
+        raise ValueError(f"recipe {path} must be a YAML mapping of field: value, got {type(values).__name__}")
+    bases = values.pop(BASE_KEY, None)
+    bases = [bases] if isinstance(bases, str) else bases if bases is not None else []
+    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
+        raise ValueError(f"{path}: `{BASE_KEY}:` must be a recipe file or a list of them, got {bases!r}")
+    merged, origin, files = {}, {}, []
+    for base in bases:
+        parent = _load_recipe(Path(os.path.normpath(path.parent / base)), (*chain, path))
+        merged.update(parent.values)
+        origin.update(parent.origin)
+        files += parent.files
+    merged.update(values)
+    origin.update(dict.fromkeys(values, path))
+    return Recipe(path, merged, origin, list(dict.fromkeys([*files, path])))
+
+
+def format_recipe(recipe: Recipe, header: Sequence[str] = ()) -> str:
+    """The merged recipe as one flat YAML file, its keys grouped by the file that set them: what a run really used,
+    rerunnable with `--config` on its own (it names no base)."""
+    lines = [f"# {line}" for line in header]
+    for source in recipe.files:
+        keys = {k: v for k, v in recipe.values.items() if recipe.origin[k] == source}
+        if keys:
+            lines += ["", f"# from {source}"]
+            for key, value in keys.items():  # one line per key; lists and mappings of scalars inline, as written
+                flow = None if isinstance(value, list | dict) else False
+                lines.append(yaml.safe_dump({key: value}, sort_keys=False, default_flow_style=flow).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+class RecipeParser(trl.TrlParser):
+    """`TrlParser` whose `--config` recipe may name base recipes (`load_recipe`); everything else is TRL's."""
+
+    def parse_args_and_config(self, args: Iterable[str] | None = None, **kwargs) -> tuple:
+        args = list(sys.argv[1:] if args is None else args)
+        if "--config" not in args:
+            return super().parse_args_and_config(args, **kwargs)
+        index = args.index("--config")
+        recipe = load_recipe(args[index + 1])
+        del args[index : index + 2]
+        values = dict(recipe.values)
+        env = values.pop("env", {})  # as TrlParser: the recipe's `env` mapping goes into os.environ
+        if not isinstance(env, dict):
+            raise ValueError(f"{recipe.path}: `env` must be a mapping of variable: value")
+        os.environ.update({key: str(value) for key, value in env.items()})
+        unknown = self.set_defaults_with_config(**values)[::2]  # ["--key", "value", ...]
+        if unknown:
+            where = ", ".join(f"{key[2:]} (set in {recipe.origin[key[2:]]})" for key in unknown)
+            raise ValueError(
+                f"Unknown arguments from config file {recipe.path}: {where}; no dataclass of this script has them."
+            )
+        return super().parse_args_and_config(args, **kwargs)
+
+
+def parse_args_and_record(
+    dataclass_types: Iterable[type], argv: Sequence[str] | None = None, *, save_recipe: bool = False
+) -> tuple:
+    """`TrlParser(dataclass_types).parse_args_and_config(argv)`, with recipe bases and the starting checkpoint's
+    record as defaults.
+
+    Precedence: the command line, then the recipe (`--config`, its `base:` files merged under it: `load_recipe`),
+    then the record of the checkpoint named by `model_name_or_path` (`tool_config.json`: the tool settings it was
+    trained with and, after RL, its rollout budget), then the dataclass defaults. A value that differs from the
+    record warns with both values. With `save_recipe` (the entry scripts' command line) the merged recipe is written
+    to `<output_dir>/recipe.yaml` by the first process, with the command line in its header.
+    """
+    dataclass_types = tuple(dataclass_types)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parsed = RecipeParser(dataclass_types).parse_args_and_config(list(argv))
+    checkpoint = next(p.model_name_or_path for p in parsed if hasattr(p, "model_name_or_path"))
+    record = read_record(checkpoint)
+    if record is not None:
+        parser = RecipeParser(dataclass_types)
+        parser.set_defaults_with_config(**record["tool"], **record["rollout"])  # keys no dataclass has are ignored
+        parsed = parser.parse_args_and_config(list(argv))
+        values = {name: value for p in parsed for name, value in vars(p).items()}
+        warn_on_mismatch(checkpoint, record_mismatches(record, values))
+    if "--config" in argv:
+        recipe = load_recipe(argv[argv.index("--config") + 1])
+        if len(recipe.files) > 1:
+            logger.info("recipe %s: merged from (last wins) %s", recipe.path, ", ".join(map(str, recipe.files)))
+        output_dir = next((p.output_dir for p in parsed if hasattr(p, "output_dir")), None)
+        if save_recipe and output_dir and int(os.environ.get("RANK", "0")) == 0:
+            save_resolved_recipe(recipe, output_dir, argv)
+    return parsed
+
+
+def save_resolved_recipe(recipe: Recipe, output_dir: str | os.PathLike, argv: Sequence[str]) -> Path:
+    """`<output_dir>/recipe.yaml`: the merged recipe, and the command line that ran it, for reproducing the run."""
+    path = Path(output_dir) / RESOLVED_RECIPE_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    script = os.path.basename(sys.argv[0]) or "python"
+    header = [
+        f"The recipe {script} ran: {recipe.path}, merged from (last wins) {', '.join(map(str, recipe.files))}.",
+        f"Command line: {script} {' '.join(argv)}",
+        f"Rerun: {script} --config {path} <the command line's flags but --config>",
+    ]
+    path.write_text(format_recipe(recipe, header), encoding="utf-8")
+    return path
