@@ -1,0 +1,1 @@
+"""Runnables, each run as `python -m scripts.NAME`; nothing imports them but the tests."""
