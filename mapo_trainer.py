@@ -24,6 +24,7 @@ from utils.diagnostics import GradientVarianceProbe, advantage_statistics
 from utils.models import pixel_budget
 from utils.resume import ExactResume
 from utils.rollout import check_token_budget
+from utils.tool_rounds import AgreedToolRounds
 from utils.vllm_images import VLLMImagePlaceholders
 
 # What users import from here, wherever it is defined.
@@ -39,7 +40,7 @@ __all__ = [
 SEMANTIC_REWARD_NAME = "semantic"
 
 
-class MAPOTrainer(ExactResume, VLLMImagePlaceholders, GRPOTrainer):
+class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrainer):
     """GRPO with MAPO's semantic reward R_sem as one more reward column, weighted `semantic_beta` ('mapo',
     'mapo+hpo') or 0 ('grpo', 'hpo': R_sem logged only), so TRL's `sum_then_normalize` computes eq. 3.
 
@@ -51,8 +52,12 @@ class MAPOTrainer(ExactResume, VLLMImagePlaceholders, GRPOTrainer):
     - `__init__`: the zoom-in environment, the CLIP verifier, the R_sem reward column, the token-budget check;
     - `_calculate_rewards`: R_sem withheld where the outcome is unscorable; group-level metrics;
     - `_generate_and_score_completions`: HPO's per-token advantages; advantage and gradient-variance diagnostics;
-    - `_generate_single_turn` (`utils.vllm_images.VLLMImagePlaceholders`): in vLLM colocate mode each image, tool
-      crops included, reaches vLLM as one placeholder (trl#6294);
+    - `_tool_call_loop` (`utils.tool_rounds.AgreedToolRounds`): with several processes, every one takes part in
+      every generation round of the tool loop, so ZeRO-3/FSDP's synchronized generation and vLLM's gathers cannot
+      hang or mismatch on unequal tool depth (trl#6673);
+    - `_generate_single_turn` (`AgreedToolRounds`, then `utils.vllm_images.VLLMImagePlaceholders`): the round's
+      agreed prompt count; in vLLM colocate mode each image, tool crops included, reaches vLLM as one placeholder
+      (trl#6294);
     - `_load_from_checkpoint`, `_get_train_sampler` (`utils.resume.ExactResume`): resume with the checkpoint's
       weights and the uninterrupted run's data order.
     """

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 
 TOLERANCE = {"rel": 1e-5, "abs": 1e-6}
+LAUNCH_TIMEOUT_S = 300  # a 2-process run takes ~40 s on 2 idle cores
 # Wall-clock metrics, not functions of the batch.
 TIMINGS = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
 
@@ -48,20 +50,47 @@ def without_addresses(texts: list[str]) -> list[str]:
     return [re.sub(r" at 0x[0-9a-fA-F]+", "", text) for text in texts]
 
 
-@pytest.fixture(scope="module")
-def runs(tiny_kit, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("multiprocess")
-    result = tmp / "two.json"
+def launch_two(tmp: Path, name: str, **extra) -> dict:
+    """`tests/scripts/two_process_mapo.py` under `accelerate launch` with 2 gloo processes; what its main process
+    logged. A hang (the bug `AgreedToolRounds` prevents) fails at the timeout instead of blocking the suite."""
+    result = tmp / name / "two.json"
+    result.parent.mkdir(parents=True)
     cmd = [sys.executable, "-m", "accelerate.commands.launch"]
     cmd += ["--config_file", "recipes/accelerate_configs/multi_cpu.yaml", "--main_process_port", str(free_port())]
-    cmd += ["tests/scripts/two_process_mapo.py", str(result), "2"]
+    cmd += ["tests/scripts/two_process_mapo.py", str(result), "2", json.dumps(extra)]
     # Prepend: replacing PYTHONPATH would drop packages a machine installs on it (seen on a GPU machine).
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": pythonpath, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired as err:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both ranks: a hung rank must not outlive the test
+        proc.communicate()
+        raise AssertionError(f"2-process run {extra} did not finish in {LAUNCH_TIMEOUT_S} s (a hang?)") from err
+    assert proc.returncode == 0, f"{stdout[-2000:]}\n{stderr[-4000:]}"
+    return json.loads(result.read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_kit, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("multiprocess")
+    two = launch_two(tmp, "equal")
     one = run(tmp / "one", per_device=4, kit_dir=tiny_kit["policy"].parent)
-    return one, json.loads(result.read_text())
+    return one, two
+
+
+@pytest.fixture(scope="module")
+def unequal_depth_runs(tiny_kit, tmp_path_factory):
+    """Rank 0's rollouts zoom in twice, rank 1's once: with synchronized generation (as ZeRO-3/FSDP turn it on)
+    and without, against one process with the same global batch."""
+    tmp = tmp_path_factory.mktemp("unequal_depth")
+    synced = launch_two(tmp, "synced", unequal_depth=True, synced_gpus=True)
+    plain = launch_two(tmp, "plain", unequal_depth=True)
+    one = run(tmp / "one", per_device=4, kit_dir=tiny_kit["policy"].parent, unequal_depth=True)
+    return one, plain, synced
 
 
 def test_two_processes_each_score_their_own_rollouts(runs):
@@ -98,3 +127,21 @@ def test_logged_metrics_equal_one_process(runs):
             else:
                 assert b[key] == pytest.approx(a[key], **TOLERANCE), (a["step"], key)
     assert one["log"][0]["tools/zoom_calls_per_rollout"] == 1.0 and one["log"][0]["grad_norm"] > 0
+
+
+def test_unequal_tool_depth_under_synchronized_generation_finishes_and_changes_nothing(unequal_depth_runs):
+    one, plain, synced = unequal_depth_runs
+    calls = [[e["tools/zoom_calls_per_rollout"] for e in run["log"]] for run in (one, plain, synced)]
+    assert calls == [[1.5, 1.5]] * 3  # two rollouts of 2 calls and two of 1 per step: the depths really differ
+    for step, (a, b, c) in enumerate(zip(one["steps"], plain["steps"], synced["steps"])):
+        assert without_addresses(b["completions"]) == without_addresses(c["completions"]), step
+        assert b["advantages"] == c["advantages"] and b["rewards"] == c["rewards"], step
+        assert without_addresses(a["completions"]) == without_addresses(b["completions"]), step
+        assert b["advantages"] == pytest.approx(a["advantages"], **TOLERANCE), step
+    for a, b, c in zip(one["log"], plain["log"], synced["log"]):
+        assert set(a) == set(b) == set(c)
+        for key in sorted(set(a) - TIMINGS):
+            if isinstance(a[key], float) and math.isnan(a[key]):
+                assert math.isnan(b[key]) and math.isnan(c[key]), key
+            else:
+                assert c[key] == b[key] and b[key] == pytest.approx(a[key], **TOLERANCE), (a["step"], key)

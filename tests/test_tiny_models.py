@@ -5,7 +5,8 @@ import json
 import pytest
 import torch
 from PIL import Image
-from transformers import AutoConfig, AutoProcessor, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+from transformers import AutoConfig, AutoModel, AutoProcessor, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+from transformers.integrations import deepspeed as hf_deepspeed
 from trl import ModelConfig
 from trl.chat_template_utils import (
     add_response_schema,
@@ -198,3 +199,29 @@ def test_text_encoder_embeds_steps(tiny_kit):
     hidden = model(**batch).last_hidden_state
     assert hidden.shape == (2, batch["input_ids"].shape[1], model.config.hidden_size)
     assert not any(p.requires_grad for p in model.parameters())
+
+
+class _RegisteredZero3:
+    """What `TrainingArguments` registers with transformers when its DeepSpeed config is ZeRO-3."""
+
+    def is_zero3(self) -> bool:
+        return True
+
+
+def test_side_models_load_whole_when_a_zero3_config_is_registered(tiny_kit):
+    """Under ZeRO-3 transformers builds every model inside `deepspeed.zero.Init` (its parameters partitioned); the
+    CLIP verifier and HPO's text encoder live outside any engine, so they must load whole."""
+    registered = _RegisteredZero3()
+    hf_deepspeed.set_hf_deepspeed_config(registered)
+    try:
+        assert hf_deepspeed.is_deepspeed_zero3_enabled()
+        # The mechanism at work: a plain load goes to zero.Init (here it cannot even start: no DeepSpeed on CPU).
+        with pytest.raises(ModuleNotFoundError, match="deepspeed"):
+            AutoModel.from_pretrained(tiny_kit["text_encoder"])
+        encoder, _ = models.load_text_encoder(tiny_kit["text_encoder"])
+        clip, _, _ = models.load_clip(tiny_kit["clip"])
+        assert hf_deepspeed.is_deepspeed_zero3_enabled()  # the policy's own load still sees the config
+    finally:
+        hf_deepspeed.unset_hf_deepspeed_config()
+    for model in (encoder, clip):
+        assert all(p.numel() > 0 and not hasattr(p, "ds_id") for p in model.parameters())

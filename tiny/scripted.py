@@ -39,11 +39,14 @@ def force_tool_calls(
     labels: Sequence[str] = DEFAULT_LABELS,
     first_turn: Callable[[int, str], str] | None = None,
     answer: Callable[[int], str] = answer_turn,
+    depth: Callable[[str], int] | None = None,
 ) -> list[str]:
     """Make `model.generate` emit a zoom-in call on turns without a tool response, and an answer after one.
 
     Returns the list the scripted turns are appended to, for inspection. `first_turn(row, label)` overrides the
-    scripted call text and `answer(row)` the answer; `row` is the row's index in the generation batch.
+    scripted call text and `answer(row)` the answer; `row` is the row's index in the generation batch. `depth(text)`,
+    given a rollout's decoded context, sets how many calls it makes in all (default 1): a turn calls the tool while
+    the context holds fewer tool responses than that.
     """
     original = model.generate
     scripts: list[str] = []
@@ -53,7 +56,8 @@ def force_tool_calls(
         input_ids = kwargs["input_ids"]
         rows = []
         for i, ids in enumerate(input_ids):
-            if "<tool_response>" not in tokenizer.decode(ids):
+            context = tokenizer.decode(ids)
+            if context.count("<tool_response>") < (depth(context) if depth else 1):
                 label = labels[i % len(labels)]
                 text = first_turn(i, label) if first_turn else tool_call_turn(label)
             else:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +26,7 @@ from transformers import (
     ProcessorMixin,
 )
 from transformers.image_utils import SizeDict
+from transformers.integrations import deepspeed as hf_deepspeed
 
 from tools.config import PixelBudget, open_clip_resize_mode
 
@@ -36,6 +39,24 @@ CHAT_TEMPLATE_PATH = RECIPES_DIR / "chat_template.jinja"
 MODEL_CONFIGS_DIR = RECIPES_DIR / "model_configs"
 CLIP_CONFIG_NAME = "open_clip_config.json"
 CLIP_WEIGHTS_NAME = "open_clip_pytorch_model.bin"
+
+
+@contextmanager
+def outside_zero3() -> Iterator[None]:
+    """Build models beside the policy (the CLIP verifier, HPO's text encoder) whole on every process, even under
+    ZeRO-3.
+
+    Once the trainer's arguments name a ZeRO-3 config, transformers builds every model inside `deepspeed.zero.Init`
+    (`from_pretrained`, `from_config`), which partitions its parameters across processes: a side model that no
+    DeepSpeed engine wraps would then compute with empty shards. transformers decides by the config it registered
+    (`transformers.integrations.deepspeed.is_deepspeed_zero3_enabled`), unregistered here for the duration.
+    """
+    saved = hf_deepspeed._hf_deepspeed_config_weak_ref
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_deepspeed._hf_deepspeed_config_weak_ref = saved
 
 
 def load_chat_template() -> str:
@@ -123,9 +144,10 @@ def load_clip(
     name = _clip_name(name)
     if name.startswith("local-dir:"):
         pretrained = None  # the directory carries its weights; recipes may still name a tag for hub models
-    model, _, preprocess = open_clip.create_model_and_transforms(
-        name, pretrained=pretrained, device=device, image_resize_mode=resize_mode
-    )
+    with outside_zero3():
+        model, _, preprocess = open_clip.create_model_and_transforms(
+            name, pretrained=pretrained, device=device, image_resize_mode=resize_mode
+        )
     model.eval().requires_grad_(False)
     return model, preprocess, open_clip.get_tokenizer(name)
 
@@ -145,8 +167,10 @@ def save_clip(model: torch.nn.Module, output_dir: str | os.PathLike, model_cfg: 
 
 
 def load_text_encoder(name_or_path: str | os.PathLike) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A frozen text encoder (`AutoModel`, `AutoTokenizer`) whose hidden states embed reasoning steps."""
-    model = AutoModel.from_pretrained(name_or_path).eval().requires_grad_(False)
+    """A frozen text encoder (`AutoModel`, `AutoTokenizer`) whose hidden states embed reasoning steps; whole on every
+    process, never sharded by ZeRO-3 (`outside_zero3`)."""
+    with outside_zero3():
+        model = AutoModel.from_pretrained(name_or_path).eval().requires_grad_(False)
     return model, AutoTokenizer.from_pretrained(name_or_path)
 
 

@@ -9,11 +9,13 @@ and the step's logged metrics.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 from pathlib import Path
 
+import torch
 from accelerate import PartialState
 from accelerate.utils import gather_object
 from transformers import TrainerCallback
@@ -22,9 +24,11 @@ from data.synthetic import build_synthetic
 from mapo_trainer import MAPOTrainer
 from rewards import format_reward
 from tiny.kit import kit_paths
-from tiny.scripted import tiny_trainer
+from tiny.scripted import force_tool_calls, tiny_trainer
+from utils.models import load_model, load_processor
 
 STEPS = 2
+DEEP = "Look twice."  # the marker of a question whose rollouts zoom in twice
 ROWS = 4  # 2 steps x 2 prompts, in dataset order (shuffle_dataset=False): step 1 rows 0 and 1, step 2 rows 2 and 3
 
 
@@ -58,15 +62,44 @@ class Snapshot(TrainerCallback):
         )
 
 
-def run(output_dir: str | Path, per_device: int, kit_dir: str | Path = "outputs/tiny", **config) -> dict | None:
+def look_twice(row: dict, index: int) -> dict:
+    """Even rows ask for two zoom-in calls (`DEEP` in the question), odd rows for one: unequal tool depth."""
+    if index % 2:
+        return row
+    system, user = row["prompt"]
+    return {"prompt": [system, {**user, "content": f"{user['content']} {DEEP}"}]}
+
+
+def run(
+    output_dir: str | Path,
+    per_device: int,
+    kit_dir: str | Path = "outputs/tiny",
+    *,
+    unequal_depth: bool = False,
+    synced_gpus: bool = False,
+    **config,
+) -> dict | None:
     """Train 2 steps; on the main process return what was logged (None elsewhere). `config`: more MAPOConfig fields
-    (another estimator, say)."""
+    (another estimator, say). `unequal_depth`: even rows' rollouts make two zoom-in calls, odd rows' one, so with 2
+    processes rank 0 runs one more tool round than rank 1. `synced_gpus`: generation synchronized across processes,
+    as transformers turns it on under ZeRO-3 and FSDP (every decoding step all-reduces)."""
+    kit = kit_paths(Path(kit_dir))
+    processor = load_processor(str(kit["policy"]))
+    model = load_model(str(kit["policy"]), dtype=torch.float32)
+    if synced_gpus:
+        model.generate = functools.partial(model.generate, synced_gpus=True)
+    force_tool_calls(model, processor.tokenizer, depth=(lambda text: 1 + (DEEP in text)) if unequal_depth else None)
+    dataset = build_synthetic(ROWS, seed=0, split="train").add_column("flip", [i % 2 for i in range(ROWS)])
+    if unequal_depth:
+        dataset = dataset.map(look_twice, with_indices=True)
     snapshot = Snapshot()
     trainer = tiny_trainer(
         MAPOTrainer,
-        kit_paths(Path(kit_dir)),
-        build_synthetic(ROWS, seed=0, split="train").add_column("flip", [i % 2 for i in range(ROWS)]),
+        kit,
+        dataset,
         str(output_dir),
+        model=model,
+        processor=processor,
         reward_funcs=("outcome", flipped_format),
         callbacks=[snapshot],
         shuffle_dataset=False,
