@@ -93,6 +93,25 @@ def unequal_depth_runs(tiny_kit, tmp_path_factory):
     return one, plain, synced
 
 
+@pytest.fixture(scope="module")
+def split_group_runs(tiny_kit, tmp_path_factory):
+    """Groups of 4 rollouts, 2 on each process: every group is split across the ranks."""
+    tmp = tmp_path_factory.mktemp("split_group")
+    two = launch_two(tmp, "split", num_generations=4)
+    one = run(tmp / "one", per_device=4, kit_dir=tiny_kit["policy"].parent, num_generations=4)
+    return one, two
+
+
+def assert_sliced_like_one_process(one: dict, two: dict) -> None:
+    """Each process trained on its own rows' advantages: rank r's, after TRL's slicing, equal the single process's
+    rows [2r, 2r + 2) of the same step."""
+    (single,) = one["processes"]
+    for rank, process in enumerate(two["processes"]):
+        assert process["rank"] == rank and len(process["sliced_advantages"]) == len(single["sliced_advantages"])
+        for step, (mine, whole) in enumerate(zip(process["sliced_advantages"], single["sliced_advantages"])):
+            assert mine == pytest.approx(whole[2 * rank : 2 * rank + 2], **TOLERANCE), (rank, step)
+
+
 def test_two_processes_each_score_their_own_rollouts(runs):
     one, two = runs
     assert (one["num_processes"], two["num_processes"]) == (1, 2)
@@ -114,6 +133,18 @@ def test_rewards_r_sem_and_advantages_equal_one_process(runs):
         assert b["advantages"] == pytest.approx(a["advantages"], **TOLERANCE), step
         # The precondition of the slicing check: the step's two groups (one per process) have opposite advantages.
         assert a["advantages"][0] == pytest.approx(-a["advantages"][2], abs=1e-3) and abs(a["advantages"][0]) > 0.5
+
+
+def test_each_process_trains_on_its_own_slice_of_advantages(runs, unequal_depth_runs, split_group_runs):
+    assert_sliced_like_one_process(*runs)
+    one, plain, synced = unequal_depth_runs
+    assert_sliced_like_one_process(one, plain)
+    assert_sliced_like_one_process(one, synced)
+    one, two = split_group_runs
+    assert_sliced_like_one_process(one, two)
+    # A group split across ranks is normalised whole: per-rank statistics would give other values.
+    assert two["steps"][0]["advantages"] == pytest.approx(one["steps"][0]["advantages"], **TOLERANCE)
+    assert max(abs(a) for a in one["steps"][0]["advantages"]) > 0.5
 
 
 def test_logged_metrics_equal_one_process(runs):

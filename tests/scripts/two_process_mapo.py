@@ -105,22 +105,34 @@ def run(
         shuffle_dataset=False,
         max_steps=STEPS,
         per_device_train_batch_size=per_device,
-        num_generations=2,
         optim="sgd",  # Adam normalises each gradient entry: float noise in near-zero entries would become full steps
         learning_rate=1e-1,  # large, so step 2 shows whether step 1 updated the weights alike
-        **config,
+        **{"num_generations": 2} | config,
     )
     snapshot.trainer = trainer
     scored: list[int] = []
     similarity = trainer.verifier.similarity
     trainer.verifier.similarity = lambda labels, images: scored.append(len(labels)) or similarity(labels, images)
+    # Each process's own advantages, after TRL sliced the gathered ones back: what its loss really trains on (the
+    # logged `advantages` are gathered before slicing, so a slicing bug cannot show in them).
+    sliced: list[list[float]] = []
+    generate_and_score = trainer._generate_and_score_completions
+
+    def recorded(inputs):
+        out = generate_and_score(inputs)
+        sliced.append(out["advantages"].tolist())
+        return out
+
+    trainer._generate_and_score_completions = recorded
     trainer.train()
     state = PartialState()
-    crops = gather_object([{"rank": state.process_index, "crops_scored_here": sum(scored)}])
+    processes = gather_object(
+        [{"rank": state.process_index, "crops_scored_here": sum(scored), "sliced_advantages": sliced}]
+    )
     if not state.is_main_process:
         return None
     logged = [e for e in trainer.state.log_history if "rewards/semantic/mean" in e]
-    return {"num_processes": state.num_processes, "processes": crops, "steps": snapshot.steps, "log": logged}
+    return {"num_processes": state.num_processes, "processes": processes, "steps": snapshot.steps, "log": logged}
 
 
 if __name__ == "__main__":  # OUT.json PER_DEVICE [JSON of more MAPOConfig fields]
