@@ -68,19 +68,21 @@ def summarise(out: Path) -> tuple[dict, str]:
         "",
         "#### Tiny MAPO recipe on one GPU (`scripts/rl_forced.py`: rl.py with forced tool calls)",
         "",
-        "| accelerate config | status | steps | median step (after the first) | peak memory | R_sem computed |",
-        "|---|---|---|---|---|---|",
+        "| accelerate config | status | steps | median step (after the first) | peak memory, training | peak memory, "
+        "generation | R_sem computed |",
+        "|---|---|---|---|---|---|---|",
     ]
     runs = {}
     for config in ("zero2", "zero3", "fsdp2"):
         run = runs[config] = read_json(out / f"{config}.json")
         stage = stages.get(config, {"status": "did not run"})
         if run is None:
-            lines.append(f"| {config} | {stage['status']} | | | | |")
+            lines.append(f"| {config} | {stage['status']} | | | | | |")
             continue
         lines.append(
             f"| {config} | {stage['status']} | {len(run['steps'])} | {fmt(run['median_step_s_after_first'])} s | "
-            f"{fmt(run['peak_memory_gib'])} GiB | {'yes' if run['ok'] else 'no'} |"
+            f"{fmt(run['peak_memory_gib'])} GiB | {fmt(run.get('generation_peak_memory_gib'))} GiB | "
+            f"{'yes' if run['ok'] else 'no'} |"
         )
     lines += ["", "Stages: " + ", ".join(f"{n} {v['status']} in {v['seconds']} s" for n, v in stages.items()) + "."]
     return {"stages": stages, "bench7b": bench, "recipes": runs}, "\n".join(lines) + "\n"

@@ -53,13 +53,26 @@ class StepMeter(TrainerCallback):
 
 
 class ForcedMAPOTrainer(MAPOTrainer):
-    """`MAPOTrainer` whose policy makes scripted zoom-in calls, measured by `StepMeter`."""
+    """`MAPOTrainer` whose policy makes scripted zoom-in calls, measured by `StepMeter`; generation's own peak memory
+    is measured apart (the step's peak, then, is that of training after generation)."""
 
     def __init__(self, *args, model, processing_class, **kwargs):
         force_tool_calls(model, processing_class.tokenizer)
         super().__init__(*args, model=model, processing_class=processing_class, **kwargs)
         self.meter = StepMeter()
         self.add_callback(self.meter)
+        self.generation_peaks: list[float] = []
+
+    def _generate_and_score_completions(self, inputs):
+        if not torch.cuda.is_available():
+            return super()._generate_and_score_completions(inputs)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        out = super()._generate_and_score_completions(inputs)
+        torch.cuda.synchronize()
+        self.generation_peaks.append(torch.cuda.max_memory_allocated() / 2**30)
+        torch.cuda.reset_peak_memory_stats()  # what follows in the step is training's
+        return out
 
 
 def summary(trainer: ForcedMAPOTrainer) -> dict:
@@ -77,6 +90,7 @@ def summary(trainer: ForcedMAPOTrainer) -> dict:
         "steps": steps,
         "median_step_s_after_first": statistics.median(timed) if timed else None,
         "peak_memory_gib": max(peaks) if peaks else None,
+        "generation_peak_memory_gib": max(trainer.generation_peaks) if trainer.generation_peaks else None,
         "semantic_mean": [e["rewards/semantic/mean"] for e in logs],
         "zoom_calls_per_rollout": [e.get("tools/zoom_calls_per_rollout") for e in logs],
     }

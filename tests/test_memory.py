@@ -248,3 +248,49 @@ def test_cli_estimates_a_recipe_on_an_accelerate_config(capsys):
         memory_cli.main([*qwen3, "--num_gpus", "16"]),
     )  # ZeRO-3 over 8 or 16 GPUs
     assert two_nodes["optimizer_states"] == pytest.approx(one_node["optimizer_states"] / 2)
+
+
+# ------------------------------------------------------------------------------------------------------ generation
+def test_generation_bytes_by_hand(meta_models):
+    """Qwen2.5-VL-7B: 28 layers, 4 KV heads of 128, hidden 3584, MLP 18944, vocab 152064; vision hidden 1280, MLP
+    3420, patches merged 2 x 2. Two rollouts of 1,000 tokens in bf16."""
+    model = meta_models["Qwen2.5-VL-7B-Instruct"]
+    text_only = memory.generation_bytes(model, rollouts=2, context_len=1000)
+    assert text_only["kv_cache"] == 2 * 1000 * 28 * 2 * (4 * 128) * 2 == 114_688_000
+    assert text_only["prefill"] == 2 * 1000 * (3 * 3584 + 3 * 18944) * 2 == 270_336_000
+    assert text_only["logits"] == 2 * 152064 * 4 and text_only["gathered_weights"] == 0
+    # 1,280 merged image tokens a rollout are 5,120 patches: one vision block over all of them outweighs a text layer.
+    with_images = memory.generation_bytes(
+        model, rollouts=2, context_len=1000, image_tokens=1280, gather_full_weights=True
+    )
+    assert with_images["prefill"] == 2 * 1280 * 4 * (3 * 1280 + 3 * 3420) * 2 == 288_768_000
+    assert with_images["gathered_weights"] == 2 * memory.parameter_count(model)
+
+
+def test_the_generation_phase_adds_to_what_training_keeps_resident():
+    training = {"parameters": 2.0, "gradients": 1.0, "optimizer_states": 4.0, "activations": 10.0, "total": 17.0}
+    both = memory.with_generation(training, {"kv_cache": 3 * memory.GIB, "prefill": 0.5 * memory.GIB})
+    assert both["total"] == 17.0 and both["generation_kv_cache"] == 3.0 and both["generation_prefill"] == 0.5
+    assert both["generation_total"] == 2.0 + 1.0 + 4.0 + 3.0 + 0.5  # activations are freed between steps
+
+
+def test_a_recipe_generates_its_micro_batch_with_zero3_gathering_the_weights():
+    workload = memory.recipe_workload("recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo.yaml", "zero3")
+    assert workload.generation == {
+        "rollouts": 8,  # per_device_train_batch_size 8 x steps_per_generation 1
+        "context_len": 1280 + memory.PROMPT_TEXT_TOKENS + 8192,
+        "image_tokens": 1280 + 5 * 512,
+        "dtype": "bfloat16",
+        "gather_full_weights": True,
+    }
+    assert (
+        memory.recipe_workload("recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo.yaml", "fsdp2").generation[
+            "gather_full_weights"
+        ]
+        is False
+    )
+    assert (
+        memory.recipe_workload("recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo_vllm_server.yaml", "zero3").generation
+        is None
+    )
+    assert memory.recipe_workload("recipes/Qwen2.5-VL-7B-Instruct/sft/config_sft.yaml", "zero3").generation is None

@@ -290,13 +290,16 @@ def test_fsdp2_config_resolves_to_fsdp2_with_per_layer_shards():
 
 
 # ------------------------------------------------------------------------------------- the recipes README table
-def readme_rows() -> list[tuple[str, str, int | None, float]]:
-    """(recipe, accelerate config, NUM_PROCESSES if given, estimated GiB) of each row of recipes/README.md's table."""
+def readme_rows() -> list[tuple[str, str, int | None, float | None, float]]:
+    """(recipe, accelerate config, NUM_PROCESSES if given, estimated generation GiB or None, estimated training GiB)
+    of each row of recipes/README.md's table."""
     rows = []
+    pattern = r"RECIPE=(\S+)\s+ACCELERATE=(\w+)(?:\s+NUM_PROCESSES=(\d+))?.*\|\s*([^|]+?)\s*\|\s*([\d.]+)\s*\|\s*$"
     for line in (RECIPES_DIR / "README.md").read_text().splitlines():
-        found = re.search(r"RECIPE=(\S+)\s+ACCELERATE=(\w+)(?:\s+NUM_PROCESSES=(\d+))?.*\|\s*([\d.]+)\s*\|\s*$", line)
+        found = re.search(pattern, line)
         if found:
-            rows.append((found[1], found[2], int(found[3]) if found[3] else None, float(found[4])))
+            generation = float(found[4]) if re.fullmatch(r"[\d.]+", found[4]) else None
+            rows.append((found[1], found[2], int(found[3]) if found[3] else None, generation, float(found[5])))
     return rows
 
 
@@ -306,9 +309,12 @@ def test_the_readme_table_lists_every_real_recipe():
 
 @pytest.mark.parametrize("row", readme_rows(), ids=lambda row: f"{row[0]}:{row[1]}")
 def test_the_readme_table_numbers_are_memory_py_estimates(row):
-    recipe, accelerate, num_gpus, total = row
+    recipe, accelerate, num_gpus, generation, total = row
     estimate, _ = memory.estimate_recipe(recipe, accelerate, num_gpus)
     assert estimate["total"] == pytest.approx(total, abs=0.01)
+    assert estimate.get("generation_total") == (None if generation is None else pytest.approx(generation, abs=0.01))
+    if "/rl/" in recipe and generation is not None:  # every RL recipe on transformers generation fits its training
+        assert estimate["generation_total"] < estimate["total"]
 
 
 def test_fields_of_the_dataclasses_do_not_collide():

@@ -6,8 +6,9 @@ scripts.memory`): roughly how much memory per GPU will weights, gradients, optim
 Parameters, gradients and optimizer states are exact byte counts under the stated storage rules; activations are a
 rough model (see `activation_bytes`). Sizes are GiB (2**30 bytes), per GPU. Not counted: the CUDA context and
 allocator fragmentation (`torch.cuda.max_memory_allocated` does not see them either), DDP's gradient buckets,
-DeepSpeed's communication buckets, the KV cache of generation, and models living beside the policy (the CLIP verifier,
-a reference model when `beta > 0`). `recipes/model_configs/README.md` compares an estimate with a measured peak.
+DeepSpeed's communication buckets, and models living beside the policy (the CLIP verifier, a reference model when
+`beta > 0`). Generation is its own phase (`generation_bytes`, `with_generation`): it runs before the backward pass,
+not beside it. `recipes/model_configs/README.md` compares an estimate with a measured peak.
 """
 
 from __future__ import annotations
@@ -146,6 +147,64 @@ def activation_bytes(
     return parts
 
 
+# Generation (no gradients, one layer at a time): per token of a prefill, the residual stream, the normed input and
+# a layer's output (3 x hidden) and the gated MLP's gate, up and act(gate) * up (3 x intermediate) live at once.
+GEN_HIDDEN_TENSORS = 3
+GEN_MLP_TENSORS = 3
+GEN_LOGIT_BYTES = 4  # generate keeps the last position's logits only, upcast to fp32 for sampling
+
+
+def generation_bytes(
+    model: nn.Module,
+    *,
+    rollouts: int,
+    context_len: int,
+    image_tokens: int = 0,
+    dtype: str = "bfloat16",
+    gather_full_weights: bool = False,
+) -> dict[str, float]:
+    """Bytes per GPU that one generation call adds to what training keeps resident, by part.
+
+    TRL generates every rollout of a generation batch in one `generate` call per tool round (`rollouts`: per process,
+    `per_device_train_batch_size * steps_per_generation`), and each tool round prefills the whole context again, so
+    the worst case is every rollout at `context_len` (prompt + `max_completion_length`) with every image:
+    - `gathered_weights`: under ZeRO-3 with `ds3_gather_for_generation` (TRL's default) the full policy in `dtype`,
+      gathered on every GPU for the whole call;
+    - `kv_cache`: keys and values of every layer, `2 * kv_dim` per token, for `rollouts * context_len` tokens;
+    - `prefill`: the larger of one text layer's transient at the full context (`GEN_HIDDEN_TENSORS * hidden +
+      GEN_MLP_TENSORS * intermediate` per token) and one vision block's over every image patch (`image_tokens` merged
+      tokens per rollout, `spatial_merge_size**2` patches each);
+    - `logits`: the last position's logits of each rollout, fp32.
+    """
+    w = DTYPE_BYTES[dtype]
+    config = model.config
+    text = config.get_text_config()
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv_dim = text.num_key_value_heads * head_dim
+    tokens = rollouts * context_len
+    prefill = tokens * (GEN_HIDDEN_TENSORS * text.hidden_size + GEN_MLP_TENSORS * text.intermediate_size) * w
+    vision = getattr(config, "vision_config", None)
+    if vision is not None and image_tokens:
+        patches = rollouts * image_tokens * vision.spatial_merge_size**2
+        per_patch = GEN_HIDDEN_TENSORS * vision.hidden_size + GEN_MLP_TENSORS * vision.intermediate_size
+        prefill = max(prefill, patches * per_patch * w)
+    return {
+        "gathered_weights": float(parameter_count(model) * w) if gather_full_weights else 0.0,
+        "kv_cache": float(tokens * text.num_hidden_layers * 2 * kv_dim * w),
+        "prefill": float(prefill),
+        "logits": float(rollouts * text.vocab_size * GEN_LOGIT_BYTES),
+    }
+
+
+def with_generation(training: dict[str, float], generation: dict[str, float]) -> dict[str, float]:
+    """`training` (GiB, from `estimate_memory`) with the generation phase added: `generation_<part>` GiB and
+    `generation_total`, the peak while generating: what training keeps resident between steps (weights, gradient
+    buffers, optimizer states: activations are freed) plus `generation_bytes`. `total` stays training's peak."""
+    resident = training["parameters"] + training["gradients"] + training["optimizer_states"]
+    parts = {f"generation_{name}": value / GIB for name, value in generation.items()}
+    return training | parts | {"generation_total": resident + sum(parts.values())}
+
+
 def estimate_memory(
     model: nn.Module,
     *,
@@ -277,6 +336,7 @@ class RecipeWorkload:
     model_config: str
     stage: str  # "rl" or "sft"
     kwargs: dict
+    generation: dict | None = None  # `generation_bytes`' arguments; None: no generation on the trainer's GPUs
 
     def describe(self) -> str:
         k = self.kwargs
@@ -306,6 +366,16 @@ def accelerate_sharding(accelerate: str | os.PathLike) -> tuple[int, int, bool]:
     return 0, gpus, False
 
 
+def deepspeed_zero3(accelerate: str | os.PathLike) -> bool:
+    """Whether an accelerate config (by path or name) is DeepSpeed ZeRO-3, whose generation gathers the full weights
+    (FSDP gathers one wrapped block at a time instead)."""
+    path = Path(accelerate)
+    if not path.is_file():
+        path = ACCELERATE_CONFIGS_DIR / f"{accelerate}.yaml"
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return config.get("distributed_type") == "DEEPSPEED" and int(config["deepspeed_config"]["zero_stage"]) == 3
+
+
 def recipe_workload(
     recipe: str | os.PathLike, accelerate: str | os.PathLike, num_gpus: int | None = None
 ) -> RecipeWorkload:
@@ -328,6 +398,7 @@ def recipe_workload(
     factor = vision.patch_size * vision.spatial_merge_size
     image = values["max_pixels"] // factor**2
     crop = values.get("crop_max_pixels", values["max_pixels"]) // factor**2
+    generation = None
     if "max_completion_length" in values:
         stage = "rl"
         completion = values["max_completion_length"]
@@ -356,16 +427,33 @@ def recipe_workload(
         "load_in_4bit": bool(values.get("load_in_4bit")),
         "nested_quant": bool(values.get("use_bnb_nested_quant")),
     }
-    return RecipeWorkload(source, stage, kwargs)
+    if stage == "rl" and not values.get("use_vllm"):  # vLLM generates in its own memory (its own GPU in server mode)
+        steps_per_generation = values.get("steps_per_generation") or values.get("gradient_accumulation_steps", 1)
+        rollouts = values["per_device_train_batch_size"] * steps_per_generation  # TRL's default generation batch
+        if values.get("generation_batch_size"):
+            rollouts = values["generation_batch_size"] // num_gpus
+        generation = {
+            "rollouts": rollouts,
+            "context_len": seq_len,
+            "image_tokens": image_tokens,
+            "dtype": kwargs["dtype"],
+            "gather_full_weights": deepspeed_zero3(accelerate) and values.get("ds3_gather_for_generation", True),
+        }
+    return RecipeWorkload(source, stage, kwargs, generation)
 
 
 def estimate_recipe(
     recipe: str | os.PathLike, accelerate: str | os.PathLike, num_gpus: int | None = None
 ) -> tuple[dict[str, float], str]:
     """`estimate_memory` for a recipe on an accelerate config (`recipe_workload`; `num_gpus` overrides the config's
-    `num_processes`), and the setup in words. The model is built on the meta device: its LoRA targets are checked."""
+    `num_processes`), and the setup in words. The model is built on the meta device: its LoRA targets are checked.
+    An RL recipe that generates with transformers also gets its generation phase (`with_generation`)."""
     workload = recipe_workload(recipe, accelerate, num_gpus)
-    return estimate_memory(build_on_meta(workload.model_config), **workload.kwargs), workload.describe()
+    model = build_on_meta(workload.model_config)
+    estimate = estimate_memory(model, **workload.kwargs)
+    if workload.generation is not None:
+        estimate = with_generation(estimate, generation_bytes(model, **workload.generation))
+    return estimate, workload.describe()
 
 
 def parameter_count(model: nn.Module) -> int:
