@@ -20,6 +20,7 @@ from hpo import HPOAdvantages, kantorovich_potentials
 from mapo import mapo_advantages, scale_similarity, semantic_reward
 from rewards import ClipVerifier
 from tools import ToolConfig, ToolConfigRecorder, executed_calls, make_environment_factory
+from utils.checks import check_colocate_image_budget
 from utils.diagnostics import GradientVarianceProbe, advantage_statistics
 from utils.models import pixel_budget
 from utils.resume import ExactResume
@@ -49,7 +50,8 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
 
     Methods it overrides from TRL's `GRPOTrainer` and transformers' `Trainer`, its mixins included (a test checks
     this list against the class hierarchy):
-    - `__init__`: the zoom-in environment, the CLIP verifier, the R_sem reward column, the token-budget check;
+    - `__init__`: the zoom-in environment, the CLIP verifier, the R_sem reward column, the token-budget check, and
+      (before TRL starts a colocated vLLM engine) the engine's image budget against the recipe's;
     - `_calculate_rewards`: R_sem withheld where the outcome is unscorable; group-level metrics;
     - `_generate_and_score_completions`: HPO's per-token advantages; advantage and gradient-variance diagnostics;
     - `_tool_call_loop` (`utils.tool_rounds.AgreedToolRounds`): with several processes, every one takes part in
@@ -76,6 +78,10 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
                     f"tool_config.{name}={wanted} but the processor resizes images with {name}="
                     f"{getattr(budget, name)}: load it with utils.models.load_processor(..., {name}={wanted})."
                 )
+        config, model = kwargs.get("args"), kwargs.get("model", args[0] if args else None)
+        if config is not None and model is not None:  # before TRL starts a colocated vLLM engine
+            name = model if isinstance(model, str) else model.name_or_path
+            check_colocate_image_budget(name, budget, use_vllm=config.use_vllm, vllm_mode=config.vllm_mode)
         super().__init__(
             *args,
             processing_class=processing_class,

@@ -1,7 +1,8 @@
 """Start-up checks: each fails before training starts, naming the field to change and what it accepts.
 
 The model fields (family, quantisation, LoRA targets: `check_model`), trainable weights with no fp32 master copy
-(`check_master_weights`), and the vLLM version `use_vllm` needs (`check_vllm_version`).
+(`check_master_weights`), the vLLM version `use_vllm` needs (`check_vllm_version`), and the image budget a colocated
+vLLM engine would resize with (`check_colocate_image_budget`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from accelerate.utils import DistributedType
 from packaging.version import InvalidVersion, Version
 from transformers import AutoConfig, PretrainedConfig
 
+from tools import PixelBudget
 from utils.lora import check_lora_targets
-from utils.models import build_on_meta, resolve_config_path
+from utils.models import build_on_meta, load_processor, pixel_budget, resolve_config_path
 
 logger = logging.getLogger(__name__)
 
@@ -154,3 +156,34 @@ def check_vllm_version(use_vllm: bool, version: Callable[[str], str] | None = No
         f">= {MIN_VLLM_MULTIMODAL_SERVER}), but {have}. Install the pinned GPU extras (pip install -r "
         "requirements-gpu.txt: vllm==0.31.0) or set use_vllm: false."
     )
+
+
+def check_colocate_image_budget(
+    checkpoint: str, recipe: PixelBudget, *, use_vllm: bool, vllm_mode: str, saved: PixelBudget | None = None
+) -> None:
+    """Fail at start when a colocated vLLM engine would resize images with another pixel budget than the trainer.
+
+    TRL 1.16 builds the colocate engine from the checkpoint alone (`LLM(model=...)`, no `mm_processor_kwargs`), so
+    vLLM resizes every image, tool crops included, with the budget saved in the checkpoint's processor config, while
+    the trainer uses the recipe's (`min_pixels`, `max_pixels`). They disagree, for example, when RL starts from the
+    hub's Qwen2.5-VL-7B (12.8 MP) under a 1 MP recipe: a 2246 x 1582 image becomes 4,480 tokens in vLLM and 1,260
+    in the trainer, the boxes the policy writes are in another frame than the one it is trained on, and nothing
+    raises. `saved`: the checkpoint's own budget (default: read from its processor config).
+    """
+    if not use_vllm or vllm_mode != "colocate":
+        return
+    saved = saved or pixel_budget(load_processor(checkpoint))
+    differ = {
+        name: (getattr(saved, name), getattr(recipe, name))
+        for name in ("min_pixels", "max_pixels")
+        if getattr(saved, name) != getattr(recipe, name)
+    }
+    if differ:
+        values = ", ".join(f"{name}={theirs} (the recipe: {ours})" for name, (theirs, ours) in differ.items())
+        raise ValueError(
+            f"vllm_mode: colocate resizes images with the budget saved in {checkpoint}'s processor config, {values}; "
+            "the trainer would see every image in another frame. Start RL from a checkpoint saved with the "
+            "recipe's budget (sft.py's output is), save the processor with it (utils.models.load_processor(name, "
+            f"min_pixels=..., max_pixels=...).save_pretrained(folder)), or set {', '.join(differ)} in the recipe to "
+            "the checkpoint's values."
+        )
