@@ -77,6 +77,12 @@ def _quantised_names(model: nn.Module) -> set[str]:
     return {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in excluded}
 
 
+def kv_width(model: nn.Module) -> int:
+    """Width of one token's keys (or values) in a decoder layer: KV heads x head dim."""
+    text = model.config.get_text_config()
+    return text.num_key_value_heads * (getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+
+
 def activation_bytes(
     model: nn.Module,
     *,
@@ -114,9 +120,7 @@ def activation_bytes(
     """
     act = DTYPE_BYTES[dtype]
     config = model.config
-    text = config.get_text_config()
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    kv_dim = text.num_key_value_heads * head_dim
+    text, kv_dim = config.get_text_config(), kv_width(model)
     tokens = micro_batch * seq_len
 
     def stack(n_tokens: int, hidden: int, kv: int, inter: int, layers: int, gated: bool) -> float:
@@ -178,9 +182,7 @@ def generation_bytes(
     """
     w = DTYPE_BYTES[dtype]
     config = model.config
-    text = config.get_text_config()
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    kv_dim = text.num_key_value_heads * head_dim
+    text, kv_dim = config.get_text_config(), kv_width(model)
     tokens = rollouts * context_len
     prefill = tokens * (GEN_HIDDEN_TENSORS * text.hidden_size + GEN_MLP_TENSORS * text.intermediate_size) * w
     vision = getattr(config, "vision_config", None)
