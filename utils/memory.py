@@ -351,14 +351,19 @@ class RecipeWorkload:
         )
 
 
-def accelerate_sharding(accelerate: str | os.PathLike) -> tuple[int, int, bool]:
-    """`(zero_stage, num_gpus, fp32 master weights)` of an accelerate config, by path or by name in
-    `recipes/accelerate_configs/`. FSDP (full shard) counts as ZeRO-3: parameters, gradients and optimizer states
-    sharded, fp32 master weights under mixed precision; plain data parallelism and one process shard nothing."""
+def accelerate_config(accelerate: str | os.PathLike) -> dict:
+    """An accelerate config, by path or by name in `recipes/accelerate_configs/`."""
     path = Path(accelerate)
     if not path.is_file():
         path = ACCELERATE_CONFIGS_DIR / f"{accelerate}.yaml"
-    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def accelerate_sharding(accelerate: str | os.PathLike) -> tuple[int, int, bool]:
+    """`(zero_stage, num_gpus, fp32 master weights)` of an accelerate config (`accelerate_config`). FSDP (full shard)
+    counts as ZeRO-3: parameters, gradients and optimizer states sharded, fp32 master weights under mixed precision;
+    plain data parallelism and one process shard nothing."""
+    config = accelerate_config(accelerate)
     gpus = int(config.get("num_processes", 1))
     kind = config.get("distributed_type")
     if kind == "DEEPSPEED":
@@ -369,12 +374,9 @@ def accelerate_sharding(accelerate: str | os.PathLike) -> tuple[int, int, bool]:
 
 
 def deepspeed_zero3(accelerate: str | os.PathLike) -> bool:
-    """Whether an accelerate config (by path or name) is DeepSpeed ZeRO-3, whose generation gathers the full weights
-    (FSDP gathers one wrapped block at a time instead)."""
-    path = Path(accelerate)
-    if not path.is_file():
-        path = ACCELERATE_CONFIGS_DIR / f"{accelerate}.yaml"
-    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    """Whether an accelerate config is DeepSpeed ZeRO-3, whose generation gathers the full weights (FSDP gathers one
+    wrapped block at a time instead)."""
+    config = accelerate_config(accelerate)
     return config.get("distributed_type") == "DEEPSPEED" and int(config["deepspeed_config"]["zero_stage"]) == 3
 
 
