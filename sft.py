@@ -30,7 +30,21 @@ from utils.resume import ExactResume, resume_checkpoint
 
 class SFTTrainer(ExactResume, trl.SFTTrainer):
     """TRL's `SFTTrainer`, resuming from a checkpoint's weights (`utils.resume.ExactResume`; its data-order mend does not
-    apply: TRL's SFT does not use the `RepeatSampler` it replaces)."""
+    apply: TRL's SFT does not use the `RepeatSampler` it replaces).
+
+    Overrides `__init__` only to keep TRL's start-up check from refusing `assistant_only_loss` on vision data below
+    transformers 5.18: that check guards TRL's own collator's mask, which 5.17 misplaces after each image; this
+    trainer is given `data.collator.DataCollatorForVisionToolCalling`, which computes the mask itself.
+    """
+
+    def __init__(self, *positional, args: SFTConfig, data_collator: DataCollatorForVisionToolCalling, **kwargs):
+        if not isinstance(data_collator, DataCollatorForVisionToolCalling):
+            raise TypeError("SFTTrainer needs data.collator.DataCollatorForVisionToolCalling (its loss mask)")
+        masked, args.assistant_only_loss = args.assistant_only_loss, False
+        try:
+            super().__init__(*positional, args=args, data_collator=data_collator, **kwargs)
+        finally:
+            args.assistant_only_loss = masked  # read by nothing after __init__ but the collator, which has its own
 
 
 def main(

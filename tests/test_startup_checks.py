@@ -13,13 +13,10 @@ from trl import ModelConfig
 
 from configs import ScriptArguments
 from data import load_split
-from data.synthetic import build_synthetic
-from mapo_trainer import MAPOConfig, MAPOTrainer
-from tiny.scripted import tiny_trainer
-from tools import PixelBudget, ToolConfig
-from utils import checks
-from utils.checks import check_colocate_image_budget, check_master_weights
-from utils.models import load_model, load_processor, pixel_budget
+from mapo_trainer import MAPOConfig
+from tools import ToolConfig
+from utils.checks import check_master_weights
+from utils.models import load_model, load_processor
 from utils.recipes import parse_args_and_record
 from utils.resume import resume_checkpoint
 from utils.rollout import check_token_budget, token_budget
@@ -171,39 +168,3 @@ def test_a_recipe_sets_the_synthetic_world(tmp_path):
     for row in rows:  # the object is a tenth of the short side: the target box is about that wide
         x1, y1, x2, y2 = row["target_bbox"]
         assert max(x2 - x1, y2 - y1) >= 0.09 * min(row["image"].size)
-
-
-# ---------------------------------------------------------------------------------------------- vLLM colocate
-HUB_7B = PixelBudget(3136, 12845056, 28)  # Qwen/Qwen2.5-VL-7B-Instruct's saved processor
-RECIPE = PixelBudget(3136, 1003520, 28)  # the real recipes'
-
-
-def test_a_colocated_engine_with_another_image_budget_fails_at_start_naming_the_field():
-    with pytest.raises(ValueError, match=r"max_pixels=12845056 \(the recipe: 1003520\)") as err:
-        check_colocate_image_budget(
-            "Qwen/Qwen2.5-VL-7B-Instruct", RECIPE, use_vllm=True, vllm_mode="colocate", saved=HUB_7B
-        )
-    assert "min_pixels" not in str(err.value).split(";")[0]  # only the field that differs
-    for use_vllm, mode in [(True, "server"), (False, "colocate")]:  # the server and transformers size by the recipe
-        check_colocate_image_budget("x", RECIPE, use_vllm=use_vllm, vllm_mode=mode, saved=HUB_7B)
-    check_colocate_image_budget("x", RECIPE, use_vllm=True, vllm_mode="colocate", saved=RECIPE)
-
-
-def test_the_trainer_checks_the_colocate_budget_before_trl_starts_the_engine(tiny_kit, monkeypatch, tmp_path):
-    """The tiny kit's processor is saved with max_pixels 12544; the recipe asks 6272. TRL would start a vLLM engine
-    in GRPOTrainer.__init__ (there is no vLLM here): the check must fail first."""
-    monkeypatch.setattr(checks, "installed_version", lambda name: checks.SUPPORTED_VLLM[1])
-    saved = pixel_budget(load_processor(tiny_kit["policy"]))
-    processor = load_processor(tiny_kit["policy"], max_pixels=saved.max_pixels // 2)
-    with pytest.raises(ValueError, match=rf"max_pixels={saved.max_pixels} \(the recipe: {saved.max_pixels // 2}\)"):
-        tiny_trainer(
-            MAPOTrainer,
-            tiny_kit,
-            build_synthetic(2, seed=0),
-            tmp_path,
-            model=load_model(str(tiny_kit["policy"]), dtype=torch.float32),
-            processor=processor,
-            tool_config=ToolConfig(clip_model=str(tiny_kit["clip"]), max_pixels=saved.max_pixels // 2),
-            use_vllm=True,
-            vllm_mode="colocate",
-        )

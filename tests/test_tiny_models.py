@@ -121,7 +121,7 @@ def test_chat_template_renders_a_zoom_episode(tiny_processor):
     messages = [
         {"role": "system", "content": task.SYSTEM_PROMPT},
         {"role": "user", "content": [{"type": "image", "image": Image.new("RGB", (448, 448))}, {"type": "text", "text": "Colour?"}]},
-        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "assistant", "content": "", "tool_calls": [call]},  # transformers 5.17 cannot iterate None
         {"role": "tool", "name": "image_zoom_in_tool", "content": [{"type": "image", "image": Image.new("RGB", (112, 112))}, {"type": "text", "text": "Zoomed in."}]},
         {"role": "assistant", "content": [{"type": "text", "text": "<think>Red.</think> <answer>red</answer>"}]},
     ]  # fmt: skip
@@ -161,7 +161,7 @@ def test_trl_accepts_the_processor(tiny_kit):
         prompt, tools=[image_zoom_in_tool], add_generation_prompt=True, tokenize=True, return_dict=False
     )[0]
     ids = processor.tokenizer(f"<tool_call>\n{json.dumps(ZOOM_CALL)}\n</tool_call><|im_end|>")["input_ids"]
-    # As GRPO calls it: transformers 5.24 parses tool calls only when given the prompt (`prefix`).
+    # As GRPO calls it: transformers 5.17 parses tool calls only when given the prompt (`prefix`).
     parsed = parse_response(processor.tokenizer, ids, prefix=prefix, tools=[image_zoom_in_tool])
     assert parsed["tool_calls"] == [{"type": "function", "function": ZOOM_CALL}]
 

@@ -1,177 +1,37 @@
-"""vLLM colocate rollouts with tool crops (trl#6294), on CPU: the vLLM engine is replaced by a stand-in.
-
-vLLM cannot be installed here (GPU extra), so `StandInLLM` takes the place of `vllm.LLM` *under TRL's own
-`VLLMGeneration`*: TRL's real colocate code builds the requests (`prompt_token_ids` + `multi_modal_data`), syncs the
-weights and reads the outputs; only the engine is replaced. The stand-in enforces the contract vLLM's multimodal
-processor relies on for token-id prompts, and expands the placeholders exactly as vLLM does (the i-th
-`<|image_pad|>` token becomes image i's N_i pads, N_i from the image processor's grid), then answers with scripted
-turns: a zoom-in call, then an answer once a tool response is in the context.
+"""vLLM's side of the rollout, without an engine: the colocate hand-off (one placeholder per image, vLLM's expansion
+checked against the processor's), the placeholder ban, the engine options TRL's one `LLM(...)` call gets, and the
+version check at start. The real engine runs in tests/test_vllm.py.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import trl.generation.vllm_generation as trl_vllm
 from packaging.version import Version
-from PIL import Image
-from trl import GRPOTrainer, ModelConfig
-from trl.generation.vllm_generation import VLLMGeneration
+from trl import ModelConfig
 
 from configs import ScriptArguments
-from data.synthetic import build_synthetic
-from mapo_trainer import MAPOConfig, MAPOTrainer
-from tiny.scripted import DEFAULT_LABELS, answer_turn, tiny_trainer, tool_call_turn
-from tools import ToolConfig
+from mapo_trainer import MAPOConfig
+from tools import PixelBudget, ToolConfig
 from utils import checks
 from utils.checks import MIN_VLLM_MULTIMODAL_SERVER, SUPPORTED_VLLM, check_vllm_version
 from utils.recipes import parse_args_and_record
-from utils.vllm_images import VLLMImagePlaceholders, collapse_image_runs, image_runs
+from utils.rollout import ban_placeholder_tokens, placeholder_tokens
+from utils.vllm_images import (
+    VLLMImagePlaceholders,
+    check_expansion,
+    collapse_image_runs,
+    colocate_engine_options,
+    image_runs,
+)
 
-IMAGE_PAD = "<|image_pad|>"
 REPO = Path(__file__).resolve().parents[1]
-WIDE_BOX = (0, 0, 100, 20)  # a wide crop: fewer image tokens than the prompt image, so a swap changes the ids
-
-
-class VLLMContractError(AssertionError):
-    """A request real vLLM would silently mis-process."""
-
-
-@dataclass
-class Call:
-    """One `LLM.generate` request as the stand-in saw it."""
-
-    prompt_ids: list[int]  # as sent (placeholders)
-    images: list[Image.Image]
-    expanded_ids: list[int]  # after vLLM's expansion: what the engine's model would see
-    text: str  # decoded request
-
-
-@dataclass
-class StandInLLM:
-    """Stands in for `vllm.LLM` in colocate mode: the attributes TRL touches, and `generate` with vLLM's contract."""
-
-    processor: object
-    max_model_len: int
-    calls: list[Call] = field(default_factory=list)
-    loaded: list[str] = field(default_factory=list)
-
-    def __post_init__(self):
-        model = SimpleNamespace(load_weights=lambda weights: self.loaded.extend(name for name, _ in weights))
-        runner = SimpleNamespace(model_runner=SimpleNamespace(model=model))
-        self.llm_engine = SimpleNamespace(
-            model_config=SimpleNamespace(max_model_len=self.max_model_len),
-            model_executor=SimpleNamespace(driver_worker=runner),
-        )
-        self.pad = self.processor.image_token_id
-        self.tokenizer = self.processor.tokenizer
-
-    def reset_prefix_cache(self):
-        pass
-
-    def image_tokens(self, image: Image.Image) -> int:
-        """N: how many pads vLLM's Qwen2-VL processor gives this image (grid / merge_size^2, as the HF processor)."""
-        grid = self.processor.image_processor(images=[image], return_tensors="pt")["image_grid_thw"][0]
-        return int(grid.prod()) // self.processor.image_processor.merge_size**2
-
-    def expand(self, ids: list[int], images: list[Image.Image]) -> list[int]:
-        """vLLM's `apply_token_matches` for Qwen2-VL: the i-th pad token, in order, becomes image i's N_i pads."""
-        out, item = [], 0
-        for token in ids:
-            if token == self.pad and item < len(images):
-                out += [self.pad] * self.image_tokens(images[item])
-                item += 1
-            else:
-                out.append(token)
-        return out
-
-    def check(self, row: int, ids: list[int], images: list[Image.Image]) -> None:
-        runs = image_runs(ids, self.pad)
-        long = [length for _, length in runs if length > 1]
-        if long:
-            expanded = self.expand(ids, images)
-            misplaced = ", and image 1 inside image 0's run" if len(images) > 1 else ""
-            raise VLLMContractError(
-                f"request {row}: image placeholders already expanded (runs of {long} {IMAGE_PAD} for {len(images)} "
-                f"image(s)). vLLM expands the first {len(images)} pad token(s) again, in order: the context would "
-                f"hold {expanded.count(self.pad)} image tokens instead of {ids.count(self.pad)}{misplaced}."
-            )
-        if len(runs) != len(images):
-            raise VLLMContractError(f"request {row}: {len(runs)} image placeholders for {len(images)} images")
-
-    def generate(self, prompts, sampling_params, use_tqdm=False):
-        assert sampling_params.kwargs["n"] == 1  # colocate: TRL duplicates prompts itself
-        outputs = []
-        for row, request in enumerate(prompts):
-            ids = list(request["prompt_token_ids"])
-            images = request.get("multi_modal_data", {}).get("image", [])
-            images = images if isinstance(images, list) else [images]  # TRL sends a lone image unwrapped
-            self.check(row, ids, images)
-            text = self.tokenizer.decode(ids)
-            expanded = self.expand(ids, images)
-            self.calls.append(Call(ids, images, expanded, text))
-            reply = (
-                tool_call_turn(DEFAULT_LABELS[row % 2], WIDE_BOX)
-                if "<tool_response>" not in text
-                else answer_turn(row)
-            )
-            tokens = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
-            logprobs = [{t: SimpleNamespace(logprob=-1.0, rank=1)} for t in tokens]
-            completion = SimpleNamespace(token_ids=tokens, logprobs=logprobs)
-            outputs.append(SimpleNamespace(prompt_token_ids=expanded, outputs=[completion]))
-        return outputs
-
-
-class StandInSamplingParams:
-    def __init__(self, **kwargs):
-        self.kwargs = kwargs
-
-
-@pytest.fixture(scope="module")
-def dataset():
-    return build_synthetic(4, seed=0, split="train")
-
-
-def colocate(trainer, monkeypatch) -> StandInLLM:
-    """Switch a trainer built without vLLM to TRL's colocate backend with the stand-in engine; returns the engine.
-
-    `GRPOTrainer.__init__` would build `vllm.LLM`; everything after it reads only `use_vllm`, `vllm_mode`,
-    `vllm_generation` and `_last_loaded_step`, which are set here as `__init__` sets them.
-    """
-    engine = StandInLLM(trainer.processing_class, trainer.model.config.get_text_config().max_position_embeddings)
-    monkeypatch.setattr(trl_vllm, "SamplingParams", StandInSamplingParams, raising=False)  # vllm's, not importable
-    monkeypatch.setattr(VLLMGeneration, "_init_vllm", lambda self: setattr(self, "llm", engine))
-    args = trainer.args
-    trainer.vllm_generation = VLLMGeneration(
-        model=trainer.model,
-        accelerator=trainer.accelerator,
-        processing_class=trainer.processing_class,
-        mode="colocate",
-        temperature=args.temperature,
-        max_completion_length=args.max_completion_length,
-        logprobs=0,
-        generation_kwargs=args.generation_kwargs,
-    )
-    trainer.use_vllm, trainer.vllm_mode, trainer._last_loaded_step = True, "colocate", -1
-    return engine
-
-
-def capture_rollouts(trainer) -> list[tuple]:
-    """Record `_generate`'s output (processor-expanded prompt ids and completion ids: what the trainer trains on)."""
-    seen = []
-    generate = trainer._generate
-
-    def spy(prompts):
-        out = generate(prompts)
-        seen.append(out)
-        return out
-
-    trainer._generate = spy
-    return seen
+PAD = 9
+BUDGET = PixelBudget(3136, 1003520, 28)
 
 
 def test_collapse_image_runs():
@@ -179,79 +39,144 @@ def test_collapse_image_runs():
     assert image_runs([9, 9, 1, 9], 9) == [(0, 2), (3, 1)]
 
 
-class Recorder:
-    """Stands in for `GRPOTrainer._generate_single_turn`: records the ids it is handed."""
+class Engine:
+    """TRL's `VLLMGeneration` as the hook sees it: records what it is sent, answers with `expand(ids)` as the prompt
+    ids it read (what vLLM returns), and one sampled token per rollout."""
+
+    def __init__(self, expand):
+        self.expand, self.sent, self.synced = expand, None, 0
+
+    def sync_weights(self):
+        self.synced += 1
+
+    def generate(self, prompts, images, num_generations, profiler=None):
+        self.sent = prompts
+        return [self.expand(ids) for ids in prompts], [[5] for _ in prompts], [[[-0.5]] for _ in prompts], None
+
+
+def vllm_expansion(lengths):
+    """vLLM's expansion of one-placeholder ids: the i-th pad becomes `lengths[i]` pads."""
+
+    def expand(ids):
+        out, item = [], 0
+        for token in ids:
+            out += [PAD] * lengths[item] if token == PAD else [token]
+            item += token == PAD
+        return out
+
+    return expand
+
+
+class Base:
+    """Stands in for `GRPOTrainer._generate_single_turn` (transformers generation, or server mode)."""
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        self.sent = prompt_ids
-        return prompt_ids
+        self.base_sent = prompt_ids
+        return "base", None
 
 
-class Probe(VLLMImagePlaceholders, Recorder):
-    def __init__(self, use_vllm=True, mode="colocate"):
-        self.use_vllm, self.vllm_mode, self.processing_class = use_vllm, mode, SimpleNamespace(image_token_id=9)
+class Probe(VLLMImagePlaceholders, Base):
+    def __init__(self, engine=None, use_vllm=True, mode="colocate"):
+        self.use_vllm, self.vllm_mode, self.vllm_generation = use_vllm, mode, engine
+        self.processing_class = SimpleNamespace(
+            image_token_id=PAD,
+            image_processor=SimpleNamespace(
+                size={"shortest_edge": 3136, "longest_edge": 1003520}, patch_size=14, merge_size=2
+            ),
+        )
+        self.state, self._last_loaded_step = SimpleNamespace(global_step=3), 2
+        self.args, self.accelerator = SimpleNamespace(report_to=[]), SimpleNamespace(is_main_process=True)
 
 
-def test_only_colocate_vllm_gets_one_placeholder_per_image():
+def test_colocate_sends_one_placeholder_per_image_and_checks_vllms_expansion():
     ids, images = [[1, 9, 9, 2, 9, 9, 9, 3]], [["prompt image", "crop"]]
-    probe = Probe()
+    engine = Engine(vllm_expansion([2, 3]))
+    probe = Probe(engine)
+    completions, logprobs = probe._generate_single_turn(ids, images, {}, 1)
+    assert engine.sent == [[1, 9, 2, 9, 3]] and ids == [[1, 9, 9, 2, 9, 9, 9, 3]]  # the trainer keeps its own ids
+    assert completions == [[5]] and logprobs == [[-0.5]]  # the sampled token's logprob, as TRL keeps it
+    assert engine.synced == 1 and probe._last_loaded_step == 3  # a new step: the weights were pushed first
     probe._generate_single_turn(ids, images, {}, 1)
-    assert probe.sent == [[1, 9, 2, 9, 3]] and ids == [[1, 9, 9, 2, 9, 9, 9, 3]]  # the trainer keeps its own ids
-    for probe in (Probe(mode="server"), Probe(use_vllm=False)):  # server mode places features on expanded runs
-        probe._generate_single_turn(ids, images, {}, 1)
-        assert probe.sent is ids
-    probe = Probe()
-    probe._generate_single_turn(ids, None, {}, 1)  # no image in the batch
-    assert probe.sent is ids
+    assert engine.synced == 1  # same step: not again
+    other = Probe(use_vllm=False)
+    assert other._generate_single_turn(ids, images, {}, 1) == ("base", None) and other.base_sent is ids
+    engine = Engine(lambda ids: ids)  # no image in the batch: the ids go as they are, and come back
+    Probe(engine)._generate_single_turn(ids, None, {}, 1)
+    assert engine.sent is ids
+
+
+def test_server_mode_sends_expanded_ids_and_wants_its_own_back():
+    """TRL's server path places image features on the expanded runs; what comes back through its gather and slice
+    must be this process's rollouts (trl#6673 hands back another process's with unequal counts)."""
+    ids = [[1, 9, 9, 2], [1, 9, 9, 3]]
+    engine = Engine(lambda sent: sent)
+    Probe(engine, mode="server")._generate_single_turn(ids, [["a"], ["b"]], {}, 1)
+    assert engine.sent is ids
+    engine.generate = lambda prompts, images, num_generations, profiler=None: (
+        [[1, 9, 9, 7]] * 2,
+        [[5]] * 2,
+        [[[0.0]]] * 2,
+        None,
+    )
+    with pytest.raises(ValueError, match=r"Rollout 0: .* from position 3 on .*another process's rollout, trl#6673"):
+        Probe(engine, mode="server")._generate_single_turn(ids, [["a"], ["b"]], {}, 1)
+
+
+def test_colocate_fails_when_vllm_expands_an_image_otherwise():
+    """vLLM sized the crop to 4 tokens where the processor gave it 3: another pixel budget, named in the error."""
+    probe = Probe(Engine(vllm_expansion([2, 4])))
+    with pytest.raises(
+        ValueError,
+        match=r"Rollout 0: vLLM expanded its images to \[2, 4\] image tokens, the trainer's processor to \[2, 3\].*max_pixels=1003520",
+    ):
+        probe._generate_single_turn([[1, 9, 9, 2, 9, 9, 9, 3]], [["prompt image", "crop"]], {}, 1)
+
+
+def test_check_expansion_names_the_first_differing_position():
+    check_expansion([[1, 9, 9, 2]], [[1, 9, 9, 2]], PAD, BUDGET)
+    with pytest.raises(ValueError, match="Rollout 1: vLLM's prompt ids differ from the trainer's from position 2 on"):
+        check_expansion([[1, 9, 2], [1, 9, 7, 2]], [[1, 9, 2], [1, 9, 8, 2]], PAD, BUDGET)
+    with pytest.raises(
+        ValueError, match=r"Rollout 0: vLLM expanded its images to \[3\].*\[2\]"
+    ):  # stock TRL: re-expanded
+        check_expansion([[1, 9, 9, 9, 2]], [[1, 9, 9, 2]], PAD, BUDGET)
 
 
 def test_a_sampled_image_token_is_refused_before_vllm_sees_it():
+    engine = Engine(vllm_expansion([1, 1]))
     with pytest.raises(ValueError, match=r"Rollout 1 holds 2 runs of image tokens but 1 image\(s\)"):
-        Probe()._generate_single_turn([[9, 9, 1], [9, 9, 2, 9]], [["a"], ["b"]], {}, 1)
+        Probe(engine)._generate_single_turn([[9, 9, 1], [9, 9, 2, 9]], [["a"], ["b"]], {}, 1)
+    assert engine.sent is None
 
 
-def test_two_turn_rollout_with_a_crop_meets_vllms_contract(tiny_kit, dataset, tmp_path, monkeypatch):
-    trainer = tiny_trainer(MAPOTrainer, tiny_kit, dataset, tmp_path, max_steps=1)
-    engine = colocate(trainer, monkeypatch)
-    rollouts = capture_rollouts(trainer)
-    trainer.train()
-
-    assert engine.loaded  # TRL pushed the policy's weights to the engine before generating
-    first, second = engine.calls[:4], engine.calls[4:]
-    assert len(first) == len(second) == 4  # batch 4: a zoom-in turn each, then an answer after the crop
-    for call in first:
-        assert len(call.images) == 1 and call.text.count(f"<|vision_start|>{IMAGE_PAD}<|vision_end|>") == 1
-    for call in second:
-        assert len(call.images) == 2  # the prompt image, then the crop, each behind one placeholder
-        assert call.text.count(f"<|vision_start|>{IMAGE_PAD}<|vision_end|>") == 2 and "<tool_response>" in call.text
-        assert call.images[1].size != call.images[0].size  # a crop, not the prompt image again
-
-    # Order: vLLM's expansion of each request must be exactly the context the trainer trains on (the processor's
-    # expansion), so image i's features sit on the i-th image's tokens. Prompt image and crop expand to different N,
-    # so a swapped or misplaced image would change the sequence.
-    prompt_ids, completion_ids = rollouts[0][0], rollouts[0][1]
-    trained = [p + c for p, c in zip(prompt_ids, completion_ids)]
-    assert all(engine.image_tokens(call.images[0]) != engine.image_tokens(call.images[1]) for call in second)
-    for row, call in enumerate(first):
-        assert call.expanded_ids == prompt_ids[row]
-    for row, call in enumerate(second):
-        assert trained[row][: len(call.expanded_ids)] == call.expanded_ids
-
-    # The rollout the trainer scored is the scripted one: a call with a real crop, then the answer.
-    completions = rollouts[0][3]
-    assert all([m["role"] for m in c] == ["assistant", "tool", "assistant"] for c in completions)
-    assert all("<answer>A</answer>" in trainer.processing_class.decode(ids) for ids in completion_ids)
-    logged = [entry for entry in trainer.state.log_history if "tools/zoom_calls_per_rollout" in entry]
-    assert logged and logged[0]["tools/zoom_calls_per_rollout"] == 1.0
+def test_the_colocate_engine_gets_the_options_only_while_the_trainer_builds_it(monkeypatch):
+    built = []
+    monkeypatch.setattr(trl_vllm, "LLM", lambda **kwargs: built.append(kwargs), raising=False)
+    original = trl_vllm.LLM
+    with colocate_engine_options(mm_processor_kwargs={"max_pixels": 6272}, dtype="float32"):
+        trl_vllm.LLM(model="m", seed=0)  # as VLLMGeneration._init_vllm calls it
+    assert built == [{"model": "m", "seed": 0, "mm_processor_kwargs": {"max_pixels": 6272}, "dtype": "float32"}]
+    assert trl_vllm.LLM is original
 
 
-def test_stock_trl_sends_expanded_images_to_vllm(tiny_kit, dataset, tmp_path, monkeypatch):
-    """Unpatched TRL 1.16 (`GRPOTrainer`) fails the contract on the first request: the processor already expanded
-    the prompt image, and vLLM would expand it a second time (trl#6294)."""
-    trainer = tiny_trainer(GRPOTrainer, tiny_kit, dataset, tmp_path, max_steps=1)
-    colocate(trainer, monkeypatch)
-    with pytest.raises(VLLMContractError, match="already expanded"):
-        trainer.train()
+def test_placeholders_are_banned_in_both_backends(tiny_processor):
+    assert placeholder_tokens(tiny_processor) == ["<|image_pad|>", "<|video_pad|>"]
+    ids = tiny_processor.tokenizer.convert_tokens_to_ids(["<|image_pad|>", "<|video_pad|>"])
+    trainer = SimpleNamespace(
+        use_vllm=False,
+        processing_class=tiny_processor,
+        generation_config=SimpleNamespace(suppress_tokens=[ids[0]]),  # TRL's: the image token only
+        generation_kwargs={"suppress_tokens": [ids[0]]},
+    )
+    ban_placeholder_tokens(trainer)
+    assert trainer.generation_config.suppress_tokens == ids == trainer.generation_kwargs["suppress_tokens"]
+    trainer = SimpleNamespace(
+        use_vllm=True,
+        processing_class=tiny_processor,
+        vllm_generation=SimpleNamespace(generation_kwargs={"bad_words": ["x"]}),
+    )
+    ban_placeholder_tokens(trainer)
+    assert trainer.vllm_generation.generation_kwargs == {"bad_words": ["x", "<|image_pad|>", "<|video_pad|>"]}
 
 
 # ------------------------------------------------------------------------------------------ vLLM version at start

@@ -171,10 +171,12 @@ def build_policy(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -> None
             "hidden_size": 64,
             "intermediate_size": 128,
             "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
+            # head_dim 32: vLLM's CPU attention rejects 16 (real vLLM runs on this kit in CI); 2 query heads per KV
+            # head, grouped-query attention as in every Qwen2.5-VL.
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
             "max_position_embeddings": MAX_POSITIONS,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},  # = head_dim/2
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 6, 6]},  # = head_dim/2
             "bos_token_id": pad,
             "eos_token_id": eos,
             "pad_token_id": pad,

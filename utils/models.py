@@ -74,7 +74,7 @@ def load_processor(
     """`AutoProcessor.from_pretrained` with an optional image pixel budget and the repo's chat template.
 
     The budget bounds how many visual tokens each image (and each zoomed crop) costs. It is set on the image
-    processor's `size` after loading: passed to `from_pretrained`, transformers 5.24 also hands it to the video
+    processor's `size` after loading: passed to `from_pretrained`, transformers 5.17 also hands it to the video
     processor and re-sends it on every call through a deprecated path. The template is always replaced so the tiny
     kit and the real model render identical prompts.
     """

@@ -1,6 +1,6 @@
 """Resuming a run exactly: `--resume_from_checkpoint` continues where the checkpoint left off, weights and data order.
 
-Two things in transformers 5.24 / TRL 1.16 make a resumed run differ from an uninterrupted one, silently. `ExactResume`
+Two things in transformers 5.17 / TRL 1.16 make a resumed run differ from an uninterrupted one, silently. `ExactResume`
 mends the first for both trainers of this repo (`MAPOTrainer`, `sft.SFTTrainer`) and the second for `MAPOTrainer`, the
 only one whose sampler is TRL's `RepeatSampler` (SFT's is transformers' own, untouched here):
 

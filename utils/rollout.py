@@ -42,6 +42,36 @@ def until_eos(ids: Sequence[int], eos_ids: Sequence[int], budget: int) -> list[i
     return list(ids[:budget])
 
 
+def placeholder_tokens(processor: ProcessorMixin) -> list[str]:
+    """The image and video placeholder tokens, which generation must never sample.
+
+    A sampled placeholder has no image behind it: the next forward pass fails in the rope index (a video token
+    without `video_grid_thw`, as a random policy sampled it under vLLM) or the features land on the wrong tokens.
+    TRL 1.16 suppresses only the image token, and only in transformers generation.
+    """
+    return [t for t in (getattr(processor, "image_token", None), getattr(processor, "video_token", None)) if t]
+
+
+def ban_placeholder_tokens(trainer) -> None:
+    """Keep a `GRPOTrainer`'s generation, either backend, from sampling `placeholder_tokens`.
+
+    transformers: `suppress_tokens` (TRL's own mechanism, extended to the video token). vLLM: `bad_words`, which the
+    engine and the server both accept (a banned token's logit is set to -inf). vLLM then reports logprobs of the
+    renormalised distribution, lower than the policy's by log(1 - p(placeholders)) per token: negligible for a trained
+    model, about 1e-3 for a random tiny one, which shows in `sampling/sampling_logp_difference`.
+    """
+    tokens = placeholder_tokens(trainer.processing_class)
+    if trainer.use_vllm:
+        kwargs = trainer.vllm_generation.generation_kwargs
+        banned = list(dict.fromkeys([*(kwargs.get("bad_words") or []), *tokens]))
+        trainer.vllm_generation.generation_kwargs = {**kwargs, "bad_words": banned}
+        return
+    ids = trainer.processing_class.tokenizer.convert_tokens_to_ids(tokens)
+    suppress = list(dict.fromkeys([*(trainer.generation_config.suppress_tokens or []), *ids]))
+    trainer.generation_config.suppress_tokens = suppress
+    trainer.generation_kwargs["suppress_tokens"] = suppress
+
+
 def tool_suffix_ids(processor: ProcessorMixin, tool_messages: list[dict]) -> list[int]:
     """Token ids appended after a tool-calling turn: the tool responses and the next assistant header.
 

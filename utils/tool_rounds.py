@@ -90,7 +90,7 @@ class AgreedToolRounds:
                     self, self.processing_class.image_processor(images=images, return_tensors="pt")
                 )
             )
-        saved = self.generation_config
+        saved = getattr(self, "generation_config", None)  # transformers generation only; vLLM has none
         if not self.use_vllm:
             self.generation_config = copy.copy(saved)
             self.generation_config.max_new_tokens = 1  # synced generation keeps it stepping until all are done
@@ -101,4 +101,5 @@ class AgreedToolRounds:
                     [ids] * rows, None if images is None else [images] * rows, fields, 1, has_images
                 )
         finally:
-            self.generation_config = saved
+            if not self.use_vllm:
+                self.generation_config = saved

@@ -1,4 +1,5 @@
-"""vLLM rollouts with image-returning tools under TRL 1.16: each image reaches vLLM with exactly one placeholder.
+"""vLLM rollouts with image-returning tools under TRL 1.16: each image reaches vLLM with exactly one placeholder, and
+vLLM's expansion of it is checked against the trainer's.
 
 The bug (trl#6294, open; fixes proposed in trl#6718 for prompt images and trl#6719 for tool images): TRL tokenizes a
 VLM prompt with the processor, which expands every image into N `<|image_pad|>` tokens (N from the image's grid),
@@ -11,21 +12,36 @@ context grows by N_i - 1 tokens per image and the crop's features land inside th
 rollouts are generated from a corrupted context while the trainer scores them on the correct one.
 
 The fix, `VLLMImagePlaceholders._generate_single_turn`: the one method through which every vLLM call passes (the
-first turn from `_generate`, every tool turn from `_tool_call_loop`), and the one that throws away the prompt ids
-vLLM returns. In colocate mode it cuts every run of image pads to one token on a copy of the ids it hands down, so
-vLLM expands each image exactly once, in order. The trainer keeps the processor-expanded ids for the forward pass,
-the loss, `tool_mask` and all length checks, so training is unchanged. Smaller than the proposed upstream fixes,
-which thread a second, tokenizer-only id track through `_tokenize_prompts`, `_get_tool_suffix_ids` and
-`_tool_call_loop`.
+first turn from `_generate`, every tool turn from `_tool_call_loop`). In colocate mode it cuts every run of image pads
+to one token on a copy of the ids it hands to vLLM, so vLLM expands each image exactly once, in order, and it keeps
+the prompt ids vLLM returns, which TRL throws away, to check that vLLM's expansion equals the processor's token for
+token: vLLM sizes images with its own processor, and a different pixel budget would put every image in another frame
+without a word. The trainer keeps the processor-expanded ids for the forward pass, the loss, `tool_mask` and all
+length checks, so training is unchanged. Smaller than the proposed upstream fixes, which thread a second,
+tokenizer-only id track through `_tokenize_prompts`, `_get_tool_suffix_ids` and `_tool_call_loop`.
 
-Server mode is left alone on purpose: there TRL computes image features itself (`VLLMClient.image_features`) and
-`VLLMGeneration._place_features` places them on the runs of image tokens of the *expanded* ids, one run per image,
-which is already right (and needs vLLM >= 0.30 on the server, `utils.checks.MIN_VLLM_MULTIMODAL_SERVER`).
+Two more things TRL 1.16 leaves out of the colocate engine: the recipe's pixel budget (it builds `LLM(model=...)`
+without `mm_processor_kwargs`, so vLLM would resize by the checkpoint's saved processor config) and the engine's dtype
+(vLLM runs a float32 checkpoint in bf16). `colocate_engine_options` adds them to that one call, and on vLLM's CPU
+build keeps the engine's weights loadable by TRL's sync (`loadable_cpu_weights`).
+
+Server mode keeps the expanded ids on purpose: there TRL computes image features itself (`VLLMClient.image_features`)
+and `VLLMGeneration._place_features` places them on the runs of image tokens of the *expanded* ids, one run per image,
+which is already right (and needs vLLM >= 0.30 on the server, `utils.checks.MIN_VLLM_MULTIMODAL_SERVER`). The ids
+vLLM answers for are still checked: TRL's gather and slice hand them back to each process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import trl.generation.vllm_generation as trl_vllm
+from trl.extras.profiling import profiling_context
+
+from tools.config import PixelBudget
+from utils.models import pixel_budget
 
 
 def image_runs(ids: Sequence[int], image_token_id: int) -> list[tuple[int, int]]:
@@ -51,23 +67,107 @@ def collapse_image_runs(ids: Sequence[int], image_token_id: int) -> list[int]:
 
 
 class VLLMImagePlaceholders:
-    """Mixin for a `GRPOTrainer` subclass: in vLLM colocate mode, every image reaches vLLM with one placeholder.
+    """Mixin for a `GRPOTrainer` subclass: in vLLM colocate mode, every image reaches vLLM with one placeholder; in
+    both vLLM modes, the prompt ids vLLM answers for are checked against the trainer's.
 
-    Overrides `_generate_single_turn` only (see the module docstring for the bug and why this hook).
+    Overrides `_generate_single_turn` only (see the module docstring for the bug and why this hook). With vLLM it runs
+    TRL's vLLM branch of that method itself (sync the weights when the step changed, generate, keep the sampled
+    tokens' logprobs), keeping the prompt ids vLLM returns. Colocate: vLLM's own expansion of the images, which must
+    be the processor's. Server: the ids this process sent, echoed back through TRL's gather and slice, which must be
+    this process's own (trl#6673: unequal counts across processes hand a process another's rollouts).
     """
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        if self.use_vllm and self.vllm_mode == "colocate" and images is not None:
-            image_token_id = self.processing_class.image_token_id
-            collapsed = [collapse_image_runs(ids, image_token_id) for ids in prompt_ids]
-            for row, (ids, row_images) in enumerate(zip(collapsed, images, strict=True)):
+        if not self.use_vllm:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        image_token_id = self.processing_class.image_token_id
+        sent = prompt_ids
+        if self.vllm_mode == "colocate" and images is not None:
+            sent = [collapse_image_runs(ids, image_token_id) for ids in prompt_ids]
+            for row, (ids, row_images) in enumerate(zip(sent, images, strict=True)):
                 placeholders, expected = ids.count(image_token_id), len(row_images or [])
                 if placeholders != expected:
                     # vLLM would attach no features to the extra runs (or fail to place an image) without a word.
                     raise ValueError(
-                        f"Rollout {row} holds {placeholders} runs of image tokens but {expected} image(s): the policy "
-                        "probably sampled an image token (vLLM does not suppress it, unlike TRL's transformers "
-                        "generation), so its context no longer matches its images."
+                        f"Rollout {row} holds {placeholders} runs of image tokens but {expected} image(s): its "
+                        "context no longer matches its images (utils.rollout.ban_placeholder_tokens keeps generation "
+                        "from sampling the image token)."
                     )
-            prompt_ids = collapsed
-        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        if self.state.global_step != self._last_loaded_step:
+            with profiling_context(self, "sync_weights"):
+                self.vllm_generation.sync_weights()
+            self._last_loaded_step = self.state.global_step
+        returned, completion_ids, logprobs, _ = self.vllm_generation.generate(
+            prompts=sent,
+            images=images,
+            num_generations=num_generations,
+            profiler=profiling_context(self, "vLLM.generate"),
+        )
+        check_expansion(returned, prompt_ids, image_token_id, pixel_budget(self.processing_class))
+        return completion_ids, [[lp[0] for lp in seq] for seq in logprobs]  # the sampled token's logprob
+
+
+def check_expansion(
+    engine_ids: Sequence[Sequence[int]], trainer_ids: Sequence[Sequence[int]], image_token_id: int, budget: PixelBudget
+) -> None:
+    """Raise unless vLLM's prompt ids equal the trainer's, rollout by rollout: same images, same token counts, same
+    places. The trainer's ids are the processor's expansion, the frame the policy's boxes and the loss live in."""
+    for row, (engine, trainer) in enumerate(zip(engine_ids, trainer_ids, strict=True)):
+        if list(engine) == list(trainer):
+            continue
+        ours, theirs = image_runs(trainer, image_token_id), image_runs(engine, image_token_id)
+        if [n for _, n in ours] != [n for _, n in theirs]:
+            raise ValueError(
+                f"Rollout {row}: vLLM expanded its images to {[n for _, n in theirs]} image tokens, the trainer's "
+                f"processor to {[n for _, n in ours]}: the engine resizes images with another pixel budget than the "
+                f"recipe's (min_pixels={budget.min_pixels}, max_pixels={budget.max_pixels}). MAPOTrainer hands the "
+                "engine that budget (colocate_engine_options); check the checkpoint's processor config and vLLM's "
+                "mm_processor_kwargs."
+            )
+        first = next((i for i, (a, b) in enumerate(zip(engine, trainer)) if a != b), min(len(engine), len(trainer)))
+        raise ValueError(
+            f"Rollout {row}: vLLM's prompt ids differ from the trainer's from position {first} on ({len(engine)} "
+            f"against {len(trainer)} tokens): the engine generated from another context than the loss is computed on "
+            "(in server mode: another process's rollout, trl#6673)."
+        )
+
+
+@contextmanager
+def colocate_engine_options(**options) -> Iterator[None]:
+    """Adds `options` (vLLM `LLM` arguments) to the one `LLM(...)` call TRL 1.16 makes to build a colocated engine.
+
+    TRL builds it with fixed arguments (`VLLMGeneration._init_vllm`): no `mm_processor_kwargs`, no
+    `limit_mm_per_prompt`, no `dtype`. Scoped to the trainer's `__init__`, the only place the engine is built.
+    """
+    original = trl_vllm.LLM
+    trl_vllm.LLM = functools.partial(original, **options)
+    try:
+        with loadable_cpu_weights():
+            yield
+    finally:
+        trl_vllm.LLM = original
+
+
+@contextmanager
+def loadable_cpu_weights() -> Iterator[None]:
+    """On vLLM's CPU build, keep the engine's linear weights where TRL's weight sync writes them.
+
+    After loading, vLLM's CPU backend packs each linear layer's weight into a oneDNN handle and replaces the weight by
+    an empty tensor without a `weight_loader` (`dispatch_cpu_unquantized_gemm`), so the `load_weights` TRL calls at
+    every sync fails ("'Parameter' object has no attribute 'weight_loader'"). Without oneDNN, vLLM keeps the weights
+    and uses `torch.nn.functional.linear`. No effect on GPU builds.
+    """
+    from vllm import _custom_ops
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        yield
+        return
+    saved = _custom_ops._supports_onednn
+    _custom_ops._supports_onednn = False
+    try:
+        yield
+    finally:
+        _custom_ops._supports_onednn = saved
