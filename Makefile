@@ -104,7 +104,7 @@ lint: $(STAMP) ## ruff check + format check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-bench: tiny ## Benchmarks: MAPO/GRPO step-time ratio, CLIP crops/s (results: docs/benchmarks.md)
+bench: tiny ## Benchmarks: MAPO/GRPO step-time ratio, CLIP crops/s, HPO cost, vLLM/transformers rollouts (docs/benchmarks.md)
 	$(PY) -m scripts.bench $(ARGS)
 
 clean: ## Remove outputs/ (checkpoints, tiny models, generated data)

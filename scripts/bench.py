@@ -314,6 +314,7 @@ def bench_rollouts(kit: dict, rounds: int, prompts: int, max_new_tokens: int, se
         inputs = [dict(row) for row in rows]
         first = {}
         for name, trainer in trainers.items():
+            trainer._batch_environments = [None] * len(inputs)  # what _generate_and_score_completions sets first
             prompt_ids, images, fields = trainer._tokenize_prompts(
                 [prepare_multimodal_messages(r["prompt"], images=[r["image"]]) for r in inputs]
             )

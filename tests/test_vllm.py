@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts import bench
 from tiny.vllm_server import serve_command
 from utils.models import load_processor, pixel_budget
 
@@ -226,3 +227,15 @@ def test_evaluation_runs_on_the_vllm_backend(tiny_kit, tmp_path):
     for ours, theirs in zip(samples["vllm"], samples["transformers"], strict=True):
         assert ours["id"] == theirs["id"] and ours["completion_tokens"] > 0
         assert ours["messages"][0]["raw"][:12] == theirs["messages"][0]["raw"][:12]
+
+
+# ---------------------------------------------------------------------------------------------------------- bench
+def test_the_rollout_benchmark_alternates_both_backends(tiny_kit, monkeypatch):
+    """`make bench`'s vLLM/transformers rollout figure, shrunk: one alternated round of 2 prompts."""
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    kit = {k: str(v) for k, v in tiny_kit.items()}
+    result = bench.bench_rollouts(kit, rounds=1, prompts=2, max_new_tokens=16)
+    for name in ("transformers", "vllm"):
+        assert len(result["free_generation"][name]["s"]) == 1 and result["generated_tokens_per_s"][name] > 0
+        assert result["tool_rollouts"][name]["tool_turns"] == [2]  # a scripted zoom-in call in each rollout
+    assert result["ratio_vllm_over_transformers_tokens"] > 0
