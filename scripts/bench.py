@@ -341,6 +341,11 @@ def bench_rollouts(kit: dict, rounds: int, prompts: int, max_new_tokens: int, se
                 tools[name]["tool_turns"].append(turns)
         for record in tools.values():  # round 0 was the warm-up
             record["s"], record["tool_turns"] = record["s"][1:], record["tool_turns"][1:]
+    if missing := [name for name, r in tools.items() if not sum(r["tool_turns"])]:
+        raise SystemExit(
+            f"--rollouts: no tool turn under {missing}: the scripted call and its crop do not fit "
+            f"--rollout_tokens {max_new_tokens} (TRL drops what overflows); raise it (the default, 128, fits)"
+        )
     rate = {name: sum(r["tokens"]) / sum(r["s"]) for name, r in free.items()}
     turns = {name: sum(r["tool_turns"]) / sum(r["s"]) for name, r in tools.items()}
     return {

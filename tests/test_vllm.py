@@ -32,7 +32,6 @@ from pathlib import Path
 
 import pytest
 
-from scripts import bench
 from tiny.vllm_server import serve_command
 from utils.models import load_processor, pixel_budget
 
@@ -47,7 +46,8 @@ STEP_LOGP_DIFFERENCE = 5e-3  # mean over the step's sampled tokens; see the modu
 
 
 def vllm_env() -> dict[str, str]:
-    return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "2"}
+    # A port of its own: torch.distributed's default 29500 may be held by another test's process.
+    return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "2", "MASTER_PORT": str(free_port())}
 
 
 def free_port() -> int:
@@ -230,11 +230,15 @@ def test_evaluation_runs_on_the_vllm_backend(tiny_kit, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------- bench
-def test_the_rollout_benchmark_alternates_both_backends(tiny_kit, monkeypatch):
-    """`make bench`'s vLLM/transformers rollout figure, shrunk: one alternated round of 2 prompts."""
-    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-    kit = {k: str(v) for k, v in tiny_kit.items()}
-    result = bench.bench_rollouts(kit, rounds=1, prompts=2, max_new_tokens=16)
+def test_the_rollout_benchmark_alternates_both_backends(tmp_path):
+    """`make bench`'s vLLM/transformers rollout figure, shrunk: one alternated round of 2 prompts. A subprocess, as
+    `make bench` runs it: a colocated engine sets up torch.distributed in its process and keeps it."""
+    output = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "scripts.bench", "--pairs", "1", "--warmup", "0", "--clip_models", "--hpo_sizes"]
+    cmd += ["--rollouts", "1", "--rollout_prompts", "2", "--rollout_tokens", "128", "--output", str(output)]
+    proc = subprocess.run(cmd, cwd=REPO, env=vllm_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    result = json.loads(output.read_text())["rollouts"]
     for name in ("transformers", "vllm"):
         assert len(result["free_generation"][name]["s"]) == 1 and result["generated_tokens_per_s"][name] > 0
         assert result["tool_rollouts"][name]["tool_turns"] == [2]  # a scripted zoom-in call in each rollout
