@@ -80,7 +80,7 @@ tiny: $(TINY)/.built ## Build the tiny offline models (Qwen2.5-VL, tokenizer, CL
 demo: tiny ## The main job on tiny models, CPU: train CLIP verifier, SFT, MAPO RL, evaluate before/after (outputs/demo)
 	$(PY) -m scripts.demo $(ARGS)
 
-experiment: tiny ## GRPO vs MAPO vs HPO from one SFT checkpoint, 3 seeds, tiny, CPU (docs/experiment.md); ARGS="--sft_model outputs/demo/sft"
+experiment: tiny ## Does MAPO's signal act? Controlled arms vs GRPO, 3 seeds, tiny, CPU, ~45 min (docs/experiment.md); ARGS="--sft_model outputs/demo/sft"
 	$(PY) -m scripts.experiment $(ARGS)
 
 sft: tiny ## SFT cold start: SFT_RECIPE=<recipe.yaml> ACCELERATE=<cpu|multi_cpu|single_gpu|ddp|zero2|zero3|fsdp2> ARGS="--field value ..."; N nodes: NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, NUM_PROCESSES

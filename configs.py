@@ -30,6 +30,7 @@ from data.benchmarks import BENCHMARKS
 from data.synthetic import DEFAULT_IMAGE_SIZE, DEFAULT_OBJECT_FRACTION, QUESTION_TYPES
 from data.trajectories import TrajectoryArguments
 from mapo import SEMANTIC_SCORES
+from rewards import VERIFIERS
 from tools import ToolConfig
 from utils.checks import check_vllm_version
 
@@ -113,8 +114,20 @@ class MAPOConfig(GRPOConfig):
         default="cosine",
         metadata={
             "help": "Scale of z_t (the paper does not say). 'cosine': the raw CLIP cosine of L2-normalised "
-            "embeddings, in [-1, 1]. 'clipscore': 2.5 * max(cosine, 0) (Hessel et al., 2021).",
+            "embeddings, in [-1, 1]. 'clipscore': 2.5 * max(cosine, 0) (Hessel et al., 2021). 'contrastive': "
+            "cosine(label, crop) - cosine(label, whole image), a guard against label hacking (not in the paper): a "
+            "label that fits everything earns nothing.",
             "choices": list(SEMANTIC_SCORES),
+        },
+    )
+    semantic_verifier: str = field(
+        default="clip",
+        metadata={
+            "help": "What scores z_t. 'clip': the CLIP model of clip_model (the paper's). 'exact' and "
+            "'shuffled_exact' are controls for data with a known target (target_bbox, target_label columns): 1 when "
+            "the label names the target and the crop frames it, else 0; and those scores permuted across each "
+            "batch's calls (same sizes, no information). See rewards.VERIFIERS.",
+            "choices": list(VERIFIERS),
         },
     )
     no_tool_semantic: float = field(
@@ -185,6 +198,16 @@ class MAPOConfig(GRPOConfig):
     variance_probe_rows: int = field(
         default=8, metadata={"help": "Rollouts of the fixed batch the gradient-variance probe uses."}
     )
+    gradient_variance_batches: int = field(
+        default=0,
+        metadata={
+            "help": "Keep the policy gradient of each of the first this many steps' batches (0: off) and log, at "
+            "that step, the variance of the gradient estimate across them: gradvar/trace (trace of the covariance) "
+            "and gradvar/relative (trace / squared norm of the mean gradient). With learning_rate 0 every batch is "
+            "drawn from the starting checkpoint: the papers' gradient-variance quantity. Costs one copy of the "
+            "gradient per batch in host memory."
+        },
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -199,6 +222,10 @@ class MAPOConfig(GRPOConfig):
             )
         if self.semantic_score not in SEMANTIC_SCORES:
             raise ValueError(f"semantic_score must be one of {SEMANTIC_SCORES}; got {self.semantic_score!r}")
+        if self.semantic_verifier not in VERIFIERS:
+            raise ValueError(f"semantic_verifier must be one of {sorted(VERIFIERS)}; got {self.semantic_verifier!r}")
+        if self.gradient_variance_batches == 1:
+            raise ValueError("gradient_variance_batches needs at least 2 batches for a variance (0: off)")
         if self.uses_semantic and self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
                 f"advantage_estimator={self.advantage_estimator!r} normalises the composite R_out + beta * R_sem "

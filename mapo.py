@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 from trl.trainer.utils import nanstd
 
-SEMANTIC_SCORES = ("cosine", "clipscore")
+SEMANTIC_SCORES = ("cosine", "clipscore", "contrastive")
 
 
 def semantic_reward(scores: Sequence[float], lam: float, empty: float = 0.0) -> float:
@@ -56,11 +56,23 @@ def mapo_advantages(
     return torch.nan_to_num(advantages, nan=0.0)
 
 
-def scale_similarity(cosine: torch.Tensor, how: str) -> torch.Tensor:
-    """z_t from a CLIP cosine: "cosine" keeps it (in [-1, 1]); "clipscore" is 2.5 * max(cos, 0) (Hessel et al., 2021),
-    which stretches CLIP's narrow cosine band (about 0.15-0.35 for real CLIP) towards [0, 1] and ignores negatives."""
+def scale_similarity(cosine: torch.Tensor, how: str, whole: torch.Tensor | None = None) -> torch.Tensor:
+    """z_t from a verifier's score of each label against its crop (`cosine`).
+
+    - "cosine" keeps it (in [-1, 1] for CLIP);
+    - "clipscore" is 2.5 * max(cos, 0) (Hessel et al., 2021), which stretches CLIP's narrow cosine band (about
+      0.15-0.35 for real CLIP) towards [0, 1] and ignores negatives;
+    - "contrastive" is cos(label, crop) - cos(label, whole image), `whole` being the same verifier's score of each
+      label against its rollout's whole image. Not in the paper: a guard against label hacking. A label that fits
+      every crop as well as the image it came from ("the object") earns nothing; only what the crop shows *more*
+      than the whole image counts, which is what zooming in is for.
+    """
     if how == "cosine":
         return cosine
     if how == "clipscore":
         return 2.5 * cosine.clamp(min=0)
+    if how == "contrastive":
+        if whole is None or whole.shape != cosine.shape:
+            raise ValueError("semantic_score 'contrastive' needs each label's score against its whole image")
+        return cosine - whole
     raise ValueError(f"semantic_score must be one of {SEMANTIC_SCORES}; got {how!r}")

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import warnings
 from contextlib import nullcontext
+from dataclasses import replace
 
 import requests
 import torch
-from PIL import Image
 from trl import GRPOTrainer
 
 from configs import MAPOConfig
 from hpo import HPOAdvantages, kantorovich_potentials
 from mapo import mapo_advantages, scale_similarity, semantic_reward
-from rewards import ClipVerifier
-from tools import ToolConfig, ToolConfigRecorder, executed_calls, make_environment_factory
+from rewards import ClipVerifier, Scene, build_verifier
+from tools import ToolConfig, ToolConfigRecorder, ZoomCall, executed_calls, make_environment_factory
 from utils.checks import check_vllm_server
-from utils.diagnostics import GradientVarianceProbe, advantage_statistics
+from utils.diagnostics import GradientVariance, GradientVarianceProbe, advantage_statistics
 from utils.models import pixel_budget
 from utils.resume import ExactResume
 from utils.rollout import ban_placeholder_tokens, check_token_budget
@@ -124,7 +124,9 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
             max_tool_calling_iterations=self.args.max_tool_calling_iterations,
             context_length=self.model.config.get_text_config().max_position_embeddings,
         )
-        self.verifier = ClipVerifier(self.tool_config, device=self.accelerator.device)
+        self.verifier = build_verifier(
+            self.args.semantic_verifier, self.tool_config, self.accelerator.device, seed=self.args.seed
+        )
         self._warned_unscorable = False
         self.hpo = HPOAdvantages(self.args, device=self.accelerator.device) if self.args.uses_hpo else None
         self.probe = (
@@ -132,6 +134,8 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
             if self.args.variance_probe_steps > 0
             else None
         )
+        if self.args.gradient_variance_batches > 0:
+            self.add_callback(GradientVariance(self.args.gradient_variance_batches, self._record_train_metrics))
         self._outcome: torch.Tensor | None = None  # the last batch's R_out, gathered: HPO's success signal
         weight = self.args.semantic_beta if self.args.uses_semantic else 0.0
         self.reward_funcs.append(self._semantic_reward)
@@ -139,15 +143,29 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         self.reward_processing_classes.append(None)
         self.reward_weights = torch.cat([self.reward_weights, torch.tensor([weight], dtype=self.reward_weights.dtype)])
 
-    def _semantic_reward(self, completions, environments, log_metric, log_extra, **kwargs) -> list[float]:
-        """R_sem (eq. 2) for this process's rollouts, with every crop of the batch scored in one CLIP call."""
+    def _semantic_reward(
+        self, completions, environments, log_metric, log_extra, target_bbox=None, target_label=None, **kwargs
+    ) -> list[float]:
+        """R_sem (eq. 2) for this process's rollouts, with every crop of the batch scored in one verifier call."""
         args = self.args
         calls = [executed_calls(env, completion) for env, completion in zip(environments, completions)]
-        scored = [call for rollout in calls for call in rollout if call.ok]
-        cosine = self._score([c.label for c in scored], [c.crop for c in scored])
+        rows = range(len(calls))
+        scenes = [
+            Scene(env.image, target_bbox[i] if target_bbox else None, target_label[i] if target_label else None)
+            for i, env in zip(rows, environments)
+        ]
+        scored = [(call, scenes[i]) for i in rows for call in calls[i] if call.ok]
+        cosine = self._score([call for call, _ in scored], [scene for _, scene in scored])
+        whole = None
+        if args.semantic_score == "contrastive":  # the same labels against their whole images
+            whole_calls = [replace(c, crop=s.image, box=(0, 0, *s.image.size)) for c, s in scored]
+            whole = self._score(whole_calls, [scene for _, scene in scored])
+            cosine = torch.where(torch.isnan(whole), torch.nan, cosine)  # unscorable against either: unscorable
         unscorable = torch.isnan(cosine)
-        z = scale_similarity(torch.nan_to_num(cosine, nan=0.0), args.semantic_score).tolist()
-        z_of = {id(call): value for call, value in zip(scored, z)}
+        z = scale_similarity(
+            torch.nan_to_num(cosine, nan=0.0), args.semantic_score, None if whole is None else torch.nan_to_num(whole)
+        ).tolist()
+        z_of = {id(call): value for (call, _), value in zip(scored, z)}
 
         scores = [[z_of.get(id(call), 0.0) for call in rollout] for rollout in calls]
         rewards = [semantic_reward(s, args.semantic_lambda, empty=args.no_tool_semantic) for s in scores]
@@ -166,23 +184,31 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         log_extra("z_t", [" | ".join(f"{v:.3f}" for v in s) for s in scores])
         return rewards
 
-    def _score(self, labels: list[str], crops: list[Image.Image]) -> torch.Tensor:
-        """One batched CLIP call; if the batch fails, score pair by pair so one bad label costs only its own z_t."""
+    def _score(self, calls: list[ZoomCall], scenes: list[Scene]) -> torch.Tensor:
+        """One batched verifier call; if the batch fails, score call by call so one bad label costs only its own z_t
+        (NaN: counted in semantic/unscorable_frac, scored 0)."""
         try:
-            return self.verifier.similarity(labels, crops)
+            return self.verifier.score(calls, scenes)
         except Exception as err:  # noqa: BLE001 - a bad label must never crash a training step
             self._warn_unscorable(err)
-        out = torch.full((len(labels),), float("nan"))
-        for i, (label, crop) in enumerate(zip(labels, crops)):
+        out = torch.full((len(calls),), float("nan"))
+        for i, (call, scene) in enumerate(zip(calls, scenes)):
             try:
-                out[i] = self.verifier.similarity([label], [crop])[0]
+                out[i] = self.verifier.score([call], [scene])[0]
             except Exception:  # noqa: BLE001
                 pass
         return out
 
+    def _record_train_metrics(self, metrics: dict[str, float]) -> None:
+        """Figures for the next training log (TRL averages `_metrics` into each `log`)."""
+        for name, value in metrics.items():
+            self._metrics["train"][name].append(value)
+
     def _warn_unscorable(self, err: Exception) -> None:
         if not self._warned_unscorable:
-            warnings.warn(f"CLIP could not score a label ({err!r}); such calls count as z_t = 0.", stacklevel=2)
+            warnings.warn(
+                f"The verifier could not score a label ({err!r}); such calls count as z_t = 0.", stacklevel=2
+            )
             self._warned_unscorable = True
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):

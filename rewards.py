@@ -1,21 +1,27 @@
-"""Rewards a recipe picks by name (`reward_funcs: [gated_outcome]`), and the CLIP verifier that scores z_t.
+"""Rewards a recipe picks by name (`reward_funcs: [gated_outcome]`), and the verifiers that score z_t
+(`semantic_verifier: clip`).
 
 Outcome and format rewards follow TRL's signature `(completions, **kwargs) -> list[float | None]` and are registered
 in `REWARDS`; `None` marks a row its reward could not score (TRL and `MAPOTrainer` then give it advantage 0). The
-semantic reward R_sem is not one of them: `MAPOTrainer` computes it from `ClipVerifier`'s scores of the calls each
-rollout made (`mapo.semantic_reward`, eq. 2). Evaluation scores with the same verifier.
+semantic reward R_sem is not one of them: `MAPOTrainer` computes it from its verifier's scores of the calls each
+rollout made (`mapo.semantic_reward`, eq. 2). Verifiers are registered in `VERIFIERS`: the paper's CLIP
+(`ClipVerifier`, which evaluation scores with too), and two controls for experiments on data with a known target
+(`ExactVerifier`, `ShuffledVerifier`).
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
 
 from data.task import extract_answer, final_text, is_correct, is_well_formed_turn
-from tools import ToolConfig, executed_calls
+from tools import ToolConfig, ZoomCall, box_contains, executed_calls
 from utils.models import load_clip
 
 
@@ -57,12 +63,99 @@ def tool_bonus_reward(
     return [c * float(u) for c, u in zip(correct, used)]
 
 
+# The simulated reader: how often it reads the answer right, from a crop that frames the target and from anything else.
+READER_HIT_P = 0.7
+READER_MISS_P = 0.1
+READER_MAX_AREA = 0.25  # a box over a quarter of the image is no zoom: the target stays as small as in the prompt
+
+
+def frames_target(box: Sequence[int] | None, target_bbox: Sequence[int], image_size: tuple[int, int]) -> bool:
+    """Whether a crop `box` (original pixels; None: no crop) frames the target: it holds the whole `target_bbox` and
+    covers at most `READER_MAX_AREA` of the image, so zooming out to the whole image does not count."""
+    if box is None:
+        return False
+    x1, y1, x2, y2 = box
+    small = (x2 - x1) * (y2 - y1) <= READER_MAX_AREA * image_size[0] * image_size[1]
+    return small and box_contains(box, target_bbox)
+
+
+def target_in_view(call: ZoomCall, target_bbox: Sequence[int], image_size: tuple[int, int]) -> bool:
+    """Whether a call returned a crop that `frames_target`."""
+    return call.ok and frames_target(call.box, target_bbox, image_size)
+
+
+def reader_draw(row_id: str, step: int, rollout: int) -> float:
+    """The reader's uniform draw for one rollout, seeded by (row, training step, rollout index in the batch): the same
+    rollout position at the same step of a rerun reads alike, and different rows, steps and rollouts independently."""
+    seed = [zlib.crc32(str(row_id).encode()), int(step), int(rollout)]
+    return float(np.random.default_rng(seed).random())
+
+
+def _target_seen(completions: list, environments: list, target_bbox: list) -> list[bool]:
+    return [
+        any(target_in_view(call, target, env.image.size) for call in executed_calls(env, completion))
+        for completion, env, target in zip(completions, environments, target_bbox)
+    ]
+
+
+def simulated_reader_reward(
+    completions: list, environments: list, target_bbox: list, id: list, trainer_state=None, **kwargs
+) -> list[float]:
+    """A noisy outcome for experiments: a stand-in for a reader that answers right with probability `READER_HIT_P`
+    when a valid zoom-in call framed the target (`target_in_view`) and `READER_MISS_P` otherwise, and only when every
+    turn is well formed (`format_reward`). It never reads the answer: success is sparse and noisy the way a weak
+    policy's is on a real benchmark, and depends only on where the policy looked. Needs the rows' `target_bbox` and
+    `id` (the synthetic data has both). The draw is `reader_draw(id, global_step, position in the batch)`."""
+    step = trainer_state.global_step if trainer_state is not None else 0
+    seen = _target_seen(completions, environments, target_bbox)
+    well_formed = format_reward(completions)
+    return [
+        ok * float(reader_draw(row_id, step, i) < (READER_HIT_P if hit else READER_MISS_P))
+        for i, (ok, hit, row_id) in enumerate(zip(well_formed, seen, id))
+    ]
+
+
+def target_in_view_reward(completions: list, environments: list, target_bbox: list, **kwargs) -> list[float]:
+    """The simulated reader without its noise, for positive controls: 1.0 when every turn is well formed and a valid
+    zoom-in call framed the target (`target_in_view`), else 0.0."""
+    seen = _target_seen(completions, environments, target_bbox)
+    return [ok * float(hit) for ok, hit in zip(format_reward(completions), seen)]
+
+
 REWARDS: dict[str, Callable[..., list[float | None]]] = {
     "outcome": outcome_reward,
     "format": format_reward,
     "gated_outcome": gated_outcome_reward,
     "tool_bonus": tool_bonus_reward,
+    "simulated_reader": simulated_reader_reward,
+    "target_in_view": target_in_view_reward,
 }
+
+
+# Dataset columns a reward or verifier reads besides TRL's own (`prompt`): checked before any model loads.
+GROUND_TRUTH = ("target_bbox", "target_label")
+REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "outcome": ("answer",),
+    "gated_outcome": ("answer",),
+    "tool_bonus": ("answer",),
+    "simulated_reader": ("target_bbox", "id"),
+    "target_in_view": ("target_bbox",),
+    "exact": GROUND_TRUTH,
+    "shuffled_exact": GROUND_TRUTH,
+}
+
+
+def check_columns(columns: Sequence[str], reward_names: Sequence[str], verifier: str, where: str) -> None:
+    """Fail at start, naming the reward or verifier and the missing columns, when the dataset at `where` lacks a
+    column one of them reads (`REQUIRED_COLUMNS`)."""
+    readers = {f"reward {name}": name for name in reward_names} | {f"semantic_verifier {verifier}": verifier}
+    missing = {
+        reader: [c for c in REQUIRED_COLUMNS.get(name, ()) if c not in columns] for reader, name in readers.items()
+    }
+    missing = {reader: cols for reader, cols in missing.items() if cols}
+    if missing:
+        wants = "; ".join(f"{name} needs {cols}" for name, cols in missing.items())
+        raise ValueError(f"{where}: {wants}, which the dataset lacks (its columns: {sorted(columns)})")
 
 
 def get_reward_funcs(names: Sequence[str]) -> list[Callable]:
@@ -105,3 +198,71 @@ class ClipVerifier:
         image_emb = F.normalize(self.model.encode_image(pixels).float(), dim=-1)
         text_emb = F.normalize(self.model.encode_text(tokens).float(), dim=-1)
         return (image_emb * text_emb).sum(dim=-1).cpu()
+
+    def score(self, calls: Sequence[ZoomCall], scenes: Sequence[Scene]) -> torch.Tensor:
+        """z_t's raw cosine for valid `calls` (label against crop); the scenes are not read."""
+        return self.similarity([call.label for call in calls], [call.crop for call in calls])
+
+
+@dataclass(frozen=True)
+class Scene:
+    """What a verifier may know of a call's rollout besides the call: the whole image, and where the data has them,
+    the target's box (original pixels) and its referent label: the ground truth the controls score from."""
+
+    image: Image.Image
+    target_bbox: Sequence[int] | None = None
+    target_label: str | None = None
+
+
+def normalise_label(label: str) -> str:
+    """A label as the exact verifier compares it: lower case, punctuation dropped, a leading article dropped."""
+    words = "".join(ch if ch.isalnum() else " " for ch in label.lower()).split()
+    return " ".join(words[1:] if words and words[0] in ("the", "a", "an") else words)
+
+
+class ExactVerifier:
+    """A controlled upper bound for experiments, not a model: z_t = 1 when the label names the row's target (its
+    `target_label`, compared by `normalise_label`) and the crop frames that target (`target_in_view`: the box holds
+    it and is a zoom), else 0. It reads only the call's label and box and the scene's ground truth, never the answer.
+    A label other than the target's scores 0 even if it names something else in the crop: the scene's ground truth
+    is the target alone."""
+
+    needs_ground_truth = True
+
+    def score(self, calls: Sequence[ZoomCall], scenes: Sequence[Scene]) -> torch.Tensor:
+        values = []
+        for call, scene in zip(calls, scenes, strict=True):
+            named = normalise_label(call.label) == normalise_label(scene.target_label or "")
+            values.append(float(named and target_in_view(call, scene.target_bbox, scene.image.size)))
+        return torch.tensor(values, dtype=torch.float32)
+
+
+class ShuffledVerifier:
+    """The information control: another verifier's scores, permuted across the calls of each scored batch. The
+    batch holds the same z_t values (so the same advantage sizes) but a rollout's z_t no longer says anything about
+    its own calls. The permutation is seeded by (seed, how many batches were scored), so a rerun repeats it."""
+
+    def __init__(self, base, seed: int):
+        self.base, self.seed, self.batches = base, seed, 0
+        self.needs_ground_truth = getattr(base, "needs_ground_truth", False)
+
+    def score(self, calls: Sequence[ZoomCall], scenes: Sequence[Scene]) -> torch.Tensor:
+        values = self.base.score(calls, scenes)
+        order = np.random.default_rng([self.seed, self.batches]).permutation(len(values))
+        self.batches += 1
+        return values[torch.from_numpy(order)]
+
+
+# A verifier by the name a recipe gives (`semantic_verifier`): each built from the tool settings, a device and a seed.
+VERIFIERS: dict[str, Callable[[ToolConfig, torch.device | str, int], object]] = {
+    "clip": lambda config, device, seed: ClipVerifier(config, device=device),
+    "exact": lambda config, device, seed: ExactVerifier(),
+    "shuffled_exact": lambda config, device, seed: ShuffledVerifier(ExactVerifier(), seed),
+}
+
+
+def build_verifier(name: str, config: ToolConfig, device: torch.device | str = "cpu", seed: int = 0):
+    """The verifier `name` from `VERIFIERS`; an unknown name fails with the list of known ones."""
+    if name not in VERIFIERS:
+        raise ValueError(f"semantic_verifier: unknown verifier {name!r}; known: {sorted(VERIFIERS)}")
+    return VERIFIERS[name](config, device, seed)

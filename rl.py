@@ -13,7 +13,7 @@ from trl import ModelConfig, get_peft_config
 from configs import MAPOConfig, ScriptArguments, ToolConfig
 from data import load_split
 from mapo_trainer import MAPOTrainer
-from rewards import get_reward_funcs
+from rewards import check_columns, get_reward_funcs
 from utils.checks import check_master_weights, keep_adapters_in_fp32
 from utils.policy import load_policy, save_outputs
 from utils.recipes import parse_args_and_record
@@ -28,12 +28,20 @@ def main(
     trainer_cls: type[MAPOTrainer] = MAPOTrainer,
 ) -> MAPOTrainer:
     set_seed(training_args.seed)
+    dataset = load_split(script_args, script_args.dataset_train_split)
+    reward_funcs = get_reward_funcs(script_args.reward_funcs)
+    check_columns(
+        dataset.column_names,
+        script_args.reward_funcs,
+        training_args.semantic_verifier,
+        where=f"dataset_name {script_args.dataset_name} split {script_args.dataset_train_split}",
+    )
     model, processor = load_policy(model_args, tool_config)
     trainer = trainer_cls(
         model=model,
-        reward_funcs=get_reward_funcs(script_args.reward_funcs),
+        reward_funcs=reward_funcs,
         args=training_args,
-        train_dataset=load_split(script_args, script_args.dataset_train_split),
+        train_dataset=dataset,
         processing_class=processor,
         tool_config=tool_config,
         peft_config=get_peft_config(model_args),

@@ -1,32 +1,36 @@
-"""`make experiment`: advantage estimators compared from one SFT checkpoint, on the tiny models, on CPU.
+"""`make experiment`: does MAPO's semantic signal act? A controlled experiment on the tiny models, on CPU.
 
-From ONE SFT checkpoint, with its data and its CLIP verifier, every estimator in `--methods` (default grpo, mapo,
-hpo; any of `configs.ADVANTAGE_ESTIMATORS`) trains with the tiny RL recipe (recipes/tiny/rl/config_mapo.yaml)
-once per seed in `--seeds`: same data, steps, rollout budget and hyper-parameters. Only `advantage_estimator` and
-`seed` change between runs; every other parsed field is compared across runs before anything trains, so no method
-can be tuned on its own. The seed is RL's (data order and sampling) and the final evaluation's.
+A run that "goes through" shows nothing: the tiny policy may not move under RL, groups of 2 make every advantage 0
+or +-0.71, and a verifier may pay a fixed label more than the right one. So the experiment is built to be able to
+fail, in this order (docs/experiment.md states the criterion before the results):
 
-The recipe gets the same overrides in every run:
-- `hpo_text_encoder`: the tiny kit's text encoder (the recipe's default, Qwen3-Embedding-0.6B, is a download);
-- `hpo_min_positive_steps` = `hpo_min_negative_steps` = 1: with the tiny recipe's groups of 2 rollouts, a group has
-  a success and a failure or nothing to transport, and the authors' 4 / 4 would send nearly every group back to the
-  episode advantage. Only the hpo estimators read these three fields, so they cannot change the grpo or mapo runs;
-- `variance_probe_steps` (`--probe_steps`): the gradient-variance probe, at the same interval in every run; it never
-  touches the optimizer.
-
-The stages are the demo's (`tiny.stages`): without `--sft_model` the verifier, the data and the SFT checkpoint are made as `make demo`
-makes them (same sizes and flags), else they are reused (`make demo`'s layout: `--sft_model outputs/demo/sft` finds
-`outputs/demo/data` and `outputs/demo/clip` beside it). Every step of every run logs, from `trainer.state.log_history`
-(`stages.rl_step_log`): mean z_t, valid-call rate, accuracy, reward std, advantage std, and the probe's gradient-norm
-variance where it ran; a figure TRL did not log at a step (no valid call: no z_t) stays missing, shown as a gap in
-the plots and counted in the tables. Each final RL model is then evaluated on the test split as the demo does.
+1. **Start.** One SFT checkpoint, its data and its CLIP verifier (made as `make demo` makes them, or reused with
+   `--sft_model`), evaluated greedily on the held-out test split: the step-0 row of every table.
+2. **Verifier gate** (`evaluation.verifier_check`): on gold crops of the test rows, the tiny CLIP's AUC of the right
+   label against the others on the same crop, and the best constant label's mean z against the right label's, under
+   `semantic_score` cosine and contrastive. The `mapo_clip` arm runs with the first scoring that passes, or not at
+   all, saying why.
+3. **Positive control**: GRPO with a noise-free reward (`target_in_view`: 1 when a valid call framed the target).
+   If greedy target-seen does not rise from the SFT checkpoint by more than twice the standard error of the
+   difference, RL at this budget cannot move the policy and the experiment stops: nothing after it would mean
+   anything.
+4. **Arms** (`ARMS`), `--seeds` each, from the same checkpoint, with the world's recipe
+   (`recipes/tiny/rl/config_experiment.yaml`): a simulated reader as the outcome (right with probability 0.7 when a
+   valid call framed the target, 0.1 otherwise: `rewards.simulated_reader_reward`), groups of 4. Only
+   `advantage_estimator`, `semantic_verifier`, `semantic_score` and the seed differ between runs; every other parsed
+   field is checked equal before anything trains. Each run's model is evaluated at `--eval_every` steps and at its
+   end.
+5. **Gradient variance** at the SFT checkpoint, per arm (`configs.MAPOConfig.gradient_variance_batches`):
+   `--variance_batches` batches at learning rate 0 (so each is drawn from the SFT policy), gradient clipping off,
+   the trace of the gradients' covariance and its ratio to the mean gradient's squared norm.
+6. **Statistics**: per seed, each arm's target-seen minus `grpo`'s on the same seed (paired), their mean and standard
+   error; every evaluation's binomial standard error; the verdict of the stated criterion, and the "What it shows"
+   section written from it (with a hash of the results it was written from).
 
 Models and evaluations go to `outputs/experiment/` (`--output_dir`); the report to `docs/experiment.md` (`--report`),
-with its plots and `results.json` (every run's steps and evaluation) in `docs/experiment/`: the command, the setup,
-curves per method (mean across seeds, min-max band), tables of final figures, warnings for runs with no signal, and
-a "What it shows" section left to a person (a hand-written one survives regeneration).
+with its plots and `results.json` in `docs/experiment/`.
 
-    make experiment                                      # verifier, data and SFT as the demo makes them, then RL
+    make experiment                                      # verifier, data and SFT as the demo makes them, then all
     make experiment ARGS="--sft_model outputs/demo/sft"  # reuse make demo's SFT checkpoint, data and verifier
 """
 
@@ -35,6 +39,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import hashlib
 import json
 import math
 import shlex
@@ -49,62 +54,125 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from configs import ADVANTAGE_ESTIMATORS
+from configs import ToolConfig
 from data.benchmarks import load_saved_split
+from evaluation.run import read_samples
+from evaluation.verifier_check import GateResult, check_verifier
+from rewards import REWARDS, build_verifier, frames_target, normalise_label
 from tiny import stages
+from tools import make_environment_factory
+from utils.models import load_processor, pixel_budget
 
-DEFAULT_METHODS = ("grpo", "mapo", "hpo")
+RECIPE = "recipes/tiny/rl/config_experiment.yaml"
+# Each arm: the fields it sets on top of the recipe. The recipe's semantic_verifier is `exact`, so the arms that do
+# not train on R_sem (grpo, hpo: weight 0) log the same exact z_t as the mapo arms, comparable across arms.
+ARMS: dict[str, dict[str, str]] = {
+    "grpo": {"advantage_estimator": "grpo"},
+    "mapo_exact": {"advantage_estimator": "mapo", "semantic_verifier": "exact"},
+    "mapo_shuffled": {"advantage_estimator": "mapo", "semantic_verifier": "shuffled_exact"},
+    "mapo_clip": {"advantage_estimator": "mapo", "semantic_verifier": "clip"},  # semantic_score: the gate's choice
+    "hpo": {"advantage_estimator": "hpo"},
+    "mapo+hpo": {"advantage_estimator": "mapo+hpo", "semantic_verifier": "exact"},
+}
+REFERENCE = "grpo"  # what every arm is paired against
+CONTROL = {"advantage_estimator": "grpo", "reward_funcs": ["target_in_view"]}
+VARIED = ("advantage_estimator", "semantic_verifier", "semantic_score", "seed", "output_dir")
+GATE_SCORES = ("contrastive", "cosine")  # the order the clip arm tries them in
 DEFAULT_SEEDS = (0, 1, 2)
-# Measured on the 2-core CPU machine (2026-11-30), tiny RL recipe from the demo's 400-step SFT checkpoint, probe at
-# every step: 0.6-1.1 s per RL step and 0.3 s per evaluated row with the cores idle, the verifier, data and SFT at
-# the demo's sizes about 5 min. A concurrent torch job on the same 2 cores made steps 15-25 s: 20 times slower.
-# They size the default run (about 25 min idle) and the estimate printed before it starts.
-SECONDS_PER_STEP = 1.0
-SECONDS_PER_EVAL_ROW = 0.3
-SECONDS_PER_RUN = 6.0  # loading the policy, the verifier and (hpo) the text encoder; saving the model
-SECONDS_TO_PREPARE = 300.0  # without --sft_model: the demo's verifier, data and SFT stages
-DEFAULT_RL_STEPS = 100
+CONTROL_SIGMAS = 2.0  # the control's rise must exceed this many standard errors of the difference
+VERDICT_SIGMAS = 2.0
 
-VARIED = ("advantage_estimator", "seed", "output_dir")  # the only fields that may differ between runs
-# The fields the report lists as the shared setup (all other fields are shared too, and checked).
+# Measured on the 2-core CPU machine (2026-12-01) with the cores idle, the world's recipe from a 900-step SFT
+# checkpoint: they size the estimate printed before the run starts.
+SECONDS_PER_STEP = 1.6
+SECONDS_PER_EVAL_ROW = 0.3
+SECONDS_PER_RUN = 8.0  # loading the policy, the verifier and (hpo) the text encoder; saving the model
+SECONDS_TO_PREPARE = 420.0  # without --sft_model: the demo's verifier, data and SFT stages
+
 SETUP_FIELDS = (
-    "reward_funcs", "learning_rate", "per_device_train_batch_size", "num_generations", "max_completion_length",
-    "max_tool_calling_iterations", "temperature", "loss_type", "beta", "semantic_beta", "semantic_lambda",
-    "semantic_score", "no_tool_semantic", "hpo_omega", "hpo_min_positive_steps", "hpo_min_negative_steps",
-    "hpo_text_encoder", "variance_probe_steps", "variance_probe_rows", "clip_model",
+    "reward_funcs", "learning_rate", "lr_scheduler_type", "max_steps", "per_device_train_batch_size",
+    "num_generations", "max_completion_length", "max_tool_calling_iterations", "temperature", "loss_type", "beta",
+    "semantic_beta", "semantic_lambda", "no_tool_semantic", "hpo_omega", "hpo_min_positive_steps",
+    "hpo_min_negative_steps", "hpo_text_encoder", "clip_model",
 )  # fmt: skip
 
 # The curves, by `stages.STEP_METRICS` name: title and what the figure is.
 CURVES = {
-    "z_mean": ("mean z_t", "CLIP cosine of each valid call's label and crop (semantic/z_mean)"),
+    "z_mean": (
+        "mean z_t",
+        "each valid call's z_t from its run's verifier (semantic/z_mean): the exact verifier's for every arm but "
+        "mapo_clip (CLIP's), so it is the fraction of valid calls that named the target and framed it",
+    ),
+    "reader_success": (
+        "reader success",
+        f"batch mean of the simulated reader's outcome (rewards/{REWARDS['simulated_reader'].__name__}/mean)",
+    ),
     "valid_call_rate": ("valid-call rate", "share of zoom-in calls that returned a crop (1 - tools/zoom_error_rate)"),
-    "accuracy": (
-        "accuracy",
-        f"batch mean of the recipe's binary outcome reward, correct and well formed ({stages.ACCURACY_KEY})",
-    ),
-    "reward_std": (
-        "reward std",
-        "TRL's reward_std, the std of the weighted reward sum: for mapo it includes semantic_beta * R_sem, for grpo "
-        "and hpo it is the outcome's alone",
-    ),
-    "advantage_std": (
-        "advantage std",
-        "std of the episode advantages (mapo/advantage_std); for hpo, before the per-turn step mix",
-    ),
-    "adv_variance": ("advantage variance per token", "variance of the advantages over trained tokens (adv/variance)"),
-    "grad_norm_var": (
-        "gradient-norm variance",
-        "variance of per-sample policy-gradient norms on the fixed probe batch (probe/grad_norm_var)",
-    ),
+    "advantage_std": ("advantage std", "std of the episode advantages (mapo/advantage_std)"),
 }
-EVAL_COLUMNS = {
-    "accuracy": "accuracy",
-    "valid_call_rate": "valid-call rate",
-    "box_contains_target": "box holds target",
-    "mean_z": "mean z_t",
-}
-WHAT_IT_SHOWS = "## What it shows"
-PLACEHOLDER = "_To be written by a person after reading the curves and tables above (the generator keeps this section once it is edited)._"
+
+
+# ----------------------------------------------------------------------------------------------------- statistics
+def binomial_se(p: float, n: int) -> float:
+    """Standard error of a rate `p` measured on `n` independent rows: sqrt(p (1 - p) / n)."""
+    return math.sqrt(p * (1 - p) / n) if n else float("nan")
+
+
+def difference_se(p: float, q: float, n: int) -> float:
+    """Standard error of the difference of two rates each measured on `n` rows (treated as independent)."""
+    return math.sqrt(binomial_se(p, n) ** 2 + binomial_se(q, n) ** 2)
+
+
+@dataclass(frozen=True)
+class Paired:
+    """An arm against the reference on the same seeds: the per-seed differences, their mean and its standard error
+    (sample std with ddof 1 over sqrt(n); NaN with one seed)."""
+
+    diffs: tuple[float, ...]
+    mean: float
+    se: float
+
+    @property
+    def n(self) -> int:
+        return len(self.diffs)
+
+
+def paired(arm: dict[int, float], reference: dict[int, float]) -> Paired | None:
+    """`Paired` over the seeds both have a value for; None when they share none."""
+    seeds = sorted(set(arm) & set(reference))
+    diffs = tuple(arm[s] - reference[s] for s in seeds)
+    if not diffs:
+        return None
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
+    return Paired(diffs, statistics.fmean(diffs), se)
+
+
+def exceeds(pair: Paired | None, sigmas: float, floor: float = 0.0) -> bool:
+    """Whether the mean paired difference is above `sigmas` standard errors and above `floor`; False with one seed."""
+    return pair is not None and not math.isnan(pair.se) and pair.mean > max(sigmas * pair.se, floor)
+
+
+# ------------------------------------------------------------------------------------------------- row metrics
+def row_metrics(records: Sequence[dict]) -> dict[str, float | int]:
+    """Per-row rates of one evaluation (`samples.jsonl` records): `target_seen`, the rows where some valid call's box
+    framed the target (`rewards.frames_target`: what the simulated reader rewards), and `named_and_seen`, those where
+    such a call also named the target (what the exact verifier scores 1), over `n` rows."""
+    seen, named = [], []
+    for record in records:
+        frames = [
+            call
+            for call in record["calls"]
+            if frames_target(call["box"], record["target_bbox"], tuple(record["image_size"]))
+        ]
+        seen.append(bool(frames))
+        target = normalise_label(record.get("target_label") or "")
+        named.append(any(normalise_label(str(call["label"])) == target for call in frames))
+    n = len(records)
+    return {
+        "n": n,
+        "target_seen": sum(seen) / n if n else float("nan"),
+        "named_and_seen": sum(named) / n if n else float("nan"),
+    }
 
 
 # ----------------------------------------------------------------------------------------------------- aggregation
@@ -166,9 +234,11 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
 
 
 # -------------------------------------------------------------------------------------------------------- plots
-def plot_curves(curves: dict[str, tuple[list[int], list[Spread | None]]], title: str, path: Path) -> Path:
-    """One PNG: per method, the mean across seeds (line and points) and the min-max band; a step where no seed
-    logged the figure is a gap, and a method with no value at all says so in the legend."""
+def plot_curves(
+    curves: dict[str, tuple[list[int], list[Spread | None]]], title: str, path: Path, xlabel: str = "RL step"
+) -> Path:
+    """One PNG: per arm, the mean across seeds (line and points) and the min-max band; a step where no seed
+    logged the figure is a gap, and an arm with no value at all says so in the legend."""
     fig = Figure(figsize=(6.4, 3.6), dpi=100)  # the object API: no pyplot, no display backend, nothing to close
     ax = fig.subplots()
     every_step = sorted({step for steps, _ in curves.values() for step in steps})
@@ -187,106 +257,13 @@ def plot_curves(curves: dict[str, tuple[list[int], list[Spread | None]]], title:
         ax.set_xlim(every_step[0] - 0.5, every_step[-1] + 0.5)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title)
-    ax.set_xlabel("RL step")
+    ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     return path
-
-
-# ------------------------------------------------------------------------------------------------------- report
-def kept_section(report: Path) -> str | None:
-    """The "What it shows" section of an existing report, if a person has written it (not the placeholder)."""
-    if not report.exists():
-        return None
-    text = report.read_text(encoding="utf-8")
-    if WHAT_IT_SHOWS not in text:
-        return None
-    section = text.split(WHAT_IT_SHOWS, 1)[1].split("\n## ", 1)[0].strip()
-    return None if not section or section == PLACEHOLDER else section
-
-
-def final_tables(results: dict[str, list[dict]], last_k: int) -> tuple[str, str]:
-    """Two tables, one row per method: the curves' figures over each run's last `last_k` steps, and the final
-    evaluation's; each cell the mean ± std across seeds."""
-    training = [
-        [
-            method,
-            *(format_spread(across_seeds([last_steps_mean(r["steps"], m, last_k) for r in runs])) for m in CURVES),
-        ]
-        for method, runs in results.items()
-    ]
-    evaluation = [
-        [method, *(format_spread(across_seeds([(r["eval"] or {}).get(m) for r in runs])) for m in EVAL_COLUMNS)]
-        for method, runs in results.items()
-    ]
-    return (
-        markdown_table(["method", *(CURVES[m][0] for m in CURVES)], training),
-        markdown_table(["method", *EVAL_COLUMNS.values()], evaluation),
-    )
-
-
-def write_report(report: Path, results: dict[str, list[dict]], setup: dict, last_k: int) -> Path:
-    """docs/experiment.md and its plots (in the folder named like it, `docs/experiment/`)."""
-    figures = report.with_suffix("")
-    lines = [
-        "# Advantage estimators compared on the tiny world: " + ", ".join(results),
-        "",
-        f"_Generated by `experiment.py` on {setup['date']}; rerun it to regenerate every section but the last._",
-        "",
-        "## Command",
-        "",
-        "```bash",
-        setup["command"],
-        "```",
-        "",
-        "## Setup",
-        "",
-        *setup["lines"],
-        "",
-        "Hyper-parameters, the same in every run (every parsed field but "
-        f"{', '.join(f'`{v}`' for v in VARIED)} was checked equal across runs before training):",
-        "",
-        markdown_table(["field", "value"], [[f"`{k}`", f"`{v}`"] for k, v in setup["shared"].items()]),
-        "",
-        "## Curves",
-        "",
-        "Per method: the mean across seeds (line) and the min-max band across seeds. A gap is a step where no seed "
-        "logged the figure (no valid zoom-in call, so no z_t; the probe between its steps).",
-        "",
-    ]
-    for metric, (title, meaning) in CURVES.items():
-        curves = {method: curve([r["steps"] for r in runs], metric) for method, runs in results.items()}
-        path = plot_curves(curves, title, figures / f"{metric}.png")
-        lines += [f"**{title}**: {meaning}.", "", f"![{title}]({figures.name}/{path.name})", ""]
-    training, evaluation = final_tables(results, last_k)
-    lines += [
-        "## Final figures",
-        "",
-        f"Training, each run's mean over its last {last_k} steps, then mean ± std (population) across seeds; "
-        "`(n/N seeds)` when only n seeds logged the figure, `—` when none did:",
-        "",
-        training,
-        "",
-        f"Final evaluation of each RL model on the test split ({setup['eval']}), mean ± std across seeds:",
-        "",
-        evaluation,
-        "",
-        "## Warnings",
-        "",
-        *([f"- {w}" for w in setup["warnings"]] or ["None: every run and evaluation made valid zoom-in calls."]),
-        "",
-        WHAT_IT_SHOWS,
-        "",
-        kept_section(report) or PLACEHOLDER,
-        "",
-    ]
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(lines), encoding="utf-8")
-    (figures / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    return report
 
 
 # ----------------------------------------------------------------------------------------------------------- runs
@@ -338,122 +315,424 @@ def check_shared(runs: dict[tuple[str, int], tuple]) -> dict:
     return reference
 
 
-def estimate_seconds(n_runs: int, steps: int, eval_rows: int, prepare: bool) -> float:
-    """Wall time of the whole experiment at the rates measured on 2 idle cores."""
-    runs = n_runs * (SECONDS_PER_RUN + steps * SECONDS_PER_STEP + eval_rows * SECONDS_PER_EVAL_ROW)
-    return runs + (SECONDS_TO_PREPARE if prepare else 0.0)
+def evaluate(model: Path, start: Start, eval_dir: Path, rows: int, budget: dict) -> dict:
+    """Greedy evaluation of `model` on the first `rows` test rows (`stages.evaluate`, CLIP's z_t): the summary the
+    demo reports, plus `row_metrics`."""
+    metrics = stages.evaluate(model, start.data, eval_dir, rows, clip_model=start.clip, **budget)
+    return stages.eval_summary(metrics, eval_dir) | row_metrics(read_samples(eval_dir / stages.SAMPLES_FILE))
 
 
-def plan_runs(args: argparse.Namespace, start: Start, kit: dict[str, Path]) -> dict[tuple[str, int], list[str]]:
-    """Each run's `rl.py` command line, seed-major (a run cut short still holds every method for its first seeds):
-    the tiny recipe with the same overrides for all, and only the estimator, the seed and the folder per run."""
-    shared = {
-        "hpo_text_encoder": kit["text_encoder"],
-        "hpo_min_positive_steps": 1,
-        "hpo_min_negative_steps": 1,
-        "variance_probe_steps": args.probe_steps,
-    }
-    return {
-        (method, seed): stages.rl_argv(
-            start.sft,
-            start.data,
-            start.clip,
-            args.output_dir / "rl" / f"{method}-seed{seed}",
-            args.rl_steps,
-            advantage_estimator=method,
-            seed=seed,
-            **shared,
-        )
-        for seed in args.seeds
-        for method in args.methods
-    }
+def run_argv(args: argparse.Namespace, start: Start, kit: dict, name: str, seed: int, **overrides) -> list[str]:
+    """One `rl.py` command line: the world's recipe from the start, with the fields every run shares and `overrides`."""
+    shared = {"hpo_text_encoder": kit["text_encoder"], "seed": seed}
+    if args.eval_every and "gradient_variance_batches" not in overrides:
+        shared |= {"save_strategy": "steps", "save_steps": args.eval_every, "save_only_model": True}
+    return stages.rl_argv(
+        start.sft,
+        start.data,
+        start.clip,
+        args.output_dir / "rl" / f"{name}-seed{seed}",
+        overrides.pop("max_steps", args.rl_steps),
+        recipe=RECIPE,
+        **(shared | overrides),
+    )
 
 
-def run_one(argv: list[str], data: Path, eval_dir: Path, eval_rows: int, stage: stages.Stages) -> dict:
-    """One RL run (`rl.py` on `argv`) and the evaluation of its model: its steps (`stages.rl_step_log`), the
-    evaluation's summary (None when `eval_rows` is 0) and the zero-signal warnings of both (`stages.signal_warnings`)."""
+def train_and_evaluate(
+    argv: list[str], start: Start, eval_dir: Path, rows: int, stage: stages.Stages, name: str, eval_every: int
+) -> dict:
+    """One RL run and the evaluation of its model at every `eval_every` steps and at its end: its steps
+    (`stages.rl_step_log`), `{step: evaluation}` and the zero-signal warnings."""
     training_args = stages.rl_args(argv)[1]
-    name = f"{training_args.advantage_estimator} seed {training_args.seed}"
     rl_dir = Path(training_args.output_dir)
     shutil.rmtree(rl_dir, ignore_errors=True)  # a rerun never mixes with an earlier run's files
-    log_history = stage(f"RL {name}", lambda: stages.run_rl(argv))
-    steps = stages.rl_step_log(log_history)
-    summary = None
-    if eval_rows:
-        metrics = stage(
-            f"evaluate {name}", lambda: stages.evaluate(rl_dir, data, eval_dir, eval_rows, seed=training_args.seed)
-        )
-        summary = stages.eval_summary(metrics, eval_dir)
-    warnings = stages.signal_warnings({"eval": {"test": summary} if summary else {}, "rl_steps": steps})
-    return {"seed": training_args.seed, "steps": steps, "eval": summary, "warnings": warnings}
+    steps = stages.rl_step_log(stage(f"RL {name}", lambda: stages.run_rl(argv)))
+    points = {}
+    if rows:
+        last = training_args.max_steps
+        for step in range(eval_every, last, eval_every) if eval_every else ():
+            checkpoint = rl_dir / f"checkpoint-{step}"
+            points[step] = stage(
+                f"evaluate {name} at step {step}",
+                lambda checkpoint=checkpoint, step=step: evaluate(
+                    checkpoint, start, eval_dir / f"step{step}", rows, {}
+                ),
+            )
+        points[last] = stage(f"evaluate {name}", lambda: evaluate(rl_dir, start, eval_dir / "final", rows, {}))
+    final = points[max(points)] if points else None
+    warnings = stages.signal_warnings({"eval": {"test": final} if final else {}, "rl_steps": steps})
+    return {"seed": training_args.seed, "steps": steps, "evals": points, "warnings": warnings}
 
 
-def describe_setup(
-    args: argparse.Namespace,
-    argv: Sequence[str],
-    start: Start,
-    fields: dict,
-    results: dict,
-    eval_rows: int,
-    stage: stages.Stages,
-) -> dict:
-    """The report's generated setup: the command, where the runs started, sizes, shared fields, wall time."""
-    runs = [run for method_runs in results.values() for run in method_runs]
-    seconds = [run["seconds"] for run in runs]
-    chance = next((run["eval"]["chance"] for run in runs if run["eval"]), None)
-    rows = {split: len(load_saved_split(str(start.data), split)) for split in ("train", "test")}
-    made = (
-        f"given (`--sft_model`), data `{start.data}`, verifier `{start.clip}`"
-        if args.sft_model
-        else f"made by this run as `make demo` makes it: verifier {args.clip_steps} steps, SFT {args.sft_steps} steps"
-    )
-    batch, group = fields["per_device_train_batch_size"], fields["num_generations"]
+def verifier_gate(start: Start, rows: int) -> dict[str, dict[str, GateResult]]:
+    """`check_verifier` of the run's CLIP and of the exact verifier (a sanity row: it must pass) on the first
+    `rows` test rows, under both scorings."""
+    processor = load_processor(start.sft)
+    tool = ToolConfig(clip_model=str(start.clip)).resolved(pixel_budget(processor))
+    make_env = make_environment_factory(tool, pixel_budget(processor))
+    test = load_saved_split(str(start.data), "test").select(range(rows))
     return {
-        "date": datetime.date.today().isoformat(),
-        "command": shlex.join(["python", "-m", "scripts.experiment", *argv])
-        + '   # make experiment ARGS="..." runs the same',
-        "lines": [
-            f"- Start: SFT checkpoint `{start.sft}`, {made}.",
-            f"- Data: synthetic, {rows['train']} train rows, {rows['test']} test rows (`{start.data}`).",
-            f"- Methods: {', '.join(args.methods)}; seeds: {', '.join(map(str, args.seeds))} (RL's seed, which "
-            "orders the data and seeds sampling, and the evaluation's).",
-            f"- RL: recipe `{stages.RL_RECIPE}`, {args.rl_steps} steps of {batch} rollouts (groups of {group}), "
-            f"{args.rl_steps * batch} rollouts per run; only `advantage_estimator` and `seed` differ between runs.",
-            "- `hpo_text_encoder`, `hpo_min_positive_steps` and `hpo_min_negative_steps` are read only by the hpo "
-            "estimators: the other runs get the same values, unused.",
-            f"- Wall time: {stage.total() / 60:.1f} min in all; one run (RL and its evaluation) "
-            f"{min(seconds):.0f}-{max(seconds):.0f} s.",
-        ],
-        "shared": {k: fields[k] for k in SETUP_FIELDS if k in fields},
-        "eval": "not run" if chance is None else f"greedy, the first {eval_rows} rows; chance {chance:.3f}",
-        "warnings": [
-            f"{m} seed {run['seed']}: {w}" for m, rs in results.items() for run in rs for w in run["warnings"]
-        ],
+        name: check_verifier(build_verifier(name, tool), list(test), make_env, semantic_scores=GATE_SCORES)
+        for name in ("clip", "exact")
     }
+
+
+def clip_scoring(gate: dict[str, GateResult]) -> str | None:
+    """The `semantic_score` the clip arm trains with: the first of `GATE_SCORES` whose gate passed, else None."""
+    return next((how for how in GATE_SCORES if gate[how].passed), None)
+
+
+def control_verdict(sft: dict, control: dict) -> dict:
+    """The positive control's figures: target-seen before and after, the rise, its standard error, and whether the
+    rise exceeds `CONTROL_SIGMAS` of them."""
+    before, after, n = sft["target_seen"], control["target_seen"], sft["n"]
+    se = difference_se(before, after, n)
+    return {
+        "before": before,
+        "after": after,
+        "rise": after - before,
+        "se": se,
+        "n": n,
+        "passed": after - before > CONTROL_SIGMAS * se,
+    }
+
+
+def gradient_variance(args, start: Start, kit: dict, arms: dict[str, dict], stage: stages.Stages) -> dict[str, dict]:
+    """Per arm, `gradvar/trace` and `gradvar/relative` over `--variance_batches` batches at the SFT checkpoint
+    (learning rate 0, no clipping, seed 0)."""
+    out = {}
+    for name, overrides in arms.items():
+        argv = run_argv(
+            args,
+            start,
+            kit,
+            f"gradvar-{name}",
+            0,
+            **overrides,
+            max_steps=args.variance_batches,
+            learning_rate=0.0,
+            max_grad_norm=0.0,
+            gradient_variance_batches=args.variance_batches,
+        )
+        steps = stages.rl_step_log(stage(f"gradient variance {name}", lambda argv=argv: stages.run_rl(argv)))
+        logged = [s for s in steps if s.get("gradvar_trace") is not None]
+        out[name] = (
+            {"trace": logged[-1]["gradvar_trace"], "relative": logged[-1]["gradvar_relative"]} if logged else {}
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------- report
+CRITERION = (
+    "Stated before the runs, in the code that judges them (`verdict`). The primary figure is greedy **target-seen** "
+    "on the held-out rows: the fraction of rows where a valid zoom-in call framed the target, which is what the "
+    "simulated reader rewards. Paired per seed against `grpo`, MAPO's signal **acted** when both hold:\n\n"
+    f"1. `mapo_exact` (the exact verifier: R_sem carries the information) beats `grpo` by a mean paired difference "
+    f"above {VERDICT_SIGMAS:g} standard errors of the paired differences *and* above the binomial standard error of a "
+    "difference of two evaluations;\n"
+    f"2. `mapo_shuffled` (the same z_t values, permuted within each batch: the same advantage sizes, no information) "
+    f"does **not** beat `grpo` by {VERDICT_SIGMAS:g} standard errors.\n\n"
+    "If 1 fails, MAPO's signal did not act here. If 1 and 2 both hold, the gain came from the information in z_t, "
+    "not from larger advantages. If 2 fails too, bigger advantages explain the gain as well as information does. "
+    "`mapo_clip` is judged by the same rule 1, and only if the tiny CLIP passed the verifier gate."
+)
+
+
+def verdict(results: dict, eval_se: float) -> dict:
+    """The criterion (`CRITERION`) on the final evaluations: per arm its `Paired` target-seen against `REFERENCE`, and
+    whether MAPO's signal acted."""
+    finals = {
+        arm: {run["seed"]: run["evals"][max(run["evals"])]["target_seen"] for run in runs if run["evals"]}
+        for arm, runs in results.items()
+    }
+    pairs = {arm: paired(values, finals.get(REFERENCE, {})) for arm, values in finals.items() if arm != REFERENCE}
+    exact = exceeds(pairs.get("mapo_exact"), VERDICT_SIGMAS, eval_se)
+    shuffled = exceeds(pairs.get("mapo_shuffled"), VERDICT_SIGMAS)
+    clip = exceeds(pairs.get("mapo_clip"), VERDICT_SIGMAS, eval_se) if "mapo_clip" in pairs else None
+    return {
+        "pairs": {arm: dataclasses.asdict(p) | {"n": p.n} if p else None for arm, p in pairs.items()},
+        "exact_beats_grpo": exact,
+        "shuffled_beats_grpo": shuffled,
+        "clip_beats_grpo": clip,
+        "acted": exact and not shuffled,
+    }
+
+
+def what_it_shows(outcome: dict, control: dict, gate: dict, clip_score: str | None) -> list[str]:
+    """The "What it shows" paragraphs, written from the results (never by hand, so never stale)."""
+    v = outcome["verdict"]
+    pairs = v["pairs"]
+
+    def pair_text(arm: str) -> str:
+        p = pairs.get(arm)
+        return "not run" if p is None else f"{p['mean']:+.3f} ± {p['se']:.3f} (n = {p['n']} seeds)"
+
+    lines = [
+        f"- Positive control: GRPO on the noise-free reward moved greedy target-seen from {control['before']:.3f} to "
+        f"{control['after']:.3f} ({control['rise']:+.3f}, standard error {control['se']:.3f}): "
+        + ("RL at this budget moves the policy." if control["passed"] else "**not** a measurable move."),
+        f"- `mapo_exact` − `grpo`, target-seen: {pair_text('mapo_exact')}; "
+        f"`mapo_shuffled` − `grpo`: {pair_text('mapo_shuffled')}; evaluation standard error of a difference "
+        f"{outcome['eval_se']:.3f}.",
+    ]
+    if v["acted"]:
+        lines.append(
+            "- **MAPO's signal acted**: with an informative verifier, MAPO raised target-seen beyond GRPO's by more "
+            "than the noise, and the shuffled control, with the same advantage sizes and no information, did not."
+        )
+    elif v["exact_beats_grpo"] and v["shuffled_beats_grpo"]:
+        lines.append(
+            "- **Not shown**: `mapo_exact` beat `grpo`, but so did `mapo_shuffled`: larger advantages explain the "
+            "gain as well as the information in z_t does."
+        )
+    else:
+        lines.append(
+            "- **MAPO's signal did not act measurably here**: `mapo_exact` did not beat `grpo` by the stated margin."
+        )
+    clip = gate["clip"]
+    gate_text = ", ".join(
+        f"{how}: AUC {r.auc:.2f}, right-label z {r.right_z:.3f} vs best constant `{r.best_constant}` "
+        f"{r.best_constant_z:.3f} ({'pass' if r.passed else 'fail'})"
+        for how, r in clip.items()
+    )
+    if clip_score is None:
+        lines.append(f"- The tiny CLIP failed the verifier gate ({gate_text}); `mapo_clip` did not run.")
+    else:
+        judged = "beat" if v["clip_beats_grpo"] else "did not beat"
+        lines.append(
+            f"- The tiny CLIP passed the gate under `{clip_score}` ({gate_text}); `mapo_clip` − `grpo`: "
+            f"{pair_text('mapo_clip')}, so it {judged} `grpo` by the stated margin."
+        )
+    return lines
+
+
+def results_hash(payload: dict) -> str:
+    """A short hash of everything the report's numbers come from."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def plot_evaluations(results: dict, sft: dict, path: Path) -> Path:
+    """Greedy target-seen per evaluation point (step 0 is the SFT checkpoint), mean across seeds per arm with the
+    min-max band: Figure 1's kind, on the held-out rows."""
+    curves = {}
+    for arm, runs in results.items():
+        by_step = [
+            {0: sft["target_seen"], **{int(k): e["target_seen"] for k, e in run["evals"].items()}} for run in runs
+        ]
+        steps = sorted({s for run in by_step for s in run})
+        curves[arm] = (steps, [across_seeds([run.get(s) for run in by_step]) for s in steps])
+    return plot_curves(curves, "greedy target-seen (held-out)", path, xlabel="RL step (0: SFT)")
+
+
+def gate_table(gate: dict[str, dict[str, GateResult]]) -> str:
+    rows = [
+        [
+            name,
+            how,
+            r.rows,
+            r.labels,
+            f"{r.auc:.3f}",
+            f"{r.mean_rank:.1f}",
+            f"{r.right_z:.3f}",
+            f"`{r.best_constant}`",
+            f"{r.best_constant_z:.3f}",
+            f"{r.constant_wins:.2f}",
+            "pass" if r.passed else "**fail**",
+        ]
+        for name, by_score in gate.items()
+        for how, r in by_score.items()
+    ]
+    header = ["verifier", "semantic_score", "rows", "labels", "AUC right vs wrong", "right label's mean rank",
+              "right label's mean z", "best constant label", "its mean z", "rows it beats the right label", "gate"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def evaluation_table(results: dict, sft: dict) -> str:
+    """One row per arm and one for the SFT checkpoint: target-seen (mean ± population std across seeds, then each
+    seed's value), named-and-seen, accuracy against the answers (the tiny policy reads little), and the binomial SE."""
+    rows = [["SFT (step 0)", f"{sft['target_seen']:.3f}", "—", f"{sft['named_and_seen']:.3f}",
+             f"{sft['accuracy']:.3f}", f"{binomial_se(sft['target_seen'], sft['n']):.3f}"]]  # fmt: skip
+    for arm, runs in results.items():
+        finals = [run["evals"][max(run["evals"])] for run in runs if run["evals"]]
+        seen = [f["target_seen"] for f in finals]
+        rows.append(
+            [
+                arm,
+                format_spread(across_seeds(seen)),
+                ", ".join(f"{v:.3f}" for v in seen),
+                format_spread(across_seeds([f["named_and_seen"] for f in finals])),
+                format_spread(across_seeds([f["accuracy"] for f in finals])),
+                f"{statistics.fmean(binomial_se(v, f['n']) for v, f in zip(seen, finals)):.3f}" if finals else "—",
+            ]
+        )
+    header = ["model", "target-seen", "per seed", "named and seen", "answer accuracy", "binomial SE of one evaluation"]
+    return markdown_table(header, rows)
+
+
+def paired_table(outcome: dict) -> str:
+    rows = []
+    for arm, p in outcome["verdict"]["pairs"].items():
+        if p is None:
+            rows.append([arm, "—", "—", "—"])
+            continue
+        rows.append([arm, ", ".join(f"{d:+.3f}" for d in p["diffs"]), f"{p['mean']:+.3f}", f"{p['se']:.3f}"])
+    return markdown_table([f"arm − {REFERENCE}", "per seed", "mean", "standard error"], rows)
+
+
+def variance_table(variance: dict[str, dict]) -> str:
+    rows = [
+        [arm, f"{v['trace']:.4g}" if v else "—", f"{v['relative']:.3g}" if v else "—"] for arm, v in variance.items()
+    ]
+    return markdown_table(["arm", "trace of the gradient covariance", "trace / squared norm of the mean"], rows)
+
+
+def write_report(report: Path, outcome: dict, gate: dict[str, dict[str, GateResult]], setup: dict) -> Path:
+    """docs/experiment.md, its plots (in `docs/experiment/`) and `results.json`, every section generated."""
+    figures = report.with_suffix("")
+    results, sft, control = outcome["results"], outcome["sft"], outcome["control"]
+    digest = results_hash(outcome)
+    lines = [
+        "# Does MAPO's semantic signal act? A controlled experiment on the tiny world",
+        "",
+        f"_Generated by `scripts/experiment.py` on {setup['date']} from results `{digest}` (`experiment/results.json`); "
+        'every section, "What it shows" included, is written from them: rerun it to regenerate._',
+        "",
+        "## What would count",
+        "",
+        CRITERION,
+        "",
+        "## What it shows",
+        "",
+        *what_it_shows(outcome, control, gate, outcome["clip_score"]),
+        "",
+        "## Command",
+        "",
+        "```bash",
+        setup["command"],
+        "```",
+        "",
+        "## Setup",
+        "",
+        *setup["lines"],
+        "",
+        "Hyper-parameters, the same in every arm (every parsed field but "
+        f"{', '.join(f'`{v}`' for v in VARIED)} was checked equal across runs before training):",
+        "",
+        markdown_table(["field", "value"], [[f"`{k}`", f"`{v}`"] for k, v in setup["shared"].items()]),
+        "",
+        "## Verifier gate",
+        "",
+        "Gold crops of the held-out rows (the tool's crop of the box SFT's gold call uses), every label of those rows "
+        "scored against every crop (`evaluation.verifier_check`). A verifier passes when the AUC is at least 0.75 and "
+        "the right label's mean z is above the best constant label's: otherwise RL can raise z_t by writing one "
+        "fixed label. The exact verifier is a sanity row.",
+        "",
+        gate_table(gate),
+        "",
+        "## Positive control",
+        "",
+        f"GRPO with the noise-free reward (`target_in_view`), seed 0, {setup['steps']} steps: greedy target-seen "
+        f"{control['before']:.3f} (SFT) → {control['after']:.3f} on {control['n']} rows, a rise of "
+        f"{control['rise']:+.3f} against a standard error of the difference of {control['se']:.3f}: "
+        + ("**passed**" if control["passed"] else "**failed**")
+        + f" (the bar: {CONTROL_SIGMAS:g} standard errors).",
+        "",
+    ]
+    if results:
+        lines += [
+            "## Final evaluation",
+            "",
+            f"Greedy, on the first {sft['n']} held-out rows; each arm's cell is the mean ± population std over seeds.",
+            "",
+            evaluation_table(results, sft),
+            "",
+            "## Paired against grpo",
+            "",
+            "Target-seen of each arm minus `grpo`'s on the same seed; the standard error is the paired differences' "
+            "sample std over sqrt(seeds).",
+            "",
+            paired_table(outcome),
+            "",
+            "## Curves",
+            "",
+            "Per arm: the mean across seeds (line) and the min-max band. A gap is a step where no seed logged the "
+            "figure.",
+            "",
+        ]
+        path = plot_evaluations(results, sft, figures / "target_seen.png")
+        lines += ["**greedy target-seen** per evaluation point (0: the SFT checkpoint).", "",
+                  f"![target-seen]({figures.name}/{path.name})", ""]  # fmt: skip
+        for metric, (title, meaning) in CURVES.items():
+            curves = {arm: curve([r["steps"] for r in runs], metric) for arm, runs in results.items()}
+            path = plot_curves(curves, title, figures / f"{metric}.png")
+            lines += [f"**{title}**: {meaning}.", "", f"![{title}]({figures.name}/{path.name})", ""]
+    if outcome["variance"]:
+        lines += [
+            "## Gradient variance at the SFT checkpoint",
+            "",
+            f"Per arm, {setup['variance_batches']} batches drawn from the SFT policy (learning rate 0, clipping off, "
+            "seed 0; `gradient_variance_batches`): the trace of the covariance of the policy-gradient estimate across "
+            "batches, and that trace over the squared norm of the mean gradient.",
+            "",
+            variance_table(outcome["variance"]),
+            "",
+        ]
+    lines += [
+        "## Warnings",
+        "",
+        *([f"- {w}" for w in setup["warnings"]] or ["None: every run and evaluation made valid zoom-in calls."]),
+        "",
+    ]
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text("\n".join(lines), encoding="utf-8")
+    figures.mkdir(parents=True, exist_ok=True)
+    (figures / "results.json").write_text(json.dumps(outcome, indent=1) + "\n", encoding="utf-8")
+    return report
+
+
+def estimate_seconds(n_runs: int, steps: int, eval_rows: int, evals_per_run: int, variance: int, prepare: bool):
+    """Wall time of the whole experiment at the rates measured on 2 idle cores."""
+    per_run = SECONDS_PER_RUN + steps * SECONDS_PER_STEP + evals_per_run * eval_rows * SECONDS_PER_EVAL_ROW
+    gradvar = (n_runs and variance) * (SECONDS_PER_RUN + variance * SECONDS_PER_STEP)
+    return (n_runs + 1) * per_run + eval_rows * SECONDS_PER_EVAL_ROW + gradvar + (SECONDS_TO_PREPARE if prepare else 0)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add = parser.add_argument
-    add("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=ADVANTAGE_ESTIMATORS)
+    add("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     add("--seeds", nargs="+", type=int, default=list(DEFAULT_SEEDS))
-    add("--rl_steps", type=int, default=DEFAULT_RL_STEPS, help="RL steps of every run")
-    add("--probe_steps", type=int, default=1, help="variance_probe_steps of every run (0: off)")
-    add("--eval_rows", type=int, default=None, help="test rows per final evaluation (default: all; 0: none)")
-    add("--last_k", type=int, default=10, help="the final-figures table averages each run's last K steps")
+    add("--rl_steps", type=int, default=None, help="RL steps of every run (default: the recipe's max_steps)")
+    add(
+        "--eval_every", type=int, default=None, help="also evaluate every K steps (default: half the run; 0: end only)"
+    )
+    add("--eval_rows", type=int, default=None, help="held-out rows per evaluation (default: all)")
+    add("--gate_rows", type=int, default=64, help="held-out rows of the verifier gate")
+    add("--variance_batches", type=int, default=16, help="batches of the gradient-variance measurement (0: skip)")
     add("--output_dir", type=Path, default=Path("outputs/experiment"))
     add("--report", type=Path, default=Path("docs/experiment.md"), help="plots go in <report without .md>/")
     add("--sft_model", type=Path, default=None, help="reuse this SFT checkpoint (default: make one as the demo does)")
     add("--data", type=Path, default=None, help="with --sft_model: its data (default: data/ beside it)")
     add("--clip", type=Path, default=None, help="with --sft_model: the verifier (default: clip/ beside it)")
     stages.add_stage_arguments(parser)
+    parser.set_defaults(test_rows=128)
     args = parser.parse_args(argv)
-    if len(set(args.methods)) < len(args.methods) or len(set(args.seeds)) < len(args.seeds):
-        parser.error("--methods and --seeds must not repeat a value")
+    if len(set(args.arms)) < len(args.arms) or len(set(args.seeds)) < len(args.seeds):
+        parser.error("--arms and --seeds must not repeat a value")
+    if args.arms and REFERENCE not in args.arms:
+        parser.error(f"--arms must include {REFERENCE}, which every arm is paired against")
+    if args.variance_batches == 1:
+        parser.error("--variance_batches needs at least 2 batches (0: skip)")
+    recipe_steps = stages.rl_args(["--config", RECIPE])[1].max_steps
+    args.rl_steps = args.rl_steps or recipe_steps
+    if args.eval_every is None:
+        args.eval_every = args.rl_steps // 2
+    if args.eval_every and args.eval_every >= args.rl_steps:
+        args.eval_every = 0
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
+def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     stage = stages.Stages()
@@ -461,36 +740,114 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
     start = locate(args)
     test_rows = len(load_saved_split(str(start.data), "test")) if args.sft_model else args.test_rows
     eval_rows = test_rows if args.eval_rows is None else min(args.eval_rows, test_rows)
-    n_runs = len(args.methods) * len(args.seeds)
-    estimate = estimate_seconds(n_runs, args.rl_steps, eval_rows, prepare=not args.sft_model)
+    if eval_rows < 1:
+        raise SystemExit("--eval_rows: the experiment needs at least one held-out row; its verdict is an evaluation")
+    runs_n = len(args.arms) * len(args.seeds)
+    evals = 1 + (args.rl_steps // args.eval_every - (args.rl_steps % args.eval_every == 0) if args.eval_every else 0)
+    estimate = estimate_seconds(runs_n, args.rl_steps, eval_rows, evals, args.variance_batches, not args.sft_model)
     print(
-        f"{n_runs} runs ({', '.join(args.methods)} x seeds {args.seeds}) of {args.rl_steps} RL steps and {eval_rows} "
-        f"eval rows{'' if args.sft_model else ', after the verifier, data and SFT'}: about {estimate / 60:.0f} min "
-        f"at {SECONDS_PER_STEP:.1f} s/step, {SECONDS_PER_EVAL_ROW:.1f} s/eval row (2 idle cores; another torch job "
-        "on the same cores can make it 20 times slower)",
+        f"{runs_n} runs ({', '.join(args.arms)} x seeds {args.seeds}) and a control, {args.rl_steps} RL steps each, "
+        f"{evals} evaluation(s) of {eval_rows} rows per run: about {estimate / 60:.0f} min on 2 idle cores (another "
+        "torch job on the same cores can make it many times slower)",
         flush=True,
     )
     if not args.sft_model:
         prepare(args, start, stage, kit)
-    runs = plan_runs(args, start, kit)
-    fields = check_shared({key: stages.rl_args(argv) for key, argv in runs.items()})
-    results: dict[str, list[dict]] = {method: [] for method in args.methods}
-    spent = []
-    for i, ((method, seed), argv_rl) in enumerate(runs.items(), start=1):
-        t0 = time.perf_counter()
-        eval_dir = args.output_dir / "eval" / f"{method}-seed{seed}"
-        run = run_one(argv_rl, start.data, eval_dir, eval_rows, stage)
-        spent.append(time.perf_counter() - t0)
-        results[method].append(run | {"seconds": round(spent[-1], 1)})
-        left = statistics.fmean(spent) * (len(runs) - i)
-        print(f"run {i}/{len(runs)} ({method}, seed {seed}) took {spent[-1]:.0f} s; about {left / 60:.1f} min left")
+    budget = stages.rollout_budget(RECIPE)
+    sft = stage("evaluate the SFT checkpoint", lambda: evaluate(start.sft, start, args.output_dir / "eval" / "sft",
+                                                                  eval_rows, budget))  # fmt: skip
+    gate_objects = stage("verifier gate", lambda: verifier_gate(start, min(args.gate_rows, test_rows)))
+    clip_score = clip_scoring(gate_objects["clip"])
+    arms = {name: dict(ARMS[name]) for name in args.arms}
+    if "mapo_clip" in arms:
+        if clip_score is None:
+            print("the tiny CLIP failed the verifier gate under every scoring: mapo_clip does not run")
+            del arms["mapo_clip"]
+        else:
+            arms["mapo_clip"]["semantic_score"] = clip_score
 
+    control_argv = run_argv(args, start, kit, "control", 0, **CONTROL)
+    control_run = train_and_evaluate(control_argv, start, args.output_dir / "eval" / "control", eval_rows, stage,
+                                     "positive control", 0)  # fmt: skip
+    control = control_verdict(sft, control_run["evals"][args.rl_steps]) | {"steps": control_run["steps"]}
+    outcome = {
+        "sft": sft,
+        "gate": {name: {how: r.as_dict() for how, r in by.items()} for name, by in gate_objects.items()},
+        "clip_score": clip_score,
+        "control": control,
+        "results": {},
+        "variance": {},
+        "eval_se": difference_se(sft["target_seen"], sft["target_seen"], eval_rows),
+    }
+    setup = describe_setup(args, argv, start, {}, {}, eval_rows, stage)
+    if not control["passed"]:
+        outcome["verdict"] = verdict({}, outcome["eval_se"])
+        write_report(args.report, outcome, gate_objects, setup)
+        raise SystemExit(
+            f"positive control failed: GRPO on the noise-free reward moved greedy target-seen by {control['rise']:+.3f}"
+            f" (SFT {control['before']:.3f}, RL {control['after']:.3f}), not above {CONTROL_SIGMAS:g} standard errors "
+            f"({control['se']:.3f}): RL at this budget does not move the policy, so no arm's result would mean "
+            f"anything. Report: {args.report}"
+        )
+
+    planned = {(arm, seed): run_argv(args, start, kit, arm, seed, **overrides)
+               for seed in args.seeds for arm, overrides in arms.items()}  # fmt: skip
+    fields = check_shared({key: stages.rl_args(a) for key, a in planned.items()}) if planned else {}
+    results: dict[str, list[dict]] = {arm: [] for arm in arms}
+    spent = []
+    for i, ((arm, seed), argv_rl) in enumerate(planned.items(), start=1):
+        t0 = time.perf_counter()
+        eval_dir = args.output_dir / "eval" / f"{arm}-seed{seed}"
+        run = train_and_evaluate(argv_rl, start, eval_dir, eval_rows, stage, f"{arm} seed {seed}", args.eval_every)
+        spent.append(time.perf_counter() - t0)
+        results[arm].append(run | {"seconds": round(spent[-1], 1)})
+        left = statistics.fmean(spent) * (len(planned) - i)
+        print(f"run {i}/{len(planned)} ({arm}, seed {seed}) took {spent[-1]:.0f} s; about {left / 60:.1f} min left")
+    if args.variance_batches and arms:
+        outcome["variance"] = gradient_variance(args, start, kit, arms, stage)
+    outcome["results"] = results
+    outcome["verdict"] = verdict(results, outcome["eval_se"])
     setup = describe_setup(args, argv, start, fields, results, eval_rows, stage)
-    report = write_report(args.report, results, setup, args.last_k)
+    report = write_report(args.report, outcome, gate_objects, setup)
     print(f"\nreport: {report}   plots: {report.with_suffix('')}/   runs: {args.output_dir}")
+    for line in what_it_shows(outcome, control, gate_objects, clip_score):
+        print(line)
     for warning in setup["warnings"]:
         print(f"WARNING: {warning}")
-    return results
+    return outcome
+
+
+def describe_setup(args, argv, start: Start, fields: dict, results: dict, eval_rows: int, stage) -> dict:
+    """The report's generated setup: the command, where the runs started, sizes, shared fields, wall time."""
+    rows = {split: len(load_saved_split(str(start.data), split)) for split in ("train", "test")}
+    made = (
+        f"given (`--sft_model`), data `{start.data}`, verifier `{start.clip}`"
+        if args.sft_model
+        else f"made by this run as `make demo` makes it: verifier {args.clip_steps} steps, SFT {args.sft_steps} steps"
+    )
+    seconds = [run["seconds"] for runs in results.values() for run in runs]
+    batch, group = fields.get("per_device_train_batch_size"), fields.get("num_generations")
+    return {
+        "date": datetime.date.today().isoformat(),
+        "command": shlex.join(["python", "-m", "scripts.experiment", *argv]) + '   # make experiment ARGS="..."',
+        "steps": args.rl_steps,
+        "variance_batches": args.variance_batches,
+        "lines": [
+            f"- Start: SFT checkpoint `{start.sft}`, {made}.",
+            f"- Data: synthetic, {rows['train']} train rows, {rows['test']} test rows; every evaluation greedy on the "
+            f"first {eval_rows}.",
+            f"- Arms: {', '.join(results) or 'none ran'}; seeds {', '.join(map(str, args.seeds))} (RL's seed: data "
+            "order and sampling).",
+            f"- RL: recipe `{RECIPE}`, {args.rl_steps} steps of {batch} rollouts (groups of {group}); evaluated every "
+            f"{args.eval_every or args.rl_steps} steps and at the end.",
+            f"- Wall time: {stage.total() / 60:.1f} min in all"
+            + (f"; one arm run (RL and its evaluations) {min(seconds):.0f}-{max(seconds):.0f} s." if seconds else "."),
+        ],
+        "shared": {k: fields[k] for k in SETUP_FIELDS if k in fields},
+        "warnings": [
+            f"{arm} seed {run['seed']}: {w}" for arm, rs in results.items() for run in rs for w in run["warnings"]
+        ],
+    }
 
 
 if __name__ == "__main__":

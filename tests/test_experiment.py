@@ -1,12 +1,16 @@
-"""`make experiment`: aggregation across seeds, the markdown tables and plots on hand-made runs, the check that runs
-differ only in estimator and seed, and a shrunk experiment from the tiny kit's policy through the real RL entry point."""
+"""`make experiment`: aggregation across seeds, the statistics and the verdict on hand-made results (numbers worked out
+by hand), the check that runs differ only in the arm's fields and the seed, the plots, and a shrunk experiment from
+the tiny kit's policy through the real RL entry point: its control stopping the run, and every arm's tables and
+plots when it passes."""
 
 import json
 import math
 from dataclasses import dataclass
 
 import pytest
+import yaml
 
+from evaluation.verifier_check import GateResult
 from scripts import experiment
 from scripts.experiment import Spread
 from tiny import stages
@@ -59,25 +63,7 @@ def test_markdown_table():
         experiment.markdown_table(["a", "b"], [["only one"]])
 
 
-def test_final_tables_have_one_row_per_method_with_hand_worked_cells():
-    results = {
-        "grpo": [_run(0, accuracy=[0.0, 0.5, 1.0]), _run(1, accuracy=[0.0, 0.0, 0.5])],  # last 2: 0.75, 0.25
-        "mapo": [_run(0, accuracy=[0.0, 0.0, 0.0]), _run(1, accuracy=[None, None, None])],
-    }
-    results["mapo"][0]["eval"] = {"accuracy": 0.25, "valid_call_rate": None, "mean_z": 0.3}
-    training, evaluation = experiment.final_tables(results, last_k=2)
-    header, _, grpo, mapo = training.splitlines()
-    column = header.split(" | ").index("accuracy")
-    assert grpo.split(" | ")[column] == "0.500 ± 0.250"
-    assert mapo.split(" | ")[column] == "0.000 ± 0.000 (1/2 seeds)"
-    assert grpo.split(" | ")[header.split(" | ").index("mean z_t")] == "— (no value)"  # no seed logged z_t
-    rows = evaluation.splitlines()[2:]
-    assert [row.split(" | ")[0] for row in rows] == ["| grpo", "| mapo"]
-    # accuracy, valid-call rate, box holds target, mean z_t
-    assert rows[1] == "| mapo | 0.250 ± 0.000 (1/2 seeds) | — (no value) | — (no value) | 0.300 ± 0.000 (1/2 seeds) |"
-
-
-def test_runs_may_differ_only_in_estimator_seed_and_output_dir():
+def test_runs_may_differ_only_in_the_arm_fields_seed_and_output_dir():
     @dataclass
     class Config:
         advantage_estimator: str
@@ -104,47 +90,139 @@ def test_plots_are_pngs_even_for_a_method_with_no_value(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_a_hand_written_what_it_shows_section_survives_regeneration(tmp_path):
-    report = tmp_path / "experiment.md"
-    assert experiment.kept_section(report) is None
-    report.write_text(f"# x\n\n{experiment.WHAT_IT_SHOWS}\n\n{experiment.PLACEHOLDER}\n")
-    assert experiment.kept_section(report) is None
-    report.write_text(f"# x\n\n{experiment.WHAT_IT_SHOWS}\n\nMAPO raises z_t.\n\nSecond paragraph.\n")
-    assert experiment.kept_section(report) == "MAPO raises z_t.\n\nSecond paragraph."
+# ---------------------------------------------------------------------------------------------------- statistics
+def test_binomial_and_difference_standard_errors():
+    assert experiment.binomial_se(0.5, 100) == pytest.approx(0.05)
+    assert experiment.binomial_se(0.0, 10) == 0.0
+    assert experiment.difference_se(0.5, 0.5, 100) == pytest.approx(math.sqrt(0.05**2 * 2))
+
+
+def test_paired_differences_and_their_standard_error():
+    pair = experiment.paired({0: 0.5, 1: 0.6, 2: 0.9, 3: 0.2}, {0: 0.3, 1: 0.3, 2: 0.4})  # seed 3 has no partner
+    # diffs 0.2, 0.3, 0.5: mean 1/3; sample var ((-2/15)^2 + (-1/30)^2 + (1/6)^2) / 2 = 0.02333; se sqrt(var / 3)
+    assert pair.diffs == pytest.approx((0.2, 0.3, 0.5)) and pair.mean == pytest.approx(1 / 3)
+    assert pair.se == pytest.approx(math.sqrt(0.07 / 3 / 3))
+    assert experiment.exceeds(pair, 2.0)  # 0.333 > 2 * 0.088
+    assert not experiment.exceeds(pair, 2.0, floor=0.4)  # the evaluation's own noise is larger
+    assert not experiment.exceeds(experiment.paired({0: 0.9}, {0: 0.1}), 2.0)  # one seed: no standard error
+    assert experiment.paired({0: 0.9}, {1: 0.1}) is None
+
+
+def test_row_metrics_count_rows_whose_call_framed_the_target_and_named_it():
+    def record(boxes, labels):
+        calls = [{"box": b, "label": lab} for b, lab in zip(boxes, labels)]
+        return {"calls": calls, "target_bbox": [10, 10, 20, 20], "image_size": [100, 200], "target_label": "the star"}
+
+    records = [
+        record([[0, 0, 50, 50]], ["The star"]),  # framed and named
+        record([[60, 60, 90, 90], [0, 0, 50, 50]], ["the star", "the sign"]),  # the second call framed, another label
+        record([[0, 0, 100, 200]], ["the star"]),  # the whole image: not a zoom
+        record([None], ["the star"]),  # a failed call
+    ]
+    assert experiment.row_metrics(records) == {"n": 4, "target_seen": 0.5, "named_and_seen": 0.25}
+
+
+def _results(**finals):
+    """Arms whose one-evaluation runs end with the given target-seen per seed."""
+    return {
+        arm: [{"seed": s, "evals": {10: {"target_seen": v}}} for s, v in enumerate(values)]
+        for arm, values in finals.items()
+    }
+
+
+def test_the_verdict_needs_the_exact_arm_to_beat_grpo_and_the_shuffled_arm_not_to():
+    grpo = [0.30, 0.35, 0.40]
+    acted = experiment.verdict(
+        _results(grpo=grpo, mapo_exact=[0.50, 0.52, 0.61], mapo_shuffled=[0.31, 0.33, 0.42]), eval_se=0.05
+    )
+    assert acted["exact_beats_grpo"] and not acted["shuffled_beats_grpo"] and acted["acted"]
+    assert acted["pairs"]["mapo_exact"]["diffs"] == pytest.approx([0.20, 0.17, 0.21])
+    assert acted["clip_beats_grpo"] is None  # no clip arm ran
+    both = experiment.verdict(
+        _results(grpo=grpo, mapo_exact=[0.50, 0.52, 0.61], mapo_shuffled=[0.50, 0.55, 0.58]), eval_se=0.05
+    )
+    assert both["exact_beats_grpo"] and both["shuffled_beats_grpo"] and not both["acted"]
+    small = experiment.verdict(_results(grpo=grpo, mapo_exact=[0.34, 0.39, 0.44]), eval_se=0.05)
+    assert not small["exact_beats_grpo"] and not small["acted"]  # +0.04 every seed: below the evaluation's noise
+
+
+def test_what_it_shows_is_written_from_the_verdict_and_the_gate():
+    control = {"before": 0.2, "after": 0.5, "rise": 0.3, "se": 0.06, "passed": True}
+    gate = {
+        "clip": {
+            "contrastive": GateResult("contrastive", 8, 4, 0.6, 2.0, 0.1, "the sign", 0.2, 0.5, False),
+            "cosine": GateResult("cosine", 8, 4, 0.8, 1.5, 0.3, "the sign", 0.2, 0.25, True),
+        }
+    }
+    results = _results(grpo=[0.30, 0.35, 0.40], mapo_exact=[0.50, 0.52, 0.61], mapo_shuffled=[0.31, 0.33, 0.42])
+    outcome = {"verdict": experiment.verdict(results, 0.05), "eval_se": 0.05}
+    text = "\n".join(experiment.what_it_shows(outcome, control, gate, "cosine"))
+    assert "**MAPO's signal acted**" in text and "+0.193" in text
+    assert "passed the gate under `cosine`" in text and "`mapo_clip` − `grpo`: not run" in text
+    outcome["verdict"] = experiment.verdict(_results(grpo=[0.3, 0.35, 0.4], mapo_exact=[0.3, 0.36, 0.4]), 0.05)
+    text = "\n".join(experiment.what_it_shows(outcome, control, gate, None))
+    assert "did not act measurably" in text and "failed the verifier gate" in text and "did not run" in text
+
+
+def test_the_results_hash_changes_with_any_result():
+    a = {"results": _results(grpo=[0.3])}
+    b = {"results": _results(grpo=[0.31])}
+    assert experiment.results_hash(a) == experiment.results_hash(json.loads(json.dumps(a)))
+    assert experiment.results_hash(a) != experiment.results_hash(b)
 
 
 # ---------------------------------------------------------------------------------------------------- end to end
-@pytest.mark.slow
-def test_a_shrunk_experiment_writes_its_tables_and_plots(tiny_kit, tmp_path):
-    """The tiny kit's random policy stands in for the SFT checkpoint: it makes no tool call, so the run also shows
-    that missing figures (no z_t, no valid-call rate) are reported, not crashed on."""
+def _shrunk(tiny_kit, tmp_path, arms, variance_batches=0):
     data = stages.make_data(tmp_path / "data", train_rows=4, test_rows=2)
     report = tmp_path / "docs" / "experiment.md"
-    methods = ["grpo", "mapo", "hpo"]
-    argv = ["--methods", *methods, "--seeds", "0", "--rl_steps", "2", "--eval_rows", "1", "--last_k", "2"]
+    argv = ["--arms", *arms, "--seeds", "0", "--rl_steps", "2", "--eval_every", "1", "--gate_rows", "2"]
+    argv += ["--variance_batches", str(variance_batches)]
     argv += ["--sft_model", str(tiny_kit["policy"]), "--data", str(data), "--clip", str(tiny_kit["clip"])]
     argv += ["--output_dir", str(tmp_path / "out"), "--report", str(report)]
-    results = experiment.main(argv)
+    return argv, report
 
-    assert list(results) == methods
+
+@pytest.mark.slow
+def test_a_failed_positive_control_stops_the_experiment_with_its_report(tiny_kit, tmp_path):
+    """The tiny kit's random policy makes no tool call: GRPO cannot move target-seen off 0, and nothing else runs."""
+    argv, report = _shrunk(tiny_kit, tmp_path, ["grpo", "mapo_exact"])
+    with pytest.raises(SystemExit, match=r"positive control failed: .* moved greedy target-seen by \+0\.000"):
+        experiment.main(argv)
+    text = report.read_text()
+    assert "**failed**" in text.split("## Positive control")[1] and "## Final evaluation" not in text
+    assert not (tmp_path / "out" / "rl" / "grpo-seed0").exists()  # no arm trained
+    assert "| exact | cosine |" in text  # the verifier gate ran before the control
+
+
+@pytest.mark.slow
+def test_a_shrunk_experiment_writes_every_arm_the_paired_table_and_the_plots(tiny_kit, tmp_path, monkeypatch):
+    """Every arm, 1 seed, 2 steps, evaluated at steps 1 and 2, with the gradient variance; the random policy cannot
+    pass the control, so the control's bar is lowered here (the test above checks the bar)."""
+    real = experiment.control_verdict
+    monkeypatch.setattr(experiment, "control_verdict", lambda sft, control: real(sft, control) | {"passed": True})
+    monkeypatch.setattr(experiment, "clip_scoring", lambda gate: "contrastive")  # the random CLIP fails the gate
+    arms = list(experiment.ARMS)
+    argv, report = _shrunk(tiny_kit, tmp_path, arms, variance_batches=2)
+    outcome = experiment.main(argv)
+
+    results = outcome["results"]
+    assert list(results) == arms
     for runs in results.values():
         (run,) = runs
         assert [step["step"] for step in run["steps"]] == [1, 2]
-        assert all(step["grad_norm_var"] is not None for step in run["steps"])  # the probe ran at every step
-        assert run["eval"]["accuracy"] is not None and run["eval"]["chance_by_source"]
-    assert all(step["hpo_fallback_frac"] is not None for step in results["hpo"][0]["steps"])
-    assert all(step["hpo_fallback_frac"] is None for step in results["grpo"][0]["steps"])
-    assert json.loads((tmp_path / "docs" / "experiment" / "results.json").read_text()) == json.loads(
-        json.dumps(results)
-    )
-
-    for metric in experiment.CURVES:
-        png = tmp_path / "docs" / "experiment" / f"{metric}.png"
-        assert png.stat().st_size > 1000, png
+        assert sorted(run["evals"]) == [1, 2] and run["evals"][2]["n"] == 2
+    assert set(outcome["variance"]) == set(arms)
+    assert all(v["trace"] >= 0 for v in outcome["variance"].values())
+    recipe = yaml.safe_load((tmp_path / "out" / "rl" / "mapo_clip-seed0" / "recipe.yaml").read_text())
+    assert (recipe["semantic_verifier"], recipe["semantic_score"]) == ("clip", "contrastive")  # the gate's choice
+    saved = json.loads((tmp_path / "docs" / "experiment" / "results.json").read_text())
+    assert saved == json.loads(json.dumps(outcome))
+    for name in ["target_seen", *experiment.CURVES]:
+        assert (tmp_path / "docs" / "experiment" / f"{name}.png").stat().st_size > 1000, name
     text = report.read_text()
-    tables = [block for block in text.split("\n\n") if block.startswith("| method |")]
-    assert len(tables) == 2
-    for table in tables:
-        assert [row.split(" | ")[0].removeprefix("| ") for row in table.splitlines()[2:]] == methods
-    assert "experiment/z_mean.png" in text and experiment.PLACEHOLDER in text
-    assert "no zoom-in call" in text.split("## Warnings")[1]  # the random policy never calls the tool
+    assert experiment.results_hash(saved) in text
+    paired = text.split("## Paired against grpo")[1].split("##")[0]
+    assert [line.split(" | ")[0].removeprefix("| ") for line in paired.strip().splitlines()[3:]] == arms[1:]
+    final = text.split("## Final evaluation")[1].split("##")[0]
+    assert "| SFT (step 0) |" in final
+    assert "## Gradient variance at the SFT checkpoint" in text and "did not act measurably" in text

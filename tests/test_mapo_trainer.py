@@ -5,6 +5,8 @@ import math
 import re
 from pathlib import Path
 
+import datasets
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -12,15 +14,17 @@ from peft import LoraConfig
 from transformers import TrainerCallback
 from trl import GRPOTrainer, ModelConfig
 
+import rewards
 import rl
-from configs import ScriptArguments
+from configs import ScriptArguments, TrajectoryArguments
 from data.synthetic import build_synthetic
+from data.trajectories import plan_calls
 from mapo_trainer import SEMANTIC_REWARD_NAME, MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
-from rewards import get_reward_funcs
+from rewards import get_reward_funcs, normalise_label
 from tiny.scripted import DEFAULT_LABELS as LABELS
-from tiny.scripted import tiny_trainer
-from tools import ToolConfig, read_record
-from utils.models import load_model, load_processor
+from tiny.scripted import tiny_trainer, tool_call_turn
+from tools import ToolConfig, ZoomInEnv, read_record
+from utils.models import load_model, load_processor, pixel_budget
 from utils.recipes import load_recipe, parse_args_and_record
 from utils.resume import resume_checkpoint
 
@@ -287,3 +291,54 @@ def test_bf16_full_fine_tuning_on_one_process_fails_at_start(tiny_kit, tmp_path)
     with pytest.raises(ValueError, match=r"stored in bfloat16.*dtype: float32"):
         rl.main(*parse_args_and_record(PARSER_TYPES, argv))
     assert not (tmp_path / "model.safetensors").exists()  # nothing trained, nothing saved
+
+
+def test_the_experiment_controls_score_scripted_calls_from_the_scene(tiny_kit, tmp_path):
+    """One row four times, every rollout zooming on the row's gold box, alternately with the right label and a wrong
+    one: the exact verifier gives z = 1, 0, 1, 0; the shuffled one a permutation of those; contrastive CLIP the
+    crop's cosine minus the whole image's; the simulated reader pays by its seeded draws; the gradient variance is
+    logged after its batches."""
+    one = build_synthetic(1, seed=0, split="train")
+    dataset = datasets.concatenate_datasets([one] * 4)
+    row = one[0]
+    processor = load_processor(str(tiny_kit["policy"]))
+    env = ZoomInEnv(ToolConfig(), pixel_budget(processor))
+    (gold,) = plan_calls(
+        row, row["target_label"], env, 1, np.random.default_rng(0), TrajectoryArguments(gold_box="region")
+    )
+    labels = (row["target_label"], "the purple hexagon and the red star")
+    assert normalise_label(labels[1]) != normalise_label(row["target_label"])
+    script = {"labels": labels, "first_turn": lambda i, label: tool_call_turn(label, gold["bbox_2d"])}
+
+    def train(name, **extra):
+        trainer = make_trainer(
+            tiny_kit, dataset, tmp_path / name, reward_funcs=["simulated_reader"], script=script, **extra
+        )
+        trainer.train()
+        return trainer
+
+    exact = train("exact", semantic_verifier="exact", max_steps=2, gradient_variance_batches=2)
+    r_sem = list(exact._logs["rewards"][SEMANTIC_REWARD_NAME])
+    assert r_sem == [1.0, 0.0, 1.0, 0.0]  # the last batch's; T = 1: R_sem = z_1
+    # Every call framed the target, so the reader draws at READER_HIT_P; odd rows' answers skip <think>: format 0.
+    # The last batch was drawn at global step 1.
+    reader = list(exact._logs["rewards"]["simulated_reader_reward"])
+    expected = [float(i % 2 == 0 and rewards.reader_draw(row["id"], 1, i) < rewards.READER_HIT_P) for i in range(4)]
+    assert reader == expected
+    variance = [e for e in exact.state.log_history if "gradvar/trace" in e]
+    assert [e["step"] for e in variance] == [2] and variance[0]["gradvar/trace"] > 0
+
+    shuffled = train("shuffled", semantic_verifier="shuffled_exact", max_steps=1)
+    order = np.random.default_rng([7, 0]).permutation(4)  # tiny_trainer's seed 7, the first scored batch
+    assert list(shuffled._logs["rewards"][SEMANTIC_REWARD_NAME]) == [[1.0, 0.0, 1.0, 0.0][k] for k in order]
+
+    clip = make_trainer(
+        tiny_kit, dataset, tmp_path / "clip", reward_funcs=["simulated_reader"], script=script, max_steps=1,
+        semantic_verifier="clip", semantic_score="contrastive",
+    )  # fmt: skip
+    scored = spy_on_verifier(clip)
+    clip.train()
+    (crop_labels, crops, on_crops), (whole_labels, images, on_images) = scored
+    assert crop_labels == whole_labels == list(labels) * 2
+    assert [im.size for im in images] == [row["image"].size] * 4 and all(c.size != row["image"].size for c in crops)
+    assert list(clip._logs["rewards"][SEMANTIC_REWARD_NAME]) == pytest.approx((on_crops - on_images).tolist())

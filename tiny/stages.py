@@ -86,11 +86,15 @@ STEP_METRICS: dict[str, tuple[str, Callable[[float], float] | None]] = {
     "calls_per_rollout": ("tools/zoom_calls_per_rollout", None),
     "valid_call_rate": ("tools/zoom_error_rate", _valid_rate),
     "accuracy": (ACCURACY_KEY, None),
+    "reader_success": (f"rewards/{REWARDS['simulated_reader'].__name__}/mean", None),
+    "target_in_view": (f"rewards/{REWARDS['target_in_view'].__name__}/mean", None),
     "reward_std": ("reward_std", None),
     "advantage_std": ("mapo/advantage_std", None),
     "adv_variance": ("adv/variance", None),
     "grad_norm_var": ("probe/grad_norm_var", None),
     "hpo_fallback_frac": ("hpo/fallback_frac", None),
+    "gradvar_trace": ("gradvar/trace", None),
+    "gradvar_relative": ("gradvar/relative", None),
 }
 
 
@@ -152,13 +156,21 @@ def run_sft(model: str | Path, data_dir: Path, output_dir: Path, steps: int, **o
     run_entry("sft.py", sft_argv(model, data_dir, output_dir, steps, **overrides))
 
 
-def rl_argv(model: str | Path, data_dir: Path, clip: Path, output_dir: Path, steps: int, **overrides) -> list[str]:
-    """`rl.py`'s command line: the tiny RL recipe from `model` on `data_dir`, scored by `clip`, with `--key value`
-    overrides (any recipe field)."""
+def rl_argv(
+    model: str | Path,
+    data_dir: Path,
+    clip: Path,
+    output_dir: Path,
+    steps: int,
+    recipe: str = RL_RECIPE,
+    **overrides,
+) -> list[str]:
+    """`rl.py`'s command line: `recipe` (the tiny RL recipe) from `model` on `data_dir`, scored by `clip`, with
+    `--key value` overrides (any recipe field)."""
     fields = dict(
         model_name_or_path=model, dataset_name=data_dir, clip_model=clip, output_dir=output_dir, max_steps=steps
     )
-    return ["--config", RL_RECIPE, *flags(**fields, **overrides)]
+    return ["--config", recipe, *flags(**fields, **overrides)]
 
 
 def rl_args(argv: Sequence[str]) -> tuple:
@@ -174,10 +186,11 @@ def run_rl(argv: Sequence[str]) -> list[dict]:
     return json.loads((output_dir / TRAINER_STATE).read_text(encoding="utf-8"))["log_history"]
 
 
-def rollout_budget() -> dict[str, Any]:
-    """The tiny RL recipe's rollout budget. Evaluation replays a checkpoint's own (its RL record), but the untrained
-    policy and the SFT checkpoint have none yet, so they are evaluated under the budget RL will train with."""
-    values = load_recipe(RL_RECIPE).values
+def rollout_budget(recipe: str = RL_RECIPE) -> dict[str, Any]:
+    """An RL recipe's rollout budget (the tiny one's by default). Evaluation replays a checkpoint's own (its RL
+    record), but the untrained policy and the SFT checkpoint have none yet, so they are evaluated under the budget RL
+    will train with."""
+    values = load_recipe(recipe).values
     return {key: values[key] for key in ("max_completion_length", "max_tool_calling_iterations")}
 
 

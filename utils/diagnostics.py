@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Callable
 
 import torch
+from transformers import TrainerCallback
 from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
 
 
@@ -86,3 +87,51 @@ class GradientVarianceProbe:
             "probe/grad_norm_mean": norms.mean().item(),
             "probe/grad_norm_var": norms.var().item() if norms.numel() > 1 else 0.0,
         }
+
+
+class GradientVariance(TrainerCallback):
+    """The variance of the policy-gradient estimate across batches: the quantity MAPO (section 4) and HPO (section 3) argue an
+    estimator lowers, measured as the trace of the gradients' covariance.
+
+    Before each of the first `batches` optimizer steps it folds the step's gradient (the whole flattened gradient of
+    the trainable parameters, after clipping: what the optimizer would apply) into a running mean and sum of squared
+    deviations (Welford), two gradient-sized buffers on the host whatever the number of batches. At the last of them
+    it hands `record` two figures: `gradvar/trace` = sum over parameters of the unbiased variance across batches, and
+    `gradvar/relative` = that trace / the squared norm of the mean gradient (scale-free: above 1, the noise across
+    batches is larger than the signal they agree on). With learning_rate 0 every batch is drawn from the starting
+    policy, independent of the others given its data. The gradients must be whole on each process: single process
+    or DDP, not ZeRO-3 or FSDP, whose shards it would read.
+    """
+
+    def __init__(self, batches: int, record: Callable[[dict[str, float]], None]):
+        if batches < 2:
+            raise ValueError(f"gradient_variance_batches needs at least 2 batches; got {batches}")
+        self.batches, self.record = batches, record
+        self.seen = 0
+        self.mean: torch.Tensor | None = None
+        self.squares: torch.Tensor | None = None
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if self.seen >= self.batches or model is None:
+            return
+        grads = [p.grad.detach().flatten() for p in model.parameters() if p.requires_grad and p.grad is not None]
+        if not grads:
+            return
+        gradient = torch.cat(grads).to("cpu", torch.float64)
+        self.seen += 1
+        if self.mean is None:
+            self.mean, self.squares = gradient.clone(), torch.zeros_like(gradient)
+        else:
+            delta = gradient - self.mean
+            self.mean += delta / self.seen
+            self.squares += delta * (gradient - self.mean)
+        if self.seen == self.batches:
+            self.record(gradient_variance(self.mean, self.squares, self.seen))
+
+
+def gradient_variance(mean: torch.Tensor, squares: torch.Tensor, n: int) -> dict[str, float]:
+    """`gradvar/trace` and `gradvar/relative` from Welford's running mean and sum of squared deviations over `n`
+    gradients (see `GradientVariance`)."""
+    trace = float(squares.sum() / (n - 1))
+    norm = float(mean.square().sum())
+    return {"gradvar/trace": trace, "gradvar/relative": trace / norm if norm > 0 else float("inf")}
