@@ -47,12 +47,16 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
     """GRPO with MAPO's semantic reward R_sem as one more reward column, weighted `semantic_beta` ('mapo',
     'mapo+hpo') or 0 ('grpo', 'hpo': R_sem logged only), so TRL's `sum_then_normalize` computes eq. 3.
 
-    Builds its own `environment_factory` (`tools.ZoomInEnv`, which records every zoom-in call) and CLIP verifier from
-    `tool_config`, the settings evaluation must replay; every checkpoint it saves records them (`tool_config.json`).
+    Builds its own `environment_factory` (`tools.ZoomInEnv`, which records every zoom-in call) from `tool_config`, the
+    settings evaluation must replay, and every checkpoint it saves records them (`tool_config.json`). z_t comes from
+    the verifier `semantic_verifier` names (`rewards.VERIFIERS`: the paper's CLIP, from `tool_config`, or the
+    experiment's ground-truth controls), scaled by `semantic_score` (`mapo.scale_similarity`; "contrastive" also
+    scores each label against its rollout's whole image).
 
     Methods it overrides from TRL's `GRPOTrainer` and transformers' `Trainer`, its mixins included (a test checks
     this list against the class hierarchy):
-    - `__init__`: the zoom-in environment, the CLIP verifier, the R_sem reward column, the token-budget check; a
+    - `__init__`: the zoom-in environment, the verifier, the R_sem reward column, the token-budget check, the
+      gradient-variance callback (`gradient_variance_batches`: `utils.diagnostics.GradientVariance`); a
       colocated vLLM engine built with the recipe's pixel budget and `vllm_dtype` (`utils.vllm_images`); generation
       in either backend kept from sampling image and video placeholders (`utils.rollout.ban_placeholder_tokens`); a
       vLLM server that cannot be reached, serves another model or another pixel budget fails naming the fields;

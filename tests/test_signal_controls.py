@@ -46,7 +46,7 @@ def test_a_box_frames_the_target_when_it_holds_it_and_is_a_zoom():
 
 
 def completion_with_calls(n_calls):
-    """An assistant turn with `n_calls` zoom-in calls and their list-valued tool responses, then a well-formed answer."""
+    """`n_calls` assistant turns that call the zoom-in tool, each with its list-valued response, then an answer."""
     messages = []
     for _ in range(n_calls):
         messages.append(

@@ -56,9 +56,7 @@ KIT_CLIP = kit_paths("outputs/tiny")["clip"]  # the random-weight CLIP `make tin
 METRICS_NAME = "training_metrics.json"
 CANVAS = 768  # one cluttered background per batch, every crop of the batch a window of it
 OBJECT_SIZE = (12, 32)  # object side in canvas pixels before the CLIP transform resizes the crop
-# The objects' extent as a fraction of the crop side, drawn log-uniformly: from ~3%, a zoom-in call's box on the 3x3
-# grid of the tiny recipes (a target of 1.5-2.5% of the image side in a cell of a third of it), to a tight box's 70%.
-EXTENT = (0.03, 0.7)
+EXTENT = (0.1, 0.7)  # the objects' extent as a fraction of the crop side
 KINDS = ("shape", "colour", "sign", "group", "pair")
 
 Obj = tuple[str, str | None]  # (shape, colour), or (word, None) for a sign
@@ -173,8 +171,7 @@ def render_crops(
         cell = max([size, *(sprite.width for sprite in sprites)])
         per_side = math.ceil(math.sqrt(max(1, len(sprites))))
         group = cell * (2 * per_side - 1)  # room for a cluster with gaps; one object fills it
-        extent = math.exp(rng.uniform(math.log(EXTENT[0]), math.log(EXTENT[1])))
-        side = min(CANVAS, max(group + 4, round(group / extent)))
+        side = min(CANVAS, max(group + 4, round(group / rng.uniform(*EXTENT))))
         x, y = (int(v) for v in rng.integers(0, CANVAS - side, size=2, endpoint=True))
         crop = canvas.crop((x, y, x + side, y + side))
         gx, gy = (int(v) for v in rng.integers(0, side - group, size=2, endpoint=True))
@@ -212,32 +209,14 @@ def make_batch(
     shapes: Sequence[str],
     words: Sequence[str],
 ) -> Batch:
-    """A batch of distinct referent labels, one crop drawn for each, plus `empty` crops of bare background, and for
-    each group and pair referent a near miss (`near_miss`): a label with no crop of its own, a hard negative of the
-    crop it nearly names."""
+    """A batch of distinct referent labels, one crop drawn for each, plus `empty` crops of bare background."""
     chosen = sample_referents(pool, per_kind, rng)
     targets = [r.objects(rng, colours, shapes, words) for r in chosen] + [[]] * empty
     distractors = [(s, c) for c in colours for s in shapes] + [(w, None) for w in words[:4]]
     crops, drawn = render_crops(targets, rng, distractors)
-    labels = chosen + [m for m in dict.fromkeys(near_miss(r, colours, shapes, rng) for r in chosen) if m not in chosen]
-    labels = [r for r in labels if r is not None]
-    positives = torch.tensor([[r.matches(objects) for r in labels] for objects in drawn], dtype=torch.bool)
+    positives = torch.tensor([[r.matches(objects) for r in chosen] for objects in drawn], dtype=torch.bool)
     kinds = [r.kind for r in chosen] + ["empty"] * empty
-    return Batch(crops, [r.label for r in labels], kinds, positives)
-
-
-def near_miss(referent: Referent, colours: Sequence[str], shapes: Sequence[str], rng) -> Referent | None:
-    """A referent of the same kind that differs from `referent` in one attribute (a group's colour or shape, a pair's
-    second object's colour), or None for the kinds whose batch already holds every such label (shape, colour, sign)."""
-    if referent.kind == "group":
-        if rng.random() < 0.5:
-            return Referent("group", referent.shape, str(rng.choice([c for c in colours if c != referent.colour])))
-        return Referent("group", str(rng.choice([s for s in shapes if s != referent.shape])), referent.colour)
-    if referent.kind == "pair":
-        other = referent.other
-        colour = str(rng.choice([c for c in colours if c not in (other.colour, referent.colour)]))
-        return Referent("pair", referent.shape, referent.colour, Referent("single", other.shape, colour))
-    return None
+    return Batch(crops, [r.label for r in chosen], kinds, positives)
 
 
 def multi_positive_loss(logits: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:

@@ -127,10 +127,10 @@ def recipe_world(recipe: str = SFT_RECIPE) -> dict[str, Any]:
     return synthetic_world(parse_recipe(SFT_TYPES, recipe)[0])
 
 
-def make_data(data_dir: Path, train_rows: int, test_rows: int, seed: int = 0) -> Path:
+def make_data(data_dir: Path, train_rows: int, test_rows: int, seed: int = 0, **world) -> Path:
     """A synthetic train/test split saved with `save_to_disk`, the form every stage reads (`dataset_name`), in the
-    tiny SFT recipe's world (`recipe_world`)."""
-    world = recipe_world()
+    tiny SFT recipe's world (`recipe_world`) with `world`'s `build_synthetic` keywords on top."""
+    world = recipe_world() | world
     splits = {
         "train": build_synthetic(train_rows, seed=seed, split="train", **world),
         "test": build_synthetic(test_rows, seed=seed, split="test", **world),

@@ -90,8 +90,8 @@ class GradientVarianceProbe:
 
 
 class GradientVariance(TrainerCallback):
-    """The variance of the policy-gradient estimate across batches: the quantity MAPO (section 4) and HPO (section 3) argue an
-    estimator lowers, measured as the trace of the gradients' covariance.
+    """The variance of the policy-gradient estimate across batches: the quantity MAPO (section 4) and HPO (section 3)
+    argue an estimator lowers, measured as the trace of the gradients' covariance.
 
     Before each of the first `batches` optimizer steps it folds the step's gradient (the whole flattened gradient of
     the trainable parameters, after clipping: what the optimizer would apply) into a running mean and sum of squared
