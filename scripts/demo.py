@@ -23,11 +23,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tiny.stages import (
+    EXPERIMENT_REPORT,
     SUMMARY_KEYS,
     Stages,
     add_stage_arguments,
     eval_summary,
     evaluate,
+    experiment_verdict,
     make_data,
     rl_argv,
     rl_endpoint,
@@ -72,6 +74,12 @@ def print_summary(summary: dict, path: Path) -> None:
     )
     first, last = summary["rl_first_step"], summary["rl_last_step"]
     print("\nRL, first -> last step: " + ", ".join(f"{k} {_number(first[k])} -> {_number(last[k])}" for k in first))
+    verdict = experiment_verdict()
+    if verdict:
+        print(
+            "\nDoes MAPO's signal act? The demo cannot tell (one run, 16 steps); `make experiment` tests it with controls:"
+        )
+        print("\n".join(verdict) + f"\n(from {EXPERIMENT_REPORT.relative_to(EXPERIMENT_REPORT.parents[1])})")
     print(f"\nsummary: {path}   reports: {path.parent / 'eval'}/*/report.html   total {summary['seconds']['total']} s")
     for warning in summary["warnings"]:
         print(f"WARNING: {warning}")

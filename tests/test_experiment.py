@@ -226,3 +226,16 @@ def test_a_shrunk_experiment_writes_every_arm_the_paired_table_and_the_plots(tin
     final = text.split("## Final evaluation")[1].split("##")[0]
     assert "| SFT (step 0) |" in final
     assert "## Gradient variance at the SFT checkpoint" in text and "did not act measurably" in text
+
+
+def test_the_demo_reads_the_verdict_from_the_report_and_the_readme_says_the_same(tmp_path):
+    report = tmp_path / "experiment.md"
+    assert stages.experiment_verdict(report) == []
+    report.write_text("# x\n\n## What would count\n\n- no\n\n## What it shows\n\n- one\n- two\n\n## Command\n\n- no\n")
+    assert stages.experiment_verdict(report) == ["- one", "- two"]
+    # The committed report's verdict (its bold sentence) is the one the README's experiment paragraph states.
+    verdict = " ".join(stages.experiment_verdict())
+    phrases = [p for p in ("MAPO's signal acted", "Not shown", "MAPO's signal did not act measurably") if p in verdict]
+    assert len(phrases) == 1, verdict
+    readme = (stages.REPO / "README.md").read_text(encoding="utf-8")
+    assert phrases[0].lower() in readme.lower()

@@ -9,7 +9,8 @@ from PIL import Image
 
 from mapo import scale_similarity
 from mapo_trainer import MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
-from tools import PixelBudget, ToolConfig, ZoomInEnv
+from rewards import Scene
+from tools import PixelBudget, ToolConfig, ZoomCall, ZoomInEnv
 
 
 # --------------------------------------------------------------------------------------------------- R_sem, eq. 2
@@ -139,6 +140,9 @@ class _StubVerifier:
             raise RuntimeError("cannot tokenize")
         return torch.tensor([float("nan") if "nan" in label else 0.5 for label in labels])
 
+    def score(self, calls, scenes):  # as `ClipVerifier.score`: the labels against their crops
+        return self.similarity([call.label for call in calls], [call.crop for call in calls])
+
 
 def _trainer_with(verifier, **config):
     trainer = object.__new__(MAPOTrainer)  # only the semantic-reward path: no policy, no TRL state
@@ -190,12 +194,14 @@ def test_a_label_that_cannot_be_scored_costs_only_its_own_z_and_warns_once():
     from PIL import Image
 
     trainer = _trainer_with(_StubVerifier())
-    crops = [Image.new("RGB", (28, 28))] * 3
+    crop = Image.new("RGB", (28, 28))
+    calls = [ZoomCall(1, {}, label, (0, 0, 28, 28), crop) for label in ("red star", "boom", "blue dot")]
+    scenes = [Scene(crop)] * 3
     with pytest.warns(UserWarning, match="could not score"):
-        scores = trainer._score(["red star", "boom", "blue dot"], crops)
+        scores = trainer._score(calls, scenes)
     assert scores[0] == 0.5 and math.isnan(scores[1]) and scores[2] == 0.5
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second failure does not warn again
-        trainer._score(["boom"], crops[:1])
+        trainer._score(calls[1:2], scenes[:1])

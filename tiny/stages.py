@@ -323,6 +323,22 @@ def signal_warnings(summary: dict) -> list[str]:
     return warnings
 
 
+EXPERIMENT_REPORT = REPO / "docs" / "experiment.md"
+VERDICT_HEADING = "## What it shows"
+
+
+def experiment_verdict(report: Path = EXPERIMENT_REPORT) -> list[str]:
+    """The generated "What it shows" bullets of `make experiment`'s report (`docs/experiment.md`): what the demo prints
+    about whether MAPO's signal acts, from the one place the experiment writes it. Empty without a report."""
+    if not report.exists():
+        return []
+    text = report.read_text(encoding="utf-8")
+    if VERDICT_HEADING not in text:
+        return []
+    section = text.split(VERDICT_HEADING, 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.strip().splitlines() if line.startswith("- ")]
+
+
 def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
     """Sizes of the stages before RL, shared by `demo.py` and `experiment.py`."""
     parser.add_argument("--train_rows", type=int, default=1024)
