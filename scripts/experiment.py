@@ -210,13 +210,6 @@ def curve(runs: Sequence[Sequence[dict]], metric: str) -> tuple[list[int], list[
     return steps, [across_seeds([run.get(step) for run in by_step]) for step in steps]
 
 
-def last_steps_mean(steps: Sequence[dict], metric: str, k: int) -> float | None:
-    """Mean of `metric` over the last `k` logged steps of one run, over those steps that have it; None if none do."""
-    values = [row.get(metric) for row in steps[-k:]]
-    present = [v for v in values if v is not None and not math.isnan(v)]
-    return statistics.fmean(present) if present else None
-
-
 def format_spread(spread: Spread | None) -> str:
     """`mean ± std`, with `(n/of seeds)` when some seeds had no value, and `—` when none had."""
     if spread is None:

@@ -41,14 +41,6 @@ def test_curves_match_steps_by_number_and_leave_missing_steps_missing():
     assert (spreads[2].mean, spreads[2].n, spreads[2].of) == (0.6, 1, 2)
 
 
-def test_last_steps_mean_skips_missing_values():
-    steps = [{"x": 0.1}, {"x": None}, {"x": 0.3}, {"x": 0.5}]
-    assert experiment.last_steps_mean(steps, "x", 3) == pytest.approx(0.4)  # (0.3 + 0.5) / 2
-    assert experiment.last_steps_mean(steps, "x", 10) == pytest.approx(0.3)
-    assert experiment.last_steps_mean([{"x": 0.1}, {"x": None}], "x", 1) is None
-    assert experiment.last_steps_mean([{}], "x", 1) is None
-
-
 def test_spreads_print_as_mean_std_and_say_when_seeds_are_missing():
     assert experiment.format_spread(Spread(0.5, 0.1234, 0.4, 0.6, 3, 3)) == "0.500 ± 0.123"
     assert experiment.format_spread(Spread(0.5, 0.0, 0.5, 0.5, 1, 3)) == "0.500 ± 0.000 (1/3 seeds)"
