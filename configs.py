@@ -29,6 +29,7 @@ from data import DATASETS
 from data.benchmarks import BENCHMARKS
 from data.synthetic import DEFAULT_IMAGE_SIZE, DEFAULT_OBJECT_FRACTION, QUESTION_TYPES
 from data.trajectories import TrajectoryArguments
+from hpo import HPO_SOLVERS
 from mapo import SEMANTIC_SCORES
 from rewards import VERIFIERS
 from tools import ToolConfig
@@ -86,6 +87,7 @@ ADVANTAGE_ESTIMATORS = ("grpo", "mapo", "hpo", "mapo+hpo")
 
 
 HPO_HINDSIGHT = ("online", "offline")
+HPO_FALLBACK = ("scaled", "unscaled")
 
 
 @dataclass
@@ -145,9 +147,28 @@ class MAPOConfig(GRPOConfig):
         default="online",
         metadata={
             "help": "HPO's hindsight set. 'online': the steps of the group's own successful rollouts (a group with "
-            "too few positive or negative steps falls back to A_E, counted in hpo/fallback_frac). 'offline': "
+            "too few positive or negative steps falls back, counted in hpo/fallback_frac and by reason in "
+            "hpo/fallback/<reason>). 'offline': "
             "successful trajectories stored per prompt in the dataset column `hpo_hindsight_column`.",
             "choices": list(HPO_HINDSIGHT),
+        },
+    )
+    hpo_fallback: str = field(
+        default="scaled",
+        metadata={
+            "help": "Advantage of a group with no step advantage (a fallback). 'scaled': A_E / (1 + omega), eq. 17 "
+            "with A_S = 0, as the authors' code does. 'unscaled': A_E, which weighs fallback groups 1 + omega times "
+            "more than eligible ones (1.5x at omega 0.5) when fallbacks are common.",
+            "choices": list(HPO_FALLBACK),
+        },
+    )
+    hpo_solver: str = field(
+        default="exact",
+        metadata={
+            "help": "Kantorovich potentials of HPO eq. 13-14. 'exact': POT's exact solver (the paper's f*, "
+            "deterministic). 'geomloss': the authors' code, geomloss Sinkhorn at blur 0.01, scaling 0.5, which stops "
+            "far from converged: its step advantages differ from exact ones by ~25-30% of their norm (docs/method.md).",
+            "choices": list(HPO_SOLVERS),
         },
     )
     hpo_hindsight_column: str = field(
@@ -214,6 +235,10 @@ class MAPOConfig(GRPOConfig):
         check_vllm_version(self.use_vllm)  # TRL only warns about a vLLM outside its range
         if self.hpo_hindsight not in HPO_HINDSIGHT:
             raise ValueError(f"hpo_hindsight must be one of {HPO_HINDSIGHT}; got {self.hpo_hindsight!r}")
+        if self.hpo_solver not in HPO_SOLVERS:
+            raise ValueError(f"hpo_solver must be one of {HPO_SOLVERS}; got {self.hpo_solver!r}")
+        if self.hpo_fallback not in HPO_FALLBACK:
+            raise ValueError(f"hpo_fallback must be one of {HPO_FALLBACK}; got {self.hpo_fallback!r}")
         if not self.hpo_omega >= 0:
             raise ValueError(f"hpo_omega must be >= 0; got {self.hpo_omega}")
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:

@@ -1,9 +1,10 @@
 """HPO's step-level advantage (Hindsight Policy Optimization, Li et al., section 4.3) and its wiring into
 `MAPOTrainer` (`advantage_estimator: hpo | mapo+hpo`).
 
-The math is pure tensor functions: `kantorovich_potentials` (eq. 1-2, 13-14, POT's exact solver, canonical duals),
+The math is pure tensor functions: `kantorovich_potentials` (eq. 1-2, 13-14, POT's exact solver, canonical duals;
+`geomloss_potentials`, the authors' Sinkhorn, by `hpo_solver`),
 `potential_step_weights` and the group functions (eq. 16's numerator, the hindsight sets of section 4.2),
-`normalize_step_advantages` (eq. 16), `combine_advantages` (eq. 17), `broadcast_to_tokens`. The trainer's side:
+`normalize_step_advantages` (eq. 16), `combine_advantages` (eq. 17), `broadcast_to_tokens`, `unscorable_group`. The trainer's side:
 `turn_index` and `step_segments` (a TRL completion's steps), `StepEncoder` (the intent space's text encoder) and
 `HPOAdvantages` (eq. 17 over one generation batch). The derivation, the authors' code each choice follows ([paper] /
 [code] marks in the docstrings) and how this differs from both: `docs/method.md`.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
@@ -32,6 +34,15 @@ MIN_POSITIVE_STEPS = 4  # [code] eligible_uids: cnt["pos"] >= 4 and cnt["neg"] >
 MIN_NEGATIVE_STEPS = 4
 MAX_OFF_TRAJECTORIES = 8  # [code] examples/train/train.sh: encoder.max_off_num=8 (paper A.2: 8 offline trajectories)
 STD_EPS = 1e-6  # [code] inv = 1.0 / (sigma + 1e-6)
+OFFLINE_CACHE_PROMPTS = 1024  # offline hindsight clouds kept embedded (least recently used dropped): ~0.2 GB at 1024-D
+# Why a group gets no step advantage, each counted per batch as hpo/fallback/<reason> (a group can have two).
+FALLBACK_REASONS = (
+    "too_few_positive",  # online: fewer than min_positive steps of successful rollouts
+    "too_few_negative",  # online: fewer than min_negative steps of failed rollouts
+    "nonfinite_embedding",  # the text encoder gave NaN/inf for a step
+    "empty_hindsight",  # offline: the prompt has no stored successful trajectory
+    "no_scorable_rollout",  # every rollout's outcome reward was None (a judge that timed out)
+)
 
 _SUPPORT_TOL = 1e-12  # plan entries below this (masses sum to 1) are rounding residue, not transport
 _NEAR_DUPLICATE = 1e-4  # squared distances below this fraction of |x|^2 + |y|^2 are recomputed exactly
@@ -182,17 +193,43 @@ def kantorovich_potentials(x, y, a=None, b=None) -> tuple[torch.Tensor, torch.Te
     return torch.from_numpy(f), torch.from_numpy(g), torch.tensor(w1, dtype=torch.float64)
 
 
+def geomloss_potentials(x, y) -> tuple[torch.Tensor, float]:
+    """[code] The HPO authors' potentials: geomloss `SamplesLoss("sinkhorn", p=1, blur=0.01, scaling=0.5,
+    debias=False, potentials=True)` on float32 clouds, uniform weights; f (n,) float64 centred to mean 0, and the
+    loss <a, F> + <b, G>.
+
+    Not the exact f* of eq. 13-14: epsilon-scaling at 0.5 runs about one averaged Sinkhorn iteration per scale and
+    stops at epsilon = 0.01, far from converged (`scripts/hpo_solvers.py` measures how far; `docs/method.md`).
+    """
+    from geomloss import SamplesLoss  # only this solver needs it
+
+    xt, yt = _as_cloud("x", x).float(), _as_cloud("y", y).float()
+    loss = SamplesLoss("sinkhorn", p=1, blur=0.01, scaling=0.5, debias=False, potentials=True, backend="tensorized")
+    f, g = (t.reshape(-1).double() for t in loss(xt, yt))
+    w1 = float(f.mean() + g.mean())
+    return f - f.mean(), w1
+
+
+HPO_SOLVERS = ("exact", "geomloss")
+
+
 # ------------------------------------------------------------------------------------------ step advantages
-def potential_step_weights(policy_emb, hindsight_emb) -> tuple[torch.Tensor, float]:
+def potential_step_weights(policy_emb, hindsight_emb, solver: str = "exact") -> tuple[torch.Tensor, float]:
     """The per-group numerator of eq. 16: w_i = -(n / (n - 1)) * (f_i - mean f), and W1.
 
     f is the Kantorovich potential of W1(policy, hindsight) on the n policy points, both clouds uniformly weighted
-    [paper eq. 12, 14; code: geomloss with uniform weights, `F, _ = ot(all_emb, pos_emb)`]. The sign makes a
+    [paper eq. 12, 14; code: geomloss with uniform weights, `F, _ = ot(all_emb, pos_emb)`]: `solver` "exact" is
+    `kantorovich_potentials`, "geomloss" the authors' call (`geomloss_potentials`). The sign makes a
     lower potential (closer to the hindsight set) a positive advantage [paper eq. 16]. The n / (n - 1) factor, with
     n - 1 read as 1 for n = 1, is [code] `all_w = (len(k_all) / max(len(k_all) - 1, 1)) * (k_all - mean)`; it only
     matters between groups of different sizes, as the batch std divides it out otherwise. Returns float64 (n,).
     """
-    f, _, w1 = kantorovich_potentials(policy_emb, hindsight_emb)
+    if solver == "exact":
+        f, _, w1 = kantorovich_potentials(policy_emb, hindsight_emb)
+    elif solver == "geomloss":
+        f, w1 = geomloss_potentials(policy_emb, hindsight_emb)
+    else:
+        raise ValueError(f"solver must be one of {HPO_SOLVERS}, got {solver!r}")
     n = f.numel()
     return -(n / max(n - 1, 1)) * (f - f.mean()), float(w1)
 
@@ -204,8 +241,8 @@ class GroupStepAdvantages:
     `raw` (n,) float64 is `potential_step_weights` of the group, zeros when `fallback`; `step_index` (n,) int64
     the step of each policy point (0 = prompt segment); `scale` the factor applied after normalisation (online:
     positive-step ratio, offline: n_off / max_off); `mode` "online" or "offline" (it picks the default clip);
-    `fallback` says the group gets no step advantage and the caller should use the episode advantage alone (and
-    count it), `reason` why. Embeddings are used as float64 on the CPU whatever their dtype and device.
+    `fallback` says the group gets no step advantage (A_S = 0), `reasons` why as `FALLBACK_REASONS` codes and
+    `reason` in words. Embeddings are used as float64 on the CPU whatever their dtype and device.
     """
 
     raw: torch.Tensor
@@ -214,31 +251,27 @@ class GroupStepAdvantages:
     mode: str
     fallback: bool = False
     reason: str = ""
+    reasons: tuple[str, ...] = ()
     n_policy: int = 0
     n_hindsight: int = 0
     w1: float = 0.0
 
-    @property
-    def n_negative(self) -> int:
-        """Online: policy steps of failed rollouts."""
-        return self.n_policy - self.n_hindsight
-
 
 def online_fallback_reason(
     n_positive: int, n_negative: int, min_positive: int = MIN_POSITIVE_STEPS, min_negative: int = MIN_NEGATIVE_STEPS
-) -> str:
-    """Why an online group gets no step advantage, or "" when it is eligible.
+) -> dict[str, str]:
+    """Why an online group gets no step advantage, `{reason code: words}`, empty when it is eligible.
 
     [code] A group is used only with >= 4 steps from successful rollouts and >= 4 from failed ones, steps counted
     as the code splits them (step 0, the prompt segment, included). The paper only says online hindsight sets
     fluctuate (section 5.2).
     """
-    reasons = []
+    reasons = {}
     if n_positive < min_positive:
-        reasons.append(f"{n_positive} positive steps < {min_positive}")
+        reasons["too_few_positive"] = f"{n_positive} positive steps < {min_positive}"
     if n_negative < min_negative:
-        reasons.append(f"{n_negative} negative steps < {min_negative}")
-    return "; ".join(reasons)
+        reasons["too_few_negative"] = f"{n_negative} negative steps < {min_negative}"
+    return reasons
 
 
 def _group_inputs(policy_emb, step_index) -> tuple[torch.Tensor, torch.Tensor]:
@@ -255,8 +288,8 @@ def _group_inputs(policy_emb, step_index) -> tuple[torch.Tensor, torch.Tensor]:
     return emb, steps
 
 
-def _nonfinite_reason(nonfinite: str, **clouds: torch.Tensor) -> str:
-    """The empty string if every cloud is finite; else the reason, or a ValueError when `nonfinite` is "raise"."""
+def _nonfinite_reason(nonfinite: str, **clouds: torch.Tensor) -> dict[str, str]:
+    """{} if every cloud is finite; else the reason, or a ValueError when `nonfinite` is "raise"."""
     if nonfinite not in ("raise", "fallback"):
         raise ValueError(f"nonfinite must be 'raise' or 'fallback', got {nonfinite!r}")
     counts = {name: _nonfinite_rows(t) for name, t in clouds.items()}
@@ -264,24 +297,44 @@ def _nonfinite_reason(nonfinite: str, **clouds: torch.Tensor) -> str:
     # Checked before eligibility, so a broken encoder surfaces even in groups that would fall back anyway.
     if bad and nonfinite == "raise":
         raise ValueError("; ".join(bad))
-    return "; ".join(bad)
+    return {"nonfinite_embedding": "; ".join(bad)} if bad else {}
 
 
-def _group_result(emb, hindsight, steps, scale, mode, reason, n_hindsight) -> GroupStepAdvantages:
-    if reason:
+def _group_result(
+    emb, hindsight, steps, scale, mode, reasons: dict[str, str], n_hindsight, solver: str
+) -> GroupStepAdvantages:
+    if reasons:
         raw, w1 = torch.zeros(emb.shape[0], dtype=torch.float64), 0.0
     else:
-        raw, w1 = potential_step_weights(emb, hindsight)
+        raw, w1 = potential_step_weights(emb, hindsight, solver)
     return GroupStepAdvantages(
         raw=raw,
         step_index=steps,
         scale=scale,
         mode=mode,
-        fallback=bool(reason),
-        reason=reason,
+        fallback=bool(reasons),
+        reason="; ".join(reasons.values()),
+        reasons=tuple(reasons),
         n_policy=emb.shape[0],
         n_hindsight=n_hindsight,
         w1=w1,
+    )
+
+
+def unscorable_group(mode: str) -> GroupStepAdvantages:
+    """A group none of whose rollouts could be scored (every outcome reward None): no points, no step advantage.
+
+    Unscorable rollouts are left out of their group altogether, neither in its policy cloud, nor in its hindsight
+    set, nor in the batch std, and get advantage 0, as stock GRPO gives them; a group with no other rollout is this.
+    """
+    return GroupStepAdvantages(
+        raw=torch.zeros(0, dtype=torch.float64),
+        step_index=torch.zeros(0, dtype=torch.int64),
+        scale=0.0,
+        mode=mode,
+        fallback=True,
+        reason="no rollout of the group could be scored",
+        reasons=("no_scorable_rollout",),
     )
 
 
@@ -294,6 +347,7 @@ def online_group_step_advantages(
     min_positive: int = MIN_POSITIVE_STEPS,
     min_negative: int = MIN_NEGATIVE_STEPS,
     nonfinite: str = "raise",
+    solver: str = "exact",
 ) -> GroupStepAdvantages:
     """Online HPO for one prompt: the hindsight set is the group's own steps from successful rollouts.
 
@@ -304,6 +358,7 @@ def online_group_step_advantages(
         rollout_success: (G,) bool, or 0/1 numbers. [code] success is an outcome score of exactly 1.
         min_positive, min_negative: the eligibility rule of `online_fallback_reason`.
         nonfinite: "raise" (ValueError naming the rows) or "fallback" (flag the group, never NaN).
+        solver: `potential_step_weights`' "exact" or "geomloss".
 
     [paper eq. 12] the hindsight set is the steps of successful trajectories. [code] they are a subset of the policy
     cloud (the policy cloud holds all steps of all rollouts), and `scale` is the positive-step ratio n_pos / n.
@@ -328,7 +383,7 @@ def online_group_step_advantages(
         n_pos, n - n_pos, min_positive, min_negative
     )
     scale = n_pos / n if n else 0.0
-    return _group_result(emb, emb[positive], steps, scale, "online", reason, n_pos)
+    return _group_result(emb, emb[positive], steps, scale, "online", reason, n_pos, solver)
 
 
 def offline_group_step_advantages(
@@ -339,6 +394,7 @@ def offline_group_step_advantages(
     *,
     max_off_trajectories: int = MAX_OFF_TRAJECTORIES,
     nonfinite: str = "raise",
+    solver: str = "exact",
 ) -> GroupStepAdvantages:
     """Offline HPO for one prompt: the hindsight set is the steps of pre-collected successful trajectories.
 
@@ -351,6 +407,7 @@ def offline_group_step_advantages(
         max_off_trajectories: [code] `max_off_num`; `scale` = min(n_off, max_off) / max_off, so prompts with fewer
             offline successes weigh less. The code assumes the set is already capped; here the scale is capped.
         nonfinite: "raise" or "fallback", as in `online_group_step_advantages`.
+        solver: `potential_step_weights`' "exact" or "geomloss".
 
     [paper section 4.2, "offline HPO"] rejection-sampled successes of the initial policy. [code] no eligibility
     rule: every group with offline successes is used.
@@ -370,9 +427,9 @@ def offline_group_step_advantages(
         raise ValueError("need max_off_trajectories > 0 and n_off_trajectories >= 0")
     reason = _nonfinite_reason(nonfinite, policy_emb=emb, hindsight_emb=hind)
     if not reason and (hind.shape[0] == 0 or n_off_trajectories == 0):
-        reason = "empty hindsight set (no offline successful steps, or n_off_trajectories = 0)"
+        reason = {"empty_hindsight": "empty hindsight set (no offline successful steps, or n_off_trajectories = 0)"}
     scale = min(n_off_trajectories, max_off_trajectories) / max_off_trajectories
-    return _group_result(emb, hind, steps, scale, "offline", reason, hind.shape[0])
+    return _group_result(emb, hind, steps, scale, "offline", reason, hind.shape[0], solver)
 
 
 @dataclass(frozen=True)
@@ -453,44 +510,6 @@ def combine_advantages(episode_adv, step_adv, omega: float, episode_only=None) -
             mask = mask.unsqueeze(-1)
         out = torch.where(mask, ea.to(out.dtype).expand_as(out), out)
     return out
-
-
-def cosine_anneal_omega(
-    step: int, total_steps: int, omega_max: float, omega_min: float, warmup_steps: int = 0
-) -> float:
-    """The authors' omega schedule [code `RayPPOTrainer.cosine_anneal_coef`; the paper uses a fixed omega = 0.5].
-
-    Linear warm-up 0 -> omega_max over `warmup_steps`, then cosine decay omega_max -> omega_min until `total_steps`,
-    constant after. With omega_max = omega_min (their defaults 0.2/0.2, their script 0.5/0.5) it is constant.
-    """
-    step = min(step, total_steps)
-    if warmup_steps > 0 and step < warmup_steps:
-        return omega_max * step / warmup_steps
-    span = max(1, total_steps - warmup_steps)
-    progress = min(step - warmup_steps, span) / span
-    return omega_min + 0.5 * (omega_max - omega_min) * (1.0 + math.cos(math.pi * progress))
-
-
-def steps_to_table(values, rollout_index, step_index, n_rollouts: int, n_steps: int | None = None) -> torch.Tensor:
-    """Scatter one group's per-point values into a (n_rollouts, n_steps) table; cells with no point stay 0.
-
-    `n_steps` defaults to max(step_index) + 1. A (rollout, step) pair given twice raises ValueError.
-    """
-    vals = torch.as_tensor(values)
-    roll = torch.as_tensor(rollout_index, dtype=torch.int64)
-    steps = torch.as_tensor(step_index, dtype=torch.int64)
-    if not (vals.shape == roll.shape == steps.shape) or vals.dim() != 1:
-        raise ValueError("values, rollout_index and step_index must be 1-D of the same length")
-    if n_steps is None:
-        n_steps = int(steps.max()) + 1 if steps.numel() else 0
-    if ((roll < 0) | (roll >= n_rollouts) | (steps < 0) | (steps >= n_steps)).any():
-        raise ValueError(f"rollout_index must lie in [0, {n_rollouts}) and step_index in [0, {n_steps})")
-    flat = roll * n_steps + steps
-    if flat.unique().numel() != flat.numel():
-        raise ValueError("a (rollout, step) pair appears twice")
-    table = torch.zeros(n_rollouts * n_steps, dtype=vals.dtype)
-    table[flat] = vals
-    return table.view(n_rollouts, n_steps)
 
 
 def broadcast_to_tokens(step_values, token_step_index) -> torch.Tensor:
@@ -676,7 +695,7 @@ class HPOAdvantages:
     def __init__(self, config, device: torch.device | str = "cpu"):
         self.config = config
         self.encoder = StepEncoder(config.hpo_text_encoder, device=device, max_length=config.hpo_encoder_max_length)
-        self._offline_embeddings: dict[str, tuple[torch.Tensor, int]] = {}
+        self._offline_embeddings: OrderedDict[str, tuple[torch.Tensor, int]] = OrderedDict()  # LRU
 
     def __call__(
         self,
@@ -707,14 +726,18 @@ class HPOAdvantages:
             drop_token_ids=drop_token_ids,
         )
         steps = gather_object(self.encoder.embed(segments))
-        success = (outcome >= args.hpo_success_threshold).cpu()  # NaN (unscorable) is no success
+        scorable = ~torch.isnan(outcome.cpu())  # unscorable rows (outcome NaN) take no part in HPO: advantage 0
+        success = outcome.cpu() >= args.hpo_success_threshold
         if args.hpo_hindsight == "offline":
             offline = gather_object([row.get(args.hpo_hindsight_column) for row in inputs])
             prompts = gather_object([rollout[0] for rollout in segments])
-        groups, sizes = [], []
+        groups, members = [], []
         for first in range(0, len(steps), num_generations):
-            rows = range(first, first + num_generations)
-            sizes.append([len(steps[r]) for r in rows])
+            rows = [r for r in range(first, first + num_generations) if scorable[r]]
+            members.append(rows)
+            if not rows:
+                groups.append(unscorable_group(args.hpo_hindsight))
+                continue
             emb = torch.cat([steps[r] for r in rows])
             rollout = torch.cat([torch.full((len(steps[r]),), k) for k, r in enumerate(rows)])
             step = torch.cat([torch.arange(len(steps[r])) for r in rows])
@@ -723,25 +746,32 @@ class HPOAdvantages:
                     emb,
                     rollout,
                     step,
-                    success[first : first + num_generations],
+                    success[rows],
                     min_positive=args.hpo_min_positive_steps,
                     min_negative=args.hpo_min_negative_steps,
                     nonfinite="fallback",
+                    solver=args.hpo_solver,
                 )
             else:
                 hindsight, n_off = self._offline_hindsight(offline[first], prompts[first], row=first)
                 group = offline_group_step_advantages(
                     emb, step, hindsight, n_off, max_off_trajectories=args.hpo_max_offline_trajectories,
-                    nonfinite="fallback",
+                    nonfinite="fallback", solver=args.hpo_solver,
                 )  # fmt: skip
             groups.append(group)
         batch = normalize_step_advantages(groups)
-        per_row = [v for values, counts in zip(batch.values, sizes) for v in values.split(counts)]
-        fallback = [f for f in batch.fallback for _ in range(num_generations)]
+        per_row = [torch.zeros(len(s), dtype=torch.float64) for s in steps]  # A_S; 0 for unscorable rows
+        fallback = [False] * len(steps)
+        for rows, values, fell_back in zip(members, batch.values, batch.fallback):
+            for r, v in zip(rows, values.split([len(steps[r]) for r in rows])):
+                per_row[r], fallback[r] = v, fell_back
         local = slice(process_index * len(inputs), (process_index + 1) * len(inputs))
         turns = turn_index(out["completion_mask"], out.get("tool_mask"))
         step_adv = broadcast_to_tokens(per_row[local], turns)
-        advantages = combine_advantages(out["advantages"], step_adv, args.hpo_omega, episode_only=fallback[local])
+        # [code] a fallback group has A_S = 0, so it gets A_E / (1 + omega); 'unscaled' gives it A_E itself.
+        episode_only = fallback[local] if args.hpo_fallback == "unscaled" else None
+        advantages = combine_advantages(out["advantages"], step_adv, args.hpo_omega, episode_only=episode_only)
+        advantages[~scorable[local].to(advantages.device)] = 0.0  # as stock GRPO: no signal from a row not scored
 
         used = [g.w1 for g in groups if not g.fallback]
         metrics = {
@@ -749,28 +779,39 @@ class HPOAdvantages:
             "hpo/step_adv_sigma": batch.sigma,
             "hpo/w1": sum(used) / len(used) if used else 0.0,
         }
+        for reason in FALLBACK_REASONS:
+            metrics[f"hpo/fallback/{reason}"] = sum(reason in g.reasons for g in groups) / len(groups)
         a_e = gather_object(out["advantages"].tolist())
-        turn_values = [
-            " | ".join(f"{(a + args.hpo_omega * v) / (1 + args.hpo_omega):.3f}" for v in values[1:].tolist())
-            if not fb
-            else " | ".join(f"{a:.3f}" for _ in values[1:])
-            for a, values, fb in zip(a_e, per_row, fallback)
-        ]
+        turn_values = []
+        for a, values, fell_back, ok in zip(a_e, per_row, fallback, scorable.tolist()):
+            if not ok:
+                shown = [0.0] * (len(values) - 1)
+            elif fell_back and args.hpo_fallback == "unscaled":
+                shown = [a] * (len(values) - 1)
+            else:
+                shown = [(a + args.hpo_omega * v) / (1 + args.hpo_omega) for v in values[1:].tolist()]
+            turn_values.append(" | ".join(f"{x:.3f}" for x in shown))
         return advantages.to(out["advantages"].dtype), metrics, turn_values
 
     def _offline_hindsight(self, trajectories, prompt_segment: str, row: int) -> tuple[torch.Tensor, int]:
         """The offline hindsight cloud of one prompt (every step of its stored successful trajectories, the prompt
-        included), embedded once and cached, and how many trajectories it holds."""
+        included), embedded once and kept for the `OFFLINE_CACHE_PROMPTS` most recently used prompts, and how many
+        trajectories it holds."""
         column = self.config.hpo_hindsight_column
         trajectories = [t for t in trajectories or [] if t]
         if not trajectories:
             return torch.zeros(0, self.encoder.width), 0
         if all(isinstance(step, str) for trajectory in trajectories for step in trajectory):
             key = prompt_segment + "\x00" + "\x00".join("\x01".join(t) for t in trajectories)
-            if key not in self._offline_embeddings:
+            cache = self._offline_embeddings
+            if key in cache:
+                cache.move_to_end(key)
+            else:
                 embedded = self.encoder.embed([[prompt_segment, *t] for t in trajectories])
-                self._offline_embeddings[key] = (torch.cat(embedded), len(trajectories))
-            return self._offline_embeddings[key]
+                cache[key] = (torch.cat(embedded), len(trajectories))
+                if len(cache) > OFFLINE_CACHE_PROMPTS:
+                    cache.popitem(last=False)
+            return cache[key]
         steps = torch.tensor([step for trajectory in trajectories for step in trajectory], dtype=torch.float32)
         if steps.dim() != 2 or steps.shape[1] != self.encoder.width:
             raise ValueError(

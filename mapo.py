@@ -56,6 +56,19 @@ def mapo_advantages(
     return torch.nan_to_num(advantages, nan=0.0)
 
 
+def groups_outcome_all_equal(outcome: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """(groups,) bool: the group's scorable outcomes are all equal, so only R_sem can tell its rollouts apart.
+
+    NaN rows (unscorable) are left out, as the advantage leaves them out: a group [1, NaN, 1] is all equal, and a
+    group with no scorable row is too (it has no outcome signal at all).
+    """
+    grouped = outcome.view(-1, num_generations)
+    unscored = torch.isnan(grouped)
+    low = grouped.masked_fill(unscored, math.inf).amin(dim=1)
+    high = grouped.masked_fill(unscored, -math.inf).amax(dim=1)
+    return ~(high > low)
+
+
 def scale_similarity(cosine: torch.Tensor, how: str, whole: torch.Tensor | None = None) -> torch.Tensor:
     """z_t from a verifier's score of each label against its crop (`cosine`).
 

@@ -19,7 +19,7 @@ from trl import GRPOTrainer
 
 from configs import MAPOConfig
 from hpo import HPOAdvantages, kantorovich_potentials
-from mapo import mapo_advantages, scale_similarity, semantic_reward
+from mapo import groups_outcome_all_equal, mapo_advantages, scale_similarity, semantic_reward
 from rewards import ClipVerifier, Scene, build_verifier
 from tools import ToolConfig, ToolConfigRecorder, ZoomCall, executed_calls, make_environment_factory
 from utils.checks import check_vllm_server
@@ -234,8 +234,7 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         self._outcome = outcome
         # The advantage TRL is about to compute from these columns, stated on its own for the metric below.
         advantages = mapo_advantages(outcome, semantic, num_generations, weights[-1].item(), self.scale_rewards)
-        grouped = outcome.view(-1, num_generations)
-        all_equal = (grouped == grouped[:, :1]).all(dim=1).float().mean().item()
+        all_equal = groups_outcome_all_equal(outcome, num_generations).float().mean().item()
         self._metrics[mode]["mapo/frac_groups_outcome_all_equal"].append(all_equal)
         self._metrics[mode]["mapo/frac_unscorable"].append(unscorable.float().mean().item())
         self._metrics[mode]["mapo/advantage_std"].append(advantages.std().item() if advantages.numel() > 1 else 0.0)

@@ -36,7 +36,7 @@ def main(
         training_args.semantic_verifier,
         where=f"dataset_name {script_args.dataset_name} split {script_args.dataset_train_split}",
     )
-    model, processor = load_policy(model_args, tool_config)
+    model, processor = load_policy(model_args, tool_config, training_args)
     trainer = trainer_cls(
         model=model,
         reward_funcs=reward_funcs,

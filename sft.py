@@ -59,7 +59,7 @@ def main(
             "remove_unused_columns must be false: gold trajectories are rendered on the fly from the dataset's columns"
         )
     set_seed(training_args.seed)
-    model, processor = load_policy(model_args, tool_config)
+    model, processor = load_policy(model_args, tool_config, training_args)
     budget = pixel_budget(processor)
     make_environment = make_environment_factory(tool_config, budget)
     train_dataset, _ = build_gold_trajectories(

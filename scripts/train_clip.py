@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from tiny.clip import KIT_CLIP, train_clip
+from tools.config import CLIP_RESIZE
 
 
 def main() -> None:
@@ -20,9 +21,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="train for exactly this many steps (reproducible)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=4e-3, help="peak learning rate")
+    parser.add_argument(
+        "--clip_resize", choices=CLIP_RESIZE, default="pad", help="how crops fit CLIP's input: the RL recipe's value"
+    )
     args = parser.parse_args()
     metrics = train_clip(
-        args.output_dir, init=args.init, seconds=args.seconds, steps=args.steps, seed=args.seed, lr=args.lr
+        args.output_dir,
+        init=args.init,
+        seconds=args.seconds,
+        steps=args.steps,
+        seed=args.seed,
+        lr=args.lr,
+        resize=args.clip_resize,
     )
     print(json.dumps(metrics, indent=2))
 

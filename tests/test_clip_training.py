@@ -1,6 +1,7 @@
 """Training the tiny CLIP verifier on referent labels: which crops match which labels, the multi-positive loss (worked
 by hand), that it learns (loss falls, held-out retrieval far above chance on a small vocabulary), that it is
-reproducible in steps mode, and that it is saved so that `models.load_clip` restores it."""
+reproducible in steps mode, that it is saved so that `models.load_clip` restores it, and that it fits crops to its input
+as the RL recipe does."""
 
 import json
 import math
@@ -9,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+import tiny.clip
+from tiny import stages
 from tiny.clip import METRICS_NAME, Referent, make_batch, multi_positive_loss, referents, train_clip
 from utils.models import load_clip
 
@@ -79,3 +82,15 @@ def test_steps_mode_is_reproducible(tiny_kit, tmp_path):
 def test_time_budget_mode_stops_on_time(tiny_kit, tmp_path):
     metrics = train_clip(tmp_path, init=tiny_kit["clip"], seconds=1.0, eval_batches=1, **SMALL)
     assert metrics["steps"] >= 1 and metrics["seconds"] < 5
+
+
+def test_the_verifier_trains_on_crops_fitted_as_the_rl_recipe_scores_them(tiny_kit, tmp_path, monkeypatch):
+    """`clip_resize` is read from the RL recipe, so the tiny CLIP learns on crops fitted to its input the way the
+    trainer's verifier will fit RL's crops (not always `pad`)."""
+    seen = []
+    real = tiny.clip.load_clip
+    monkeypatch.setattr(tiny.clip, "load_clip", lambda *args, **kwargs: seen.append(kwargs) or real(*args, **kwargs))
+    recipe = tmp_path / "config_rl.yaml"
+    recipe.write_text("clip_resize: squash\n", encoding="utf-8")
+    metrics = stages.train_verifier(tmp_path / "clip", tiny_kit, steps=1, recipe=str(recipe))
+    assert [kwargs.get("resize") for kwargs in seen] == ["squash"] and metrics["clip_resize"] == "squash"

@@ -7,22 +7,23 @@ import numpy as np
 import ot
 import pytest
 import torch
+from geomloss import SamplesLoss
 from scipy.spatial.distance import cdist
 
 from hpo import (
+    FALLBACK_REASONS,
     MIN_NEGATIVE_STEPS,
     MIN_POSITIVE_STEPS,
     bench_potentials,
     broadcast_to_tokens,
     combine_advantages,
-    cosine_anneal_omega,
     kantorovich_potentials,
     normalize_step_advantages,
     offline_group_step_advantages,
     online_fallback_reason,
     online_group_step_advantages,
     potential_step_weights,
-    steps_to_table,
+    unscorable_group,
 )
 
 
@@ -199,7 +200,7 @@ def test_online_step_advantages_by_hand():
     group = online_group_step_advantages(
         line(0, 1, 3, 6), [0, 1, 2, 3], [1, 1, 1, 1], [True, False, False, False], min_positive=1, min_negative=1
     )
-    assert not group.fallback and group.n_hindsight == 1 and group.n_negative == 3
+    assert not group.fallback and (group.n_policy, group.n_hindsight) == (4, 1)
     assert group.raw.tolist() == pytest.approx([10 / 3, 2.0, -2 / 3, -14 / 3], abs=1e-9)
     assert group.scale == 0.25  # positive-step ratio 1/4
     batch = normalize_step_advantages([group])
@@ -236,7 +237,7 @@ def clustered_group(seed: int = 0):
 def test_steps_near_the_successful_cluster_get_larger_advantages(seed):
     emb, rollout, step, success = clustered_group(seed)
     group = online_group_step_advantages(emb, rollout, step, success)
-    assert not group.fallback and group.n_hindsight == 6 and group.n_negative == 6
+    assert not group.fallback and (group.n_policy, group.n_hindsight) == (12, 6)
     adv = normalize_step_advantages([group]).values[0]
     success_steps, near_fail, far_fail = adv[:6], adv[6], adv[7:]
     assert (success_steps > 0).all() and (far_fail < 0).all()
@@ -269,18 +270,18 @@ def test_sigma_is_pooled_over_the_batch_not_per_group():
 
 # ---------------------------------------------------------------------------------------------- fallback
 @pytest.mark.parametrize(
-    ("success", "reason"),
+    ("success", "reason", "code"),
     [
-        ([True, False, False, False], "3 positive steps < 4"),  # 1 rollout x 3 steps
-        ([True, True, True, False], "3 negative steps < 4"),
-        ([True, True, True, True], "0 negative steps < 4"),
-        ([False, False, False, False], "0 positive steps < 4"),
+        ([True, False, False, False], "3 positive steps < 4", "too_few_positive"),  # 1 rollout x 3 steps
+        ([True, True, True, False], "3 negative steps < 4", "too_few_negative"),
+        ([True, True, True, True], "0 negative steps < 4", "too_few_negative"),
+        ([False, False, False, False], "0 positive steps < 4", "too_few_positive"),
     ],
 )
-def test_online_groups_with_too_few_positive_or_negative_steps_fall_back(success, reason):
+def test_online_groups_with_too_few_positive_or_negative_steps_fall_back(success, reason, code):
     emb, rollout, step, _ = clustered_group()
     group = online_group_step_advantages(emb, rollout, step, torch.tensor(success))
-    assert group.fallback and reason in group.reason
+    assert group.fallback and reason in group.reason and group.reasons == (code,)
     assert torch.all(group.raw == 0)
     eligible = online_group_step_advantages(*clustered_group())
     alone = normalize_step_advantages([eligible])
@@ -292,17 +293,31 @@ def test_online_groups_with_too_few_positive_or_negative_steps_fall_back(success
 
 def test_fallback_rule_thresholds():
     assert (MIN_POSITIVE_STEPS, MIN_NEGATIVE_STEPS) == (4, 4)
-    assert online_fallback_reason(4, 4) == ""
-    assert online_fallback_reason(3, 9) == "3 positive steps < 4"
-    assert online_fallback_reason(2, 1) == "2 positive steps < 4; 1 negative steps < 4"
-    assert online_fallback_reason(1, 1, min_positive=1, min_negative=1) == ""
+    assert online_fallback_reason(4, 4) == {}
+    assert online_fallback_reason(3, 9) == {"too_few_positive": "3 positive steps < 4"}
+    assert online_fallback_reason(2, 1) == {
+        "too_few_positive": "2 positive steps < 4",
+        "too_few_negative": "1 negative steps < 4",
+    }
+    assert online_fallback_reason(1, 1, min_positive=1, min_negative=1) == {}
+    assert set(online_fallback_reason(0, 0)) <= set(FALLBACK_REASONS)
+
+
+def test_a_group_with_no_scorable_rollout_has_no_points_and_no_step_advantage():
+    group = unscorable_group("online")
+    assert group.fallback and group.reasons == ("no_scorable_rollout",) and group.raw.numel() == 0
+    eligible = online_group_step_advantages(*clustered_group())
+    alone = normalize_step_advantages([eligible])
+    batch = normalize_step_advantages([eligible, group])
+    assert batch.fallback == [False, True] and batch.values[1].numel() == 0
+    assert torch.equal(batch.values[0], alone.values[0]) and batch.sigma == alone.sigma  # not in the statistics
 
 
 def test_empty_hindsight_set_is_a_fallback_not_a_nan():
     emb, _, step, _ = clustered_group()
     for hindsight in (torch.zeros(0, 2), [], np.zeros((0, 2))):
         group = offline_group_step_advantages(emb, step, hindsight, n_off_trajectories=0)
-        assert group.fallback and "empty hindsight" in group.reason
+        assert group.fallback and "empty hindsight" in group.reason and group.reasons == ("empty_hindsight",)
         values = normalize_step_advantages([group]).values[0]
         assert torch.all(values == 0)
     batch = normalize_step_advantages([])
@@ -318,7 +333,7 @@ def test_nan_embeddings_raise_or_fall_back_never_nan():
     with pytest.raises(ValueError, match="policy_emb has NaN/inf"):
         online_group_step_advantages(emb, rollout, step, torch.zeros(4, dtype=torch.bool))
     group = online_group_step_advantages(emb, rollout, step, success, nonfinite="fallback")
-    assert group.fallback and "NaN/inf" in group.reason
+    assert group.fallback and "NaN/inf" in group.reason and group.reasons == ("nonfinite_embedding",)
     assert torch.isfinite(normalize_step_advantages([group]).values[0]).all()
     clean, _, _, _ = clustered_group()
     bad_hindsight = clean[:6].clone()
@@ -362,6 +377,25 @@ def test_one_point_clouds_give_zero_not_nan():
     assert w.tolist() == pytest.approx([2.0, -2.0], abs=1e-9) and w1 == pytest.approx(2.0)
 
 
+def test_the_authors_solver_is_geomloss_at_their_settings():
+    # One hindsight point: any solver's f is the distance to it, minus the mean (here 2.5), up to geomloss' floor
+    # of 1e-4 on distances (sqrt(max(d^2, 1e-8))).
+    w, w1 = potential_step_weights(line(0, 1, 3, 6), line(0), solver="geomloss")
+    assert w.tolist() == pytest.approx([-(4 / 3) * (d - 2.5) for d in (0, 1, 3, 6)], abs=2e-4)
+    assert w1 == pytest.approx(2.5, abs=2e-4)
+    # A real group: the authors' call on float32 clouds, centred, then eq. 16's numerator.
+    emb, rollout, step, success = clustered_group()
+    group = online_group_step_advantages(emb, rollout, step, success, solver="geomloss")
+    loss = SamplesLoss("sinkhorn", p=1, blur=0.01, scaling=0.5, debias=False, potentials=True)
+    f, _ = loss(emb.float(), emb[:6].float())
+    f = f.double()
+    assert torch.allclose(group.raw, -(12 / 11) * (f - f.mean()), atol=1e-6)
+    exact = online_group_step_advantages(emb, rollout, step, success)
+    assert not torch.allclose(group.raw, exact.raw, atol=1e-3)  # an approximation, not f*
+    with pytest.raises(ValueError, match="solver must be one of"):
+        potential_step_weights(line(0), line(1), solver="sinkhorn")
+
+
 # ------------------------------------------------------------------------------ final advantage, eq. 17
 def test_combine_advantages_by_hand():
     episode = torch.tensor([1.0, -1.0])
@@ -385,16 +419,6 @@ def test_combine_rejects_bad_omega(omega):
 def test_combine_rejects_nan_advantages():
     with pytest.raises(ValueError, match="finite"):
         combine_advantages(torch.tensor([math.nan, 0.0]), torch.zeros(2, 3), 0.5)
-
-
-def test_cosine_anneal_omega():
-    assert cosine_anneal_omega(0, 200, 0.5, 0.1) == pytest.approx(0.5)
-    assert cosine_anneal_omega(100, 200, 0.5, 0.1) == pytest.approx(0.3)
-    assert cosine_anneal_omega(200, 200, 0.5, 0.1) == pytest.approx(0.1)
-    assert cosine_anneal_omega(500, 200, 0.5, 0.1) == pytest.approx(0.1)
-    assert cosine_anneal_omega(5, 200, 0.5, 0.1, warmup_steps=10) == pytest.approx(0.25)
-    assert cosine_anneal_omega(10, 200, 0.5, 0.1, warmup_steps=10) == pytest.approx(0.5)
-    assert {cosine_anneal_omega(s, 200, 0.5, 0.5) for s in (0, 50, 199, 400)} == {0.5}
 
 
 # ----------------------------------------------------------------------------------- per-token broadcast
@@ -421,19 +445,11 @@ def test_broadcast_rejects_indices_past_the_row():
         broadcast_to_tokens(torch.zeros(2, 2), [[0, 1]])
 
 
-def test_steps_to_table():
-    table = steps_to_table(torch.tensor([1.0, 2.0, 3.0]), [0, 0, 2], [1, 2, 1], n_rollouts=3)
-    assert table.tolist() == [[0.0, 1.0, 2.0], [0.0, 0.0, 0.0], [0.0, 3.0, 0.0]]
-    with pytest.raises(ValueError, match="twice"):
-        steps_to_table(torch.tensor([1.0, 2.0]), [0, 0], [1, 1], n_rollouts=1)
-    with pytest.raises(ValueError, match="must lie"):
-        steps_to_table(torch.tensor([1.0]), [3], [0], n_rollouts=2)
-
-
 def test_pipeline_from_embeddings_to_token_advantages():
     emb, rollout, step, success = clustered_group()
     batch = normalize_step_advantages([online_group_step_advantages(emb, rollout, step, success)])
-    table = steps_to_table(batch.values[0], rollout, step, n_rollouts=4)  # (4 rollouts, steps 0..3)
+    # Each rollout's steps 1..3, consecutive in the group, after a step 0 (prompt) of 0: (4 rollouts, steps 0..3).
+    table = torch.stack([torch.cat([torch.zeros(1, dtype=torch.float64), v]) for v in batch.values[0].split(3)])
     episode = torch.tensor([1.0, 1.0, -1.0, -1.0])  # GRPO advantages of 2 successes and 2 failures
     per_step = combine_advantages(episode, table, omega=0.5)
     # Rollout r: prompt tokens (-1), then step 1, 2, 3 tokens, then padding (-1).

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from data.synthetic import build_synthetic
-from hpo import StepEncoder, step_segments, turn_index
+from hpo import StepEncoder, normalize_step_advantages, online_group_step_advantages, step_segments, turn_index
 from mapo_trainer import MAPOTrainer, kantorovich_potentials
 from tiny.scripted import answer_turn, tiny_trainer, tool_call_turn
 
@@ -132,16 +132,68 @@ def test_hpo_trains_with_per_token_advantages_that_differ_between_turns(tiny_kit
 
 
 @pytest.mark.slow
-def test_a_group_without_enough_steps_falls_back_to_the_episode_advantage(tiny_kit, rows, tmp_path):
+@pytest.mark.parametrize(("fallback", "factor"), [("scaled", 1 / 1.5), ("unscaled", 1.0)])
+def test_a_group_without_enough_steps_falls_back_to_the_episode_advantage(tiny_kit, rows, tmp_path, fallback, factor):
     """Authors' rule: >= 4 positive and >= 4 negative steps. Two rollouts of 3 steps never qualify: every group falls
-    back, counted, and its tokens carry GRPO's episode advantage unscaled."""
-    trainer, batches, _ = run(tiny_kit, rows, tmp_path, advantage_estimator="hpo", max_steps=1)
+    back, counted by reason, and its tokens carry GRPO's episode advantage, divided by 1 + omega as in the authors'
+    code ('scaled', the default) or as it is ('unscaled')."""
+    trainer, batches, _ = run(tiny_kit, rows, tmp_path, advantage_estimator="hpo", max_steps=1, hpo_fallback=fallback)
     assert logged(trainer, "hpo/fallback_frac") == [1.0]
+    # one success and one failure of 3 steps each: too few of both
+    assert (
+        logged(trainer, "hpo/fallback/too_few_positive") == logged(trainer, "hpo/fallback/too_few_negative") == [1.0]
+    )
+    assert (
+        logged(trainer, "hpo/fallback/nonfinite_embedding") == logged(trainer, "hpo/fallback/empty_hindsight") == [0]
+    )
     (out,) = batches
     episode = torch.tensor(list(trainer._logs["advantages"])[-4:])
+    assert torch.all(episode != 0)
     mask = (out["completion_mask"] * out["tool_mask"]).bool()
     for row in range(4):
-        assert torch.allclose(out["advantages"][row][mask[row]], episode[row].expand(int(mask[row].sum())))
+        expected = (factor * episode[row]).expand(int(mask[row].sum()))
+        assert torch.allclose(out["advantages"][row][mask[row]], expected)
+
+
+@pytest.mark.slow
+def test_unscorable_rows_take_no_part_in_hpo(tiny_kit, rows, tmp_path):
+    """A row whose outcome rewards all returned None gets advantage 0 under 'mapo+hpo' and is in no cloud, no count and
+    no statistic: groups [1, None], [1, 0], [None, None] are a fallback with too few negatives, an eligible group
+    whose sigma is its own, and a group with nothing to score; only the middle one differs in outcome."""
+
+    def flaky(completions, **kwargs):
+        return [1.0, None, 1.0, 0.0, None, None][: len(completions)]
+
+    trainer, batches, _ = run(
+        tiny_kit, rows, tmp_path, reward_funcs=[flaky], advantage_estimator="mapo+hpo", max_steps=1,
+        per_device_train_batch_size=6, hpo_min_positive_steps=1, hpo_min_negative_steps=1,
+    )  # fmt: skip
+    (out,) = batches
+    for row in (1, 4, 5):
+        assert torch.all(out["advantages"][row] == 0), row
+    mask = (out["completion_mask"] * out["tool_mask"]).bool()
+    assert torch.all(out["advantages"][2][mask[2]] > 0) and torch.all(out["advantages"][3][mask[3]] < 0)
+    assert logged(trainer, "hpo/fallback_frac") == [pytest.approx(2 / 3)]
+    assert logged(trainer, "hpo/fallback/no_scorable_rollout") == [pytest.approx(1 / 3)]
+    assert logged(trainer, "hpo/fallback/too_few_negative") == [pytest.approx(1 / 3)]
+    assert logged(trainer, "hpo/fallback/too_few_positive") == [0.0]
+    assert logged(trainer, "mapo/frac_groups_outcome_all_equal") == [pytest.approx(2 / 3)]
+    # eq. 16's std is the middle group's alone, as if the unscorable rows had never been generated
+    pads = [trainer._image_pad_token_id]
+    keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "tool_mask")
+    segments = step_segments(trainer.processing_class.tokenizer, *(out[k][2:4] for k in keys), drop_token_ids=pads)
+    steps = trainer.hpo.encoder.embed(segments)
+    group = online_group_step_advantages(
+        torch.cat(steps),
+        torch.cat([torch.full((len(s),), k) for k, s in enumerate(steps)]),
+        torch.cat([torch.arange(len(s)) for s in steps]),
+        [True, False],
+        min_positive=1,
+        min_negative=1,
+    )
+    assert logged(trainer, "hpo/step_adv_sigma") == [pytest.approx(normalize_step_advantages([group]).sigma)]
+    table = list(trainer._logs["extra"]["turn_advantages"])[-6:]
+    assert table[1] == table[4] == table[5] == "0.000 | 0.000"
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from mapo import scale_similarity
+from mapo import groups_outcome_all_equal, scale_similarity
 from mapo_trainer import MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
 from rewards import Scene
 from tools import PixelBudget, ToolConfig, ZoomCall, ZoomInEnv
@@ -98,6 +98,14 @@ def test_nan_outcome_rows_are_ignored_and_get_zero_advantage():
     assert adv[1] == 0.0 and adv[0] > 0 > adv[2]
 
 
+def test_unscorable_rows_do_not_make_a_group_unequal():
+    nan = float("nan")
+    outcome = torch.tensor([1.0, nan, 1.0, 1.0, 0.0, 1.0, nan, nan, nan, 0.0, 0.0, 0.0])
+    # groups of 3: [1, NaN, 1] equal; [1, 0, 1] not; [NaN, NaN, NaN] no signal, equal; [0, 0, 0] equal
+    assert groups_outcome_all_equal(outcome, 3).tolist() == [True, False, True, True]
+    assert groups_outcome_all_equal(torch.tensor([nan, 1.0, nan, 0.0]), 4).tolist() == [False]
+
+
 # -------------------------------------------------------------------------------------------------- z_t scale
 def test_scale_similarity():
     cos = torch.tensor([-0.2, 0.0, 0.3])
@@ -119,6 +127,7 @@ def test_config_defaults_are_the_papers(tmp_path):
     [
         ({"advantage_estimator": "ppo"}, "advantage_estimator"),
         ({"semantic_score": "softmax"}, "semantic_score"),
+        ({"hpo_fallback": "episode"}, "hpo_fallback"),
         ({"multi_objective_aggregation": "normalize_then_sum"}, "sum_then_normalize"),
     ],
 )

@@ -16,6 +16,7 @@ from trl import GRPOTrainer, ModelConfig
 
 import rewards
 import rl
+import utils.policy
 from configs import ScriptArguments, TrajectoryArguments
 from data.synthetic import build_synthetic
 from data.trajectories import plan_calls
@@ -111,17 +112,29 @@ def test_mapo_run_scores_real_crops_and_trains(tiny_kit, train_dataset, tmp_path
     assert last["semantic/label_words"] == 2.0
 
 
+def format_of_odd_rows(completions, id, **kwargs):
+    """The format reward, paid only on rows whose id is odd: a group's advantages then depend on which row it is.
+    (The scripted completions depend only on their position, so any other reward here is blind to data order.)"""
+    return [r * (int(i[-1]) % 2) for r, i in zip(rewards.format_reward(completions), id)]
+
+
 def test_grpo_estimator_reproduces_stock_grpo(tiny_kit, train_dataset, tmp_path):
-    """advantage_estimator='grpo' weights R_sem by 0: same advantages and loss as TRL's GRPOTrainer."""
-    stock = make_trainer(tiny_kit, train_dataset, tmp_path / "stock", trainer_cls=GRPOTrainer, max_steps=1)
+    """advantage_estimator='grpo' weights R_sem by 0: same rows in the same order, advantages, loss and weights as
+    TRL's GRPOTrainer on the same seed."""
+    common = dict(reward_funcs=[format_of_odd_rows], max_steps=1)
+    stock = make_trainer(tiny_kit, train_dataset, tmp_path / "stock", trainer_cls=GRPOTrainer, **common)
     stock.train()
-    ours = make_trainer(tiny_kit, train_dataset, tmp_path / "ours", advantage_estimator="grpo", max_steps=1)
+    ours = make_trainer(tiny_kit, train_dataset, tmp_path / "ours", advantage_estimator="grpo", **common)
     ours.train()
-    assert list(ours._logs["advantages"]) == list(stock._logs["advantages"])
-    assert any(a != 0 for a in stock._logs["advantages"])  # the comparison is not between two zero vectors
-    assert list(ours._logs["rewards"]["outcome_reward"]) == list(stock._logs["rewards"]["outcome_reward"])
+    assert list(ours._logs["prompt"]) == list(stock._logs["prompt"])  # the same rows, in stock TRL's order
+    advantages = list(stock._logs["advantages"])
+    assert any(a != 0 for a in advantages) and any(a == 0 for a in advantages)  # rows with and without signal
+    assert list(ours._logs["advantages"]) == advantages
     loss = [e["loss"] for e in stock.state.log_history if "loss" in e]
     assert loss and loss == [e["loss"] for e in ours.state.log_history if "loss" in e]
+    stock_weights = dict(stock.model.named_parameters())
+    for name, param in ours.model.named_parameters():
+        assert torch.equal(param, stock_weights[name]), name
     assert "rewards/semantic/mean" in ours.state.log_history[0]  # still measured, with weight 0
 
 
@@ -285,11 +298,15 @@ def test_a_resumed_run_logs_what_an_uninterrupted_one_does(tiny_kit, train_datas
         assert torch.allclose(param, final[name], rtol=1e-4, atol=1e-6), name
 
 
-def test_bf16_full_fine_tuning_on_one_process_fails_at_start(tiny_kit, tmp_path):
+def test_bf16_full_fine_tuning_on_one_process_fails_at_start(tiny_kit, tmp_path, monkeypatch):
+    """Before any model loads: a real node would otherwise spend minutes loading the policy, CLIP and vLLM first."""
     argv = ["--config", RECIPES[0], "--output_dir", str(tmp_path), "--num_samples", "2", "--dtype", "bfloat16"]
     argv += ["--model_name_or_path", str(tiny_kit["policy"]), "--clip_model", str(tiny_kit["clip"])]
-    with pytest.raises(ValueError, match=r"stored in bfloat16.*dtype: float32"):
+    loaded = []
+    monkeypatch.setattr(utils.policy, "load_model", lambda *args, **kwargs: loaded.append(args))
+    with pytest.raises(ValueError, match=r"in bfloat16 and the optimizer keeps no fp32 master copy.*dtype: float32"):
         rl.main(*parse_args_and_record(PARSER_TYPES, argv))
+    assert not loaded
     assert not (tmp_path / "model.safetensors").exists()  # nothing trained, nothing saved
 
 

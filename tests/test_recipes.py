@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from dataclasses import asdict, fields
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -223,6 +224,9 @@ def test_quantization_needs_lora(tiny_kit):
         checks.check_model(tiny_args(tiny_kit, load_in_4bit=True))
 
 
+NOT_DISTRIBUTED = SimpleNamespace(deepspeed=None, fsdp="")  # the training arguments `load_policy` reads
+
+
 def test_qlora_loads_through_bitsandbytes_with_the_recipes_settings(tiny_kit, monkeypatch):
     """bitsandbytes needs a GPU: the load itself is intercepted, the kwargs it would get are checked."""
     seen = {}
@@ -230,12 +234,12 @@ def test_qlora_loads_through_bitsandbytes_with_the_recipes_settings(tiny_kit, mo
     values = load_recipe("recipes/Qwen2.5-VL-3B-Instruct/rl/config_mapo_qlora.yaml").values
     quant = {k: values[k] for k in ("load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant")}
     args = tiny_args(tiny_kit, dtype="bfloat16", use_peft=True, lora_target_modules=["q_proj", "v_proj"], **quant)
-    policy.load_policy(args, ToolConfig())
+    policy.load_policy(args, ToolConfig(), NOT_DISTRIBUTED)
     config = seen["quantization_config"]
     assert config.load_in_4bit and config.bnb_4bit_quant_type == "nf4" and config.bnb_4bit_use_double_quant
     assert config.bnb_4bit_compute_dtype == torch.bfloat16 and seen["device_map"] == {"": 0}
     seen.clear()
-    policy.load_policy(tiny_args(tiny_kit), ToolConfig())
+    policy.load_policy(tiny_args(tiny_kit), ToolConfig(), NOT_DISTRIBUTED)
     assert "quantization_config" not in seen and "device_map" not in seen
 
 

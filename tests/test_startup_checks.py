@@ -10,15 +10,16 @@ import torch
 from accelerate.utils import DistributedType
 from peft import LoraConfig, get_peft_model
 from trl import ModelConfig
+from trl.trainer.utils import RepeatSampler
 
 from configs import ScriptArguments
 from data import load_split
 from mapo_trainer import MAPOConfig
 from tools import ToolConfig
-from utils.checks import check_master_weights
+from utils.checks import check_master_weights, check_planned_master_weights, planned_distributed_type
 from utils.models import load_model, load_processor
 from utils.recipes import parse_args_and_record
-from utils.resume import resume_checkpoint
+from utils.resume import EpochSeededRepeatSampler, resume_checkpoint
 from utils.rollout import check_token_budget, token_budget
 
 RL_TYPES = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)
@@ -57,6 +58,32 @@ def test_lora_adapters_train_in_fp32_over_a_frozen_bf16_base(bf16_model):
     check_master_weights(lora.named_parameters(), DistributedType.NO)
 
 
+def test_the_recipe_alone_says_whether_weights_lack_a_master_copy(tiny_kit):
+    """The same rule before any weight loads: from `dtype` (`auto`: the checkpoint config's), `use_peft` and the
+    distributed type accelerate will have."""
+    config = SimpleNamespace(dtype=torch.bfloat16)  # what `auto` loads a bf16 checkpoint in
+    bf16 = ModelConfig(model_name_or_path="m", dtype="bfloat16")
+    for model_args, cfg in ((bf16, None), (ModelConfig(model_name_or_path="m", dtype="auto"), config)):
+        with pytest.raises(ValueError, match=r"stores the trainable weights of m in bfloat16.*dtype: float32"):
+            check_planned_master_weights(model_args, cfg, DistributedType.NO)
+    for distributed in (DistributedType.DEEPSPEED, DistributedType.FSDP):
+        check_planned_master_weights(bf16, None, distributed)
+    check_planned_master_weights(
+        ModelConfig(model_name_or_path="m", dtype="bfloat16", use_peft=True), None, DistributedType.NO
+    )
+    check_planned_master_weights(ModelConfig(model_name_or_path="m", dtype="float32"), config, DistributedType.NO)
+    check_planned_master_weights(ModelConfig(model_name_or_path="m", dtype="auto"), None, DistributedType.NO)
+
+
+def test_the_planned_distributed_type_comes_from_the_arguments_or_the_launcher(monkeypatch):
+    assert planned_distributed_type(SimpleNamespace(deepspeed="zero3.json", fsdp="")) == DistributedType.DEEPSPEED
+    assert planned_distributed_type(SimpleNamespace(deepspeed=None, fsdp="full_shard")) == DistributedType.FSDP
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    assert planned_distributed_type(SimpleNamespace(deepspeed=None, fsdp="")) == DistributedType.FSDP
+    monkeypatch.delenv("ACCELERATE_USE_FSDP")
+    assert planned_distributed_type(SimpleNamespace(deepspeed=None, fsdp="")) == DistributedType.NO
+
+
 def test_fp32_weights_pass(tiny_kit):
     check_master_weights(load_model(tiny_kit["policy"], dtype=torch.float32).named_parameters(), DistributedType.NO)
 
@@ -77,6 +104,26 @@ def test_resume_only_when_asked(tmp_path, caplog):
         resume_checkpoint(SimpleNamespace(output_dir=str(tmp_path / "new"), resume_from_checkpoint="true"))
     with pytest.raises(ValueError, match="not a checkpoint folder"):
         resume_checkpoint(SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=str(tmp_path / "nope")))
+
+
+def _epochs(sampler, epochs, set_epoch=True):
+    out = []
+    for epoch in epochs:
+        if set_epoch:
+            sampler.set_epoch(epoch)
+        out.append(list(sampler))
+    return out
+
+
+def test_the_resumable_sampler_keeps_stock_trl_order_in_every_epoch():
+    """Epoch k's order is the one stock TRL's `RepeatSampler` gives an uninterrupted run, epoch 0 included, and a
+    sampler that starts at epoch k (a resumed run) gets the same order as one that iterated epochs 0..k-1."""
+    kwargs = dict(data_source=list(range(6)), mini_repeat_count=2, batch_size=3, repeat_count=1, seed=7)
+    stock = _epochs(RepeatSampler(**kwargs), range(4), set_epoch=False)
+    assert len({tuple(order) for order in stock}) > 1  # the epochs really reshuffle
+    assert _epochs(EpochSeededRepeatSampler(**kwargs), range(4)) == stock
+    assert _epochs(EpochSeededRepeatSampler(**kwargs), [2, 3]) == stock[2:]
+    assert _epochs(EpochSeededRepeatSampler(**kwargs), [0, 3, 1]) == [stock[0], stock[3], stock[1]]
 
 
 # ---------------------------------------------------------------------------------------------------- token budget

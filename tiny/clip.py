@@ -281,6 +281,7 @@ def train_clip(
     per_kind: dict[str, int] | None = None,
     empty: int = 4,
     eval_batches: int = 10,
+    resize: str = "pad",
 ) -> dict[str, float | int]:
     """Train the open_clip model in `init` (a `save_clip` directory) and save it to `output_dir` in the same layout.
 
@@ -288,11 +289,14 @@ def train_clip(
     `seconds` of wall-clock time. Each step is one `make_batch`: `per_kind` referents of each kind (default: every
     shape, colour and sign referent, 8 of the colour+shape groups and 4 of the pairs) and `empty` background crops.
     AdamW's learning rate rises linearly to `lr` over the first `warmup` fraction of the run, then decays to zero.
+    `resize` is how crops are fitted to CLIP's square input (`ToolConfig.clip_resize`), in training and held-out
+    evaluation alike: the verifier that will score RL's crops must have been trained on crops fitted the same way.
     Returns (and writes to `output_dir/training_metrics.json`) the held-out metrics of `retrieval_accuracy` on
-    `eval_batches` fresh batches, the mean loss of the first and last ten steps, the steps taken and the seconds.
+    `eval_batches` fresh batches, the mean loss of the first and last ten steps, the steps taken, the seconds and the
+    `clip_resize` used.
     """
     config = json.loads((Path(init) / CLIP_CONFIG_NAME).read_text(encoding="utf-8"))
-    model, preprocess, tokenizer = load_clip(init)  # the same eval transform the verifier applies to zoom-in crops
+    model, preprocess, tokenizer = load_clip(init, resize=resize)  # the eval transform the verifier applies to crops
     model.requires_grad_(True).train()
     # The token embedding is 6.3 M of the 7 M parameters, and the labels use a few dozen of its rows: training it
     # costs a tenth of every step and did not speed up learning.
@@ -330,6 +334,7 @@ def train_clip(
         "final_loss": float(np.mean(losses[-10:])),
         "steps": len(losses),
         "seconds": round(elapsed, 1),
+        "clip_resize": resize,
     }
     save_clip(model, output_dir, config["model_cfg"], config["preprocess_cfg"])
     (Path(output_dir) / METRICS_NAME).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")

@@ -116,9 +116,11 @@ def tiny_kit(kit_dir: Path = KIT_DIR) -> dict[str, Path]:
     return kit_paths(kit_dir) if (kit_dir / ".built").exists() else build_tiny_kit(kit_dir)
 
 
-def train_verifier(output_dir: Path, kit: dict[str, Path], steps: int) -> dict:
-    """The tiny CLIP verifier trained from the kit's random one (reproducible); returns its held-out retrieval."""
-    return train_clip(output_dir, init=kit["clip"], steps=steps)
+def train_verifier(output_dir: Path, kit: dict[str, Path], steps: int, recipe: str = RL_RECIPE) -> dict:
+    """The tiny CLIP verifier trained from the kit's random one (reproducible), on crops fitted to its input the way
+    the RL `recipe` scores them (`clip_resize`); returns its held-out retrieval."""
+    resize = load_recipe(recipe).values.get("clip_resize", ToolConfig.clip_resize)
+    return train_clip(output_dir, init=kit["clip"], steps=steps, resize=resize)
 
 
 def recipe_world(recipe: str = SFT_RECIPE) -> dict[str, Any]:

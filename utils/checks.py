@@ -1,7 +1,7 @@
 """Start-up checks: each fails before training starts, naming the field to change and what it accepts.
 
 The model fields (family, quantisation, LoRA targets: `check_model`), trainable weights with no fp32 master copy
-(`check_master_weights`), the vLLM version `use_vllm` needs (`check_vllm_version`), and a vLLM server that serves
+(`check_planned_master_weights` before loading, `check_master_weights` after), the vLLM version `use_vllm` needs (`check_vllm_version`), and a vLLM server that serves
 the recipe's model and pixel budget (`check_vllm_server`).
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -83,12 +84,13 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 def check_master_weights(
     named_parameters: Iterable[tuple[str, torch.nn.Parameter]], distributed_type: DistributedType
 ) -> None:
-    """Fail at start when trainable weights are stored in half precision with no fp32 master copy.
+    """Fail when trainable weights are stored in half precision with no fp32 master copy.
 
     A plain torch optimizer updates the weights in their own dtype: in bfloat16 (8 bits of mantissa) an update below
     ~1/256 of a weight rounds away, so a full fine-tune at lr 1e-6 does not move at all, silently. DeepSpeed and
     FSDP mixed precision keep fp32 master weights, and PEFT keeps LoRA adapters in fp32; anything else must load
-    fp32 weights and let `bf16: true` autocast the compute.
+    fp32 weights and let `bf16: true` autocast the compute. `check_planned_master_weights` is the same rule read
+    from the recipe before any weight loads; this one checks the built trainer's model.
     """
     if distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
         return
@@ -98,10 +100,46 @@ def check_master_weights(
         count = sum(p.numel() for _, p in half)
         raise ValueError(
             f"{count:,} trainable parameters (e.g. {half[0][0]}) are stored in {'/'.join(dtypes)} and the optimizer "
-            f"keeps no fp32 master copy (accelerate distributed_type={distributed_type.value}): updates smaller than "
-            "1/256 of a weight round away and training silently does not move it. Set `dtype: float32` in the recipe "
-            "(keep `bf16: true`: compute is autocast), or train with DeepSpeed/FSDP (ACCELERATE=zero2, zero3 or "
-            "fsdp2), or train LoRA adapters (`use_peft: true`)."
+            f"keeps no fp32 master copy (accelerate distributed_type={distributed_type.value}): {_NO_MASTER_COPY}"
+        )
+
+
+_NO_MASTER_COPY = (
+    "updates smaller than 1/256 of a weight round away and training silently does not move it. Set `dtype: float32` "
+    "in the recipe (keep `bf16: true`: compute is autocast), or train with DeepSpeed/FSDP (ACCELERATE=zero2, zero3 "
+    "or fsdp2), or train LoRA adapters (`use_peft: true`)."
+)
+
+
+def planned_distributed_type(training_args) -> DistributedType:
+    """The distributed type the trainer's accelerator will have, read before it exists: DeepSpeed or FSDP from the
+    training arguments or the variables `accelerate launch` sets from its config, else the process group's."""
+    from accelerate import PartialState
+
+    if training_args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        return DistributedType.DEEPSPEED
+    if training_args.fsdp or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        return DistributedType.FSDP
+    return PartialState().distributed_type
+
+
+def check_planned_master_weights(
+    model_args: trl.ModelConfig, config: PretrainedConfig | None, distributed_type: DistributedType
+) -> None:
+    """`check_master_weights` from the recipe alone, before any weight loads: the trainable weights are LoRA adapters
+    (float32, PEFT's default; `keep_adapters_in_fp32` for QLoRA) or the whole model in `dtype` (`auto`: the dtype
+    `config` records, unknown when it could not be read)."""
+    if model_args.use_peft or distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
+        return
+    dtype = model_args.dtype
+    if dtype == "auto" and config is not None:
+        dtype = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "auto")
+    dtype = str(dtype).removeprefix("torch.")
+    if dtype in ("bfloat16", "float16"):
+        raise ValueError(
+            f"dtype: {model_args.dtype} stores the trainable weights of {model_args.model_name_or_path} in {dtype} "
+            f"and the optimizer keeps no fp32 master copy (accelerate distributed_type={distributed_type.value}): "
+            f"{_NO_MASTER_COPY}"
         )
 
 

@@ -8,23 +8,27 @@ from typing import Any
 
 import trl
 from accelerate import PartialState
-from transformers import PreTrainedModel, ProcessorMixin, Trainer
+from transformers import PreTrainedModel, ProcessorMixin, Trainer, TrainingArguments
 
 from tools import ToolConfig, write_record
-from utils.checks import check_model
+from utils.checks import check_model, check_planned_master_weights, planned_distributed_type
 from utils.models import load_model, load_processor, model_init_kwargs
 
 
-def load_policy(model_args: trl.ModelConfig, tool: ToolConfig) -> tuple[PreTrainedModel, ProcessorMixin]:
+def load_policy(
+    model_args: trl.ModelConfig, tool: ToolConfig, training_args: TrainingArguments
+) -> tuple[PreTrainedModel, ProcessorMixin]:
     """The policy and its processor (with the repo's tool-calling chat template and `tool`'s pixel budget), after
-    `check_model`. `load_in_4bit`/`load_in_8bit` load the base through bitsandbytes with TRL's
+    the start-up checks of its fields (`check_model`, `check_planned_master_weights`), so that a bad recipe fails
+    before any weight is read. `load_in_4bit`/`load_in_8bit` load the base through bitsandbytes with TRL's
     `get_quantization_config`, as TRL's own scripts do (a GPU and `requirements-gpu.txt` needed)."""
     path = model_args.model_name_or_path
     if path.startswith(("outputs/", "./outputs/")) and not os.path.isdir(path):
         raise FileNotFoundError(
             f"model_name_or_path: {path} does not exist; it is an earlier stage's output (make sft before make rl)."
         )
-    check_model(model_args)
+    config = check_model(model_args)
+    check_planned_master_weights(model_args, config, planned_distributed_type(training_args))
     processor = load_processor(path, min_pixels=tool.min_pixels, max_pixels=tool.max_pixels)
     kwargs = model_init_kwargs(model_args)
     quantization = trl.get_quantization_config(model_args)

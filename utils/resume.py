@@ -12,8 +12,9 @@ only one whose sampler is TRL's `RepeatSampler` (SFT's is transformers' own, unt
   FSDP and PEFT adapters resume through their own loaders and are left to them.
 - Data order. TRL's `RepeatSampler` draws each epoch's shuffle from one generator seeded once, so the k-th epoch's
   order depends on how many epochs this process has iterated: a run resumed in epoch k replays epoch 0's order.
-  `EpochSeededRepeatSampler` draws epoch k's order from (seed, k) (the Trainer calls `set_epoch`), so it is the same
-  whether or not the run was interrupted.
+  `EpochSeededRepeatSampler` reseeds the generator at `set_epoch(k)` (the Trainer calls it before every epoch) and
+  replays the k shuffles before it, so epoch k gets the order an uninterrupted stock run gives it, whether or not
+  the run was interrupted: TRL's order, epoch 0 included.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import logging
 import os
 from typing import Any
 
-import numpy as np
+import torch
 from transformers.trainer_utils import get_last_checkpoint
 from trl.trainer.utils import RepeatSampler
 
@@ -50,7 +51,8 @@ def resume_checkpoint(training_args: Any) -> str | None:
 
 
 class EpochSeededRepeatSampler(RepeatSampler):
-    """TRL's `RepeatSampler` whose epoch-k shuffle is drawn from (seed, k), whatever ran before in this process."""
+    """TRL's `RepeatSampler` whose epoch-k shuffle is the k-th that stock TRL draws, whatever ran before in this
+    process."""
 
     @classmethod
     def like(cls, sampler: RepeatSampler) -> EpochSeededRepeatSampler:
@@ -65,9 +67,11 @@ class EpochSeededRepeatSampler(RepeatSampler):
 
     def set_epoch(self, epoch: int) -> None:
         if self.shuffle and self.seed is not None:
-            # Mixed, not `seed + epoch`: torch's randperm gives consecutive seeds the same small permutations
-            # (seeds 7 and 8 both shuffle 4 rows as [3, 2, 0, 1]).
-            self.generator.manual_seed(int(np.random.SeedSequence([self.seed, epoch]).generate_state(1)[0]))
+            # Stock TRL seeds once and draws one shuffle per epoch (`RepeatSampler.__iter__`): replaying the draws
+            # of the epochs before keeps its order exactly, for runs that resume and runs that never do.
+            self.generator.manual_seed(self.seed)
+            for _ in range(epoch):
+                torch.randperm(self.num_samples, generator=self.generator)
 
 
 class ExactResume:
