@@ -298,14 +298,15 @@ class EvalArguments:
         default=2048,
         metadata={
             "help": "One token budget per rollout, shared by every turn and tool response: TRL's "
-            "max_completion_length. Default: the checkpoint's RL record (tool_config.json), else 2048."
+            "max_completion_length. Default: the checkpoint's RL record (tool_config.json), else (evaluate.py) the "
+            "real RL recipes' (recipes/mapo_paper.yaml), else 2048."
         },
     )
     max_tool_calling_iterations: int | None = field(
         default=5,
         metadata={
             "help": "Most tool-calling rounds per rollout: TRL's max_tool_calling_iterations. Default: the "
-            "checkpoint's RL record, else 5."
+            "checkpoint's RL record, else (evaluate.py) recipes/mapo_paper.yaml's, else 5."
         },
     )
     temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding (the default)."})

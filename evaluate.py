@@ -14,18 +14,27 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 from configs import EvalArguments
 from evaluation.run import run_evaluation
 from tools import ToolConfig
 from utils.recipes import parse_args_and_record
 
+# A checkpoint that records no budget (a hub model, an SFT checkpoint's rollout) is evaluated under the real RL
+# recipes' budgets, read from their one shared base file: what the trained models it is compared with ran under.
+UNRECORDED_BUDGETS = Path(__file__).resolve().parent / "recipes" / "mapo_paper.yaml"
+BUDGET_KEYS = ("min_pixels", "max_pixels", "crop_max_pixels", "max_completion_length", "max_tool_calling_iterations")
+
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, ToolConfig]:
     """`EvalArguments` and `ToolConfig` from flags and/or a `--config` YAML file (flags win), as the training scripts
     parse them. Settings the command line and YAML leave out come from the checkpoint's `tool_config.json` (what it
-    was trained with); a value that differs from that record warns with both."""
-    return parse_args_and_record((EvalArguments, ToolConfig), argv)
+    was trained with; a value that differs from that record warns with both); pixel and token budgets it does not
+    record, from `recipes/mapo_paper.yaml` (logged)."""
+    return parse_args_and_record(
+        (EvalArguments, ToolConfig), argv, unrecorded=UNRECORDED_BUDGETS, unrecorded_keys=BUDGET_KEYS
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

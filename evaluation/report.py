@@ -159,16 +159,19 @@ def render_report(
     metrics: Mapping[str, Any],
     title: str,
     max_samples: int | None = None,
+    budgets: Mapping[str, Any] | None = None,
 ) -> str:
     """The report's HTML for `records` (`samples.jsonl` lines); `image_of(id)` gives a sample's original image, or
-    None. Only the first `max_samples` records get a card (all are counted in `metrics`)."""
+    None. Only the first `max_samples` records get a card (all are counted in `metrics`). `budgets` (the pixel and
+    token budgets the rollouts ran under) are tabulated under the metrics."""
     shown = records if max_samples is None else records[:max_samples]
     note = f" (first {len(shown)} of {len(records)})" if len(shown) < len(records) else ""
     cards = "".join(_card(record, image_of(record["id"])) for record in shown)
+    budget_table = f"<h2>budgets</h2>{_metrics_table(budgets)}" if budgets else ""
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>{_metrics_table(metrics)}"
+        f"<h1>{html.escape(title)}</h1>{_metrics_table(metrics)}{budget_table}"
         "<div class='filters'><label><input type='checkbox' data-filter='wrong'> wrong answers only</label> "
         "<label><input type='checkbox' data-filter='gap'> samples with gap calls only</label> "
         f"· <span id='shown'>{len(shown)}</span> shown{note}</div>"

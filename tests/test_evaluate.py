@@ -26,7 +26,7 @@ from evaluation.metrics import compute_metrics
 from evaluation.run import read_samples, run_evaluation
 from mapo_trainer import MAPOTrainer
 from tiny.scripted import DEFAULT_LABELS, force_tool_calls, tiny_trainer
-from tools import TOOL_NAME, ToolConfig, executed_calls, make_environment_factory
+from tools import TOOL_NAME, ToolConfig, executed_calls, make_environment_factory, write_record
 from utils.models import load_model, load_processor, pixel_budget
 from utils.rollout import eos_token_ids, prompt_ids, tool_suffix_ids, until_eos
 
@@ -340,7 +340,15 @@ def test_run_records_trajectories_and_metrics(synthetic_dir, whole_run):
     assert metrics["mean_z"] == pytest.approx(sum(zs) / 4)
     assert metrics["gap_rate"] == pytest.approx(sum(r["calls"][0]["gap"] for r in records) / 4)
     assert json.loads((output_dir / "metrics.json").read_text()) == metrics
-    assert (output_dir / "report.html").stat().st_size > 0
+    report = (output_dir / "report.html").read_text()
+    assert "<h2>budgets</h2>" in report and "<td>max_completion_length</td><td>320</td>" in report
+
+
+def test_a_budget_a_zoom_cannot_fit_warns_with_the_numbers(tiny_kit, synthetic_dir, tmp_path):
+    """RL's start-up check of the rollout's worst case runs before evaluation too: a zoom response that would
+    overflow max_completion_length is dropped, and the samples lost to it would read as the model's failures."""
+    with scripted_model(), pytest.warns(UserWarning, match=r"over max_completion_length=60: its later tool"):
+        run_evaluation(*eval_args(tiny_kit, synthetic_dir, tmp_path, max_completion_length=60, limit=1))
 
 
 def test_resumed_run_gives_the_same_metrics(tiny_kit, synthetic_dir, tmp_path, whole_run):
@@ -420,18 +428,34 @@ def test_hrbench_run_reports_categories_and_skipped_rows(tiny_kit, tmp_path):
     assert metrics["accuracy_by_source"] == {"hrbench_4k/cross": 0.0, "hrbench_4k/single": 1.0}
 
 
-def test_cli_reads_flags_and_yaml_config(tmp_path):
+def test_cli_reads_flags_and_yaml_config(tmp_path, caplog):
+    """A model with no training record (the tiny kit's, like a hub model) is evaluated under the real RL recipes'
+    budgets (`recipes/mapo_paper.yaml`, logged), not its processor's own and a 2048-token default."""
     config = tmp_path / "eval.yaml"
     config.write_text("model_name_or_path: outputs/tiny/qwen2_5_vl\nbenchmark: vstar\ndata_path: /data/vstar_bench\n")
     args, tool = parse_args(["--config", str(config), "--limit", "5"])
     assert (args.benchmark, args.limit, args.max_completion_length, args.max_tool_calling_iterations) == (
         "vstar",
         5,
-        2048,
+        8192,
         5,
     )
-    assert tool == ToolConfig()  # the base model records no training settings
+    assert (tool.min_pixels, tool.max_pixels, tool.crop_max_pixels) == (None, 1003520, 401408)
+    assert "no training record of max_pixels" in caplog.text and "mapo_paper.yaml" in caplog.text
     assert args.output_dir == "outputs/eval/qwen2_5_vl-vstar-vstar_bench"
+    args, tool = parse_args(["--config", str(config), "--max_completion_length", "4096", "--max_pixels", "50176"])
+    assert (args.max_completion_length, tool.max_pixels, tool.crop_max_pixels) == (4096, 50176, 401408)
+
+
+def test_a_checkpoint_without_a_rollout_record_takes_the_recipes_rollout_budget(tiny_kit, tmp_path):
+    """An SFT checkpoint records its tool settings but no rollout budget: those come from the record, the rollout
+    budget from the real RL recipes."""
+    checkpoint = tmp_path / "sft"
+    checkpoint.mkdir()
+    write_record(checkpoint, ToolConfig(max_pixels=50176, crop_max_pixels=25088).as_record(verifier=False))
+    args, tool = parse_args(["--model_name_or_path", str(checkpoint), "--benchmark", "vstar"])
+    assert (tool.max_pixels, tool.crop_max_pixels) == (50176, 25088)
+    assert (args.max_completion_length, args.max_tool_calling_iterations) == (8192, 5)
 
 
 @pytest.mark.gpu

@@ -3,6 +3,7 @@ scoring, real optimizer steps."""
 
 import math
 import re
+import shutil
 from pathlib import Path
 
 import datasets
@@ -293,6 +294,33 @@ def test_a_resumed_run_logs_what_an_uninterrupted_one_does(tiny_kit, train_datas
         assert [e[key] for e in got] == pytest.approx([e[key] for e in expected], rel=1e-4, abs=1e-6), key
     # The checkpoint's weights were really loaded (transformers alone loads none of them: `resume.py`), and the same
     # data in the same order trained them on: the final weights agree.
+    final = dict(whole.model.named_parameters())
+    for name, param in resumed.model.named_parameters():
+        assert torch.allclose(param, final[name], rtol=1e-4, atol=1e-6), name
+
+
+def record_batches(trainer) -> list[list[str]]:
+    """The dataset ids of each generation batch the trainer draws (one per optimizer step here)."""
+    seen = []
+    generate = trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: seen.append([x["id"] for x in inputs]) or generate(inputs)
+    return seen
+
+
+def test_a_run_resumed_mid_epoch_draws_the_same_next_batches(tiny_kit, train_dataset, tmp_path):
+    """4 rows, 2 prompts a step: an epoch is 2 steps. Resumed from step 1's checkpoint, inside epoch 0, the run draws
+    the uninterrupted run's batches for steps 2 (the rest of epoch 0) and 3 (epoch 1), and ends on its weights."""
+    config = dict(max_steps=3, save_strategy="steps", save_steps=1, learning_rate=1e-3)
+    whole = make_trainer(tiny_kit, train_dataset, tmp_path / "whole", **config)
+    whole_batches = record_batches(whole)
+    whole.train()
+    (tmp_path / "run").mkdir()
+    shutil.copytree(tmp_path / "whole" / "checkpoint-1", tmp_path / "run" / "checkpoint-1")  # as if stopped at 1
+    resumed = make_trainer(tiny_kit, train_dataset, tmp_path / "run", resume_from_checkpoint="true", **config)
+    resumed_batches = record_batches(resumed)
+    resumed.train(resume_from_checkpoint=resume_checkpoint(resumed.args))
+    assert len(whole_batches) == 3 and whole_batches[0] != whole_batches[1]  # the epoch's two halves differ
+    assert resumed_batches == whole_batches[1:]
     final = dict(whole.model.named_parameters())
     for name, param in resumed.model.named_parameters():
         assert torch.allclose(param, final[name], rtol=1e-4, atol=1e-6), name

@@ -3,6 +3,7 @@
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,28 @@ def test_two_steps_train_the_model_and_save_it(tiny_kit, tmp_path):
     changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), base[n])]
     assert changed
     assert (tmp_path / "model.safetensors").exists() and (tmp_path / "chat_template.jinja").exists()
+
+
+def test_a_resumed_sft_run_ends_on_the_uninterrupted_runs_weights(tiny_kit, tmp_path):
+    """Resumed from step 1's checkpoint (inside the first epoch of 2 steps), SFT loads the checkpoint's weights and
+    draws the same next batches: steps 2-4 log the same losses and the final weights agree. Without the weights
+    (transformers alone loads none of them: `utils.resume`) the run would go on from the starting model."""
+    # No warm-up: the recipe's would leave step 1's weights (the checkpoint's) equal to the starting ones.
+    checkpoints = ("--save_strategy", "steps", "--save_steps", "1", "--learning_rate", "1e-3", "--warmup_steps", "0")
+    whole = train(tiny_kit, tmp_path / "whole", "--max_steps", "4", *checkpoints)
+    (tmp_path / "run").mkdir()
+    shutil.copytree(tmp_path / "whole" / "checkpoint-1", tmp_path / "run" / "checkpoint-1")  # as if stopped at 1
+    resumed = train(tiny_kit, tmp_path / "run", "--max_steps", "4", *checkpoints, "--resume_from_checkpoint", "true")
+    assert resumed.state.global_step == 4
+
+    def losses(trainer):
+        return {e["step"]: e["loss"] for e in trainer.state.log_history if "loss" in e and e["step"] > 1}
+
+    assert sorted(losses(resumed)) == [2, 3, 4]
+    assert losses(resumed) == pytest.approx(losses(whole), rel=1e-4)
+    final = dict(whole.model.named_parameters())
+    for name, param in resumed.model.named_parameters():
+        assert torch.allclose(param, final[name], rtol=1e-4, atol=1e-6), name
 
 
 def test_lora_trains_adapters_and_freezes_the_base(tiny_kit, tmp_path):

@@ -46,9 +46,10 @@ def test_half_precision_weights_without_master_copy_fail_with_the_fields_to_chan
             assert fix in str(err.value)
 
 
-def test_zero_and_fsdp_keep_fp32_master_weights(bf16_model):
-    for distributed in (DistributedType.DEEPSPEED, DistributedType.FSDP):
-        check_master_weights(bf16_model.named_parameters(), distributed)
+# The rule's other half, that ZeRO and FSDP mixed precision keep fp32 master weights for bf16-stored ones, is
+# DeepSpeed's and accelerate's behaviour, not this repo's: checking it needs a real ZeRO/FSDP-wrapped optimizer, which
+# this CPU-only suite does not build (DeepSpeed needs a GPU here). The test that only called the early return for
+# those distributed types checked nothing, and is gone.
 
 
 def test_lora_adapters_train_in_fp32_over_a_frozen_bf16_base(bf16_model):

@@ -112,28 +112,50 @@ class RecipeParser(trl.TrlParser):
 
 
 def parse_args_and_record(
-    dataclass_types: Iterable[type], argv: Sequence[str] | None = None, *, save_recipe: bool = False
+    dataclass_types: Iterable[type],
+    argv: Sequence[str] | None = None,
+    *,
+    save_recipe: bool = False,
+    unrecorded: str | os.PathLike | None = None,
+    unrecorded_keys: Sequence[str] = (),
 ) -> tuple:
     """`TrlParser(dataclass_types).parse_args_and_config(argv)`, with recipe bases and the starting checkpoint's
     record as defaults.
 
     Precedence: the command line, then the recipe (`--config`, its `base:` files merged under it: `load_recipe`),
     then the record of the checkpoint named by `model_name_or_path` (`tool_config.json`: the tool settings it was
-    trained with and, after RL, its rollout budget), then the dataclass defaults. A value that differs from the
-    record warns with both values. With `save_recipe` (the entry scripts' command line) the merged recipe is written
-    to `<output_dir>/recipe.yaml` by the first process, with the command line in its header.
+    trained with and, after RL, its rollout budget), then, for the `unrecorded_keys` the record lacks (all of them
+    for a checkpoint without one: a hub model), their values in the recipe `unrecorded`, then the dataclass
+    defaults. A value that differs from the record warns with both values; a value taken from `unrecorded` is
+    logged. With `save_recipe` (the entry scripts' command line) the merged recipe is written to
+    `<output_dir>/recipe.yaml` by the first process, with the command line in its header.
     """
     dataclass_types = tuple(dataclass_types)
     argv = list(sys.argv[1:] if argv is None else argv)
     parsed = RecipeParser(dataclass_types).parse_args_and_config(list(argv))
     checkpoint = next(p.model_name_or_path for p in parsed if hasattr(p, "model_name_or_path"))
     record = read_record(checkpoint)
-    if record is not None:
+    recorded = {} if record is None else {**record["tool"], **record["rollout"]}
+    fallback = {}
+    if unrecorded is not None:
+        recipe_values = load_recipe(unrecorded).values
+        fallback = {k: recipe_values[k] for k in unrecorded_keys if k in recipe_values and recorded.get(k) is None}
+    if recorded or fallback:
         parser = RecipeParser(dataclass_types)
-        parser.set_defaults_with_config(**record["tool"], **record["rollout"])  # keys no dataclass has are ignored
+        parser.set_defaults_with_config(**fallback, **recorded)  # keys no dataclass has are ignored
         parsed = parser.parse_args_and_config(list(argv))
         values = {name: value for p in parsed for name, value in vars(p).items()}
-        warn_on_mismatch(checkpoint, record_mismatches(record, values))
+        if record is not None:
+            warn_on_mismatch(checkpoint, record_mismatches(record, values))
+        taken = {k: v for k, v in fallback.items() if values.get(k) == v}
+        if taken:
+            logger.warning(
+                "%s has no training record of %s: using %s's (%s)",
+                checkpoint,
+                ", ".join(taken),
+                unrecorded,
+                ", ".join(f"{k}={v}" for k, v in taken.items()),
+            )
     if "--config" in argv:
         recipe = load_recipe(argv[argv.index("--config") + 1])
         if len(recipe.files) > 1:
