@@ -209,10 +209,51 @@ def answer(i):
     return "<think>seen</think><answer>A</answer><|im_end|>"
 
 
-def trl_rollouts(tiny_kit, rows, tmp_path, **config):
-    """TRL's own rollouts of `rows` (GRPOTrainer's `_generate`, one training step) with the scripted turns."""
+def record_model_inputs(model, image_start_id: int) -> dict[tuple, list]:
+    """Wrap `model.generate` to keep what each call feeds the model, per row and turn: its unpadded tokens and
+    attention, token types (`mm_token_type_ids`), its images' grids and pixel values, and the names of the tensors
+    passed. Rows are keyed by their
+    first turn's tokens, which every later turn's context extends."""
+    seen: dict[tuple, list] = {}
+    generate = model.generate
+
+    def spy(*args, **kwargs):
+        ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
+        grids, pixels = kwargs.get("image_grid_thw"), kwargs.get("pixel_values")
+        names = sorted(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
+        types = kwargs.get("mm_token_type_ids", torch.zeros_like(ids))
+        image = patch = 0
+        for row, row_mask, row_types in zip(ids, mask, types):
+            tokens = row[row_mask.bool()].tolist()
+            n_images = tokens.count(image_start_id)
+            row_grids = grids[image : image + n_images]
+            n_patches = int(row_grids.prod(dim=1).sum())
+            key = next((k for k in seen if tuple(tokens[: len(k)]) == k), tuple(tokens))
+            seen.setdefault(key, []).append(
+                {
+                    "tokens": tokens,
+                    "mask": row_mask[row_mask.bool()].tolist(),
+                    "types": row_types[row_mask.bool()].tolist(),
+                    "grids": row_grids.tolist(),
+                    "pixels": pixels[patch : patch + n_patches].clone(),
+                    "names": names,
+                }
+            )
+            image, patch = image + n_images, patch + n_patches
+        return generate(*args, **kwargs)
+
+    model.generate = spy
+    return seen
+
+
+def trl_rollouts(tiny_kit, rows, tmp_path, inputs=None, **config):
+    """TRL's own rollouts of `rows` (GRPOTrainer's `_generate`, one training step) with the scripted turns; with
+    `inputs` a dict, the model inputs of every generation call are recorded into it (`record_model_inputs`)."""
     script = {"first_turn": two_calls, "answer": answer}
     trainer = tiny_trainer(MAPOTrainer, tiny_kit, rows, tmp_path, script=script, max_steps=1, **config)
+    if inputs is not None:
+        start = trainer.processing_class.tokenizer.convert_tokens_to_ids("<|vision_start|>")
+        inputs.update(seen=record_model_inputs(trainer.model, start))
     seen = []
     generate = trainer._generate
 
@@ -230,10 +271,13 @@ def trl_rollouts(tiny_kit, rows, tmp_path, **config):
     ]
 
 
-def agent_episodes(tiny_kit, rows, **budget):
+def agent_episodes(tiny_kit, rows, inputs=None, **budget):
     processor = load_processor(tiny_kit["policy"])
     model = load_model(tiny_kit["policy"], dtype=torch.float32)
     force_tool_calls(model, processor.tokenizer, first_turn=two_calls, answer=answer)
+    if inputs is not None:
+        start = processor.tokenizer.convert_tokens_to_ids("<|vision_start|>")
+        inputs.update(seen=record_model_inputs(model, start))
     agent = ZoomAgent(
         TransformersBackend(model, processor), processor, ToolConfig(clip_model=str(tiny_kit["clip"])), **budget
     )
@@ -253,8 +297,23 @@ def question(prompt):
 def test_the_agent_replays_trls_rollout_token_for_token(tiny_kit, tmp_path, max_completion_length, calls_kept):
     rows = build_synthetic(2, seed=0, split="train", min_size=448, max_size=640)
     budget = dict(max_completion_length=max_completion_length, max_tool_calling_iterations=2)
-    trl = trl_rollouts(tiny_kit, rows, tmp_path, **budget)
-    episodes = {question(row["prompt"]): e for row, e in zip(rows, agent_episodes(tiny_kit, rows, **budget))}
+    trl_inputs, agent_inputs = {}, {}
+    trl = trl_rollouts(tiny_kit, rows, tmp_path, inputs=trl_inputs, **budget)
+    episodes = agent_episodes(tiny_kit, rows, inputs=agent_inputs, **budget)
+    episodes = {question(row["prompt"]): e for row, e in zip(rows, episodes)}
+    # Every generation call, turn by turn, fed the model the same inputs in both paths: tokens, attention, image
+    # grids and pixel values, and the same tensors by name (token-type masks included, when there are any).
+    theirs, ours = trl_inputs["seen"], agent_inputs["seen"]
+    assert len(theirs) == len(ours) == 2  # two rows
+    for key, turns in theirs.items():
+        assert len(turns) == 2 * len(ours[key])  # TRL ran the group's 2 rollouts (identical, scripted) of each row
+        turns = [turn for i, turn in enumerate(turns) if all(turn["tokens"] != u["tokens"] for u in turns[:i])]
+        assert len(turns) == len(ours[key]) == (2 if calls_kept else 1), key
+        for t, (a, b) in enumerate(zip(turns, ours[key])):
+            assert a["tokens"] == b["tokens"] and a["mask"] == b["mask"] and a["grids"] == b["grids"], t
+            assert a["types"] == b["types"], t
+            assert a["names"] == b["names"], t
+            assert torch.equal(a["pixels"], b["pixels"]), t
     for rollout in trl:
         episode = episodes[question(rollout["prompt"])]
         assert episode.prompt_ids == rollout["prompt_ids"]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 import trl
+from accelerate import PartialState
 from accelerate.utils import DistributedType
 from packaging.version import InvalidVersion, Version
 from PIL import Image
@@ -114,8 +115,6 @@ _NO_MASTER_COPY = (
 def planned_distributed_type(training_args) -> DistributedType:
     """The distributed type the trainer's accelerator will have, read before it exists: DeepSpeed or FSDP from the
     training arguments or the variables `accelerate launch` sets from its config, else the process group's."""
-    from accelerate import PartialState
-
     if training_args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
         return DistributedType.DEEPSPEED
     if training_args.fsdp or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
