@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import requests
 import torch
+from transformers import AutoConfig
 from trl import GRPOTrainer
 
 from configs import MAPOConfig
@@ -55,7 +56,8 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
 
     Methods it overrides from TRL's `GRPOTrainer` and transformers' `Trainer`, its mixins included (a test checks
     this list against the class hierarchy):
-    - `__init__`: the zoom-in environment, the verifier, the R_sem reward column, the token-budget check, the
+    - `__init__`: the token-budget check (before any engine or verifier loads), the zoom-in environment, the
+      verifier, the R_sem reward column, the
       gradient-variance callback (`gradient_variance_batches`: `utils.diagnostics.GradientVariance`); a
       colocated vLLM engine built with the recipe's pixel budget and `vllm_dtype` (`utils.vllm_images`); generation
       in either backend kept from sampling image and video placeholders (`utils.rollout.ban_placeholder_tokens`); a
@@ -87,6 +89,16 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
                     f"{getattr(budget, name)}: load it with utils.models.load_processor(..., {name}={wanted})."
                 )
         config = kwargs.get("args")
+        model = kwargs.get("model", args[0] if args else None)
+        if config is not None and model is not None:  # before vLLM, CLIP or the step encoder loads
+            text_config = AutoConfig.from_pretrained(model) if isinstance(model, str) else model.config
+            check_token_budget(
+                processing_class,
+                tool_config.resolved(budget),
+                max_completion_length=config.max_completion_length,
+                max_tool_calling_iterations=config.max_tool_calling_iterations,
+                context_length=text_config.get_text_config().max_position_embeddings,
+            )
         engine = nullcontext()
         if config is not None and config.use_vllm and config.vllm_mode == "colocate":
             # vLLM resizes images itself: with the recipe's budget, not the checkpoint's saved one.
@@ -120,13 +132,6 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
                 max_completion_length=self.args.max_completion_length,
                 max_tool_calling_iterations=self.args.max_tool_calling_iterations,
             )
-        )
-        check_token_budget(
-            processing_class,
-            self.tool_config,
-            max_completion_length=self.args.max_completion_length,
-            max_tool_calling_iterations=self.args.max_tool_calling_iterations,
-            context_length=self.model.config.get_text_config().max_position_embeddings,
         )
         self.verifier = build_verifier(
             self.args.semantic_verifier, self.tool_config, self.accelerator.device, seed=self.args.seed

@@ -165,6 +165,19 @@ def test_overflowing_tool_response_is_not_scored(tiny_kit, train_dataset, tmp_pa
     assert list(trainer._logs["rewards"][SEMANTIC_REWARD_NAME])[-4:] == [0.0] * 4  # no_tool_semantic
 
 
+def test_the_token_budget_is_checked_before_any_engine_or_verifier_loads(
+    tiny_kit, train_dataset, tmp_path, monkeypatch
+):
+    """The warning comes before TRL's `__init__` (which builds a colocated vLLM engine) and before CLIP loads."""
+
+    def engine(self, *args, **kwargs):
+        raise RuntimeError("TRL's __init__ reached")
+
+    monkeypatch.setattr(GRPOTrainer, "__init__", engine)
+    with pytest.warns(UserWarning, match="over max_completion_length=60"), pytest.raises(RuntimeError, match="TRL"):
+        make_trainer(tiny_kit, train_dataset, tmp_path, max_completion_length=60)
+
+
 def test_the_environment_comes_from_tool_config_only(tiny_kit, train_dataset, tmp_path):
     processor = load_processor(str(tiny_kit["policy"]))
     kwargs = dict(
