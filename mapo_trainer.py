@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import warnings
 from contextlib import nullcontext
-from dataclasses import replace
 
 import requests
 import torch
-from transformers import AutoConfig
 from trl import GRPOTrainer
 
 from configs import MAPOConfig
@@ -25,7 +23,7 @@ from rewards import ClipVerifier, Scene, build_verifier
 from tools import ToolConfig, ToolConfigRecorder, ZoomCall, executed_calls, make_environment_factory
 from utils.checks import check_vllm_server
 from utils.diagnostics import GradientVariance, GradientVarianceProbe, advantage_statistics
-from utils.models import pixel_budget
+from utils.models import context_length, pixel_budget
 from utils.resume import ExactResume
 from utils.rollout import ban_placeholder_tokens, check_token_budget
 from utils.tool_rounds import AgreedToolRounds
@@ -91,13 +89,12 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         config = kwargs.get("args")
         model = kwargs.get("model", args[0] if args else None)
         if config is not None and model is not None:  # before vLLM, CLIP or the step encoder loads
-            text_config = AutoConfig.from_pretrained(model) if isinstance(model, str) else model.config
             check_token_budget(
                 processing_class,
                 tool_config.resolved(budget),
                 max_completion_length=config.max_completion_length,
                 max_tool_calling_iterations=config.max_tool_calling_iterations,
-                context_length=text_config.get_text_config().max_position_embeddings,
+                context_length=context_length(model),
             )
         engine = nullcontext()
         if config is not None and config.use_vllm and config.vllm_mode == "colocate":
@@ -167,7 +164,7 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         cosine = self._score([call for call, _ in scored], [scene for _, scene in scored])
         whole = None
         if args.semantic_score == "contrastive":  # the same labels against their whole images
-            whole_calls = [replace(c, crop=s.image, box=(0, 0, *s.image.size)) for c, s in scored]
+            whole_calls = [s.whole_image_call(c) for c, s in scored]
             whole = self._score(whole_calls, [scene for _, scene in scored])
             cosine = torch.where(torch.isnan(whole), torch.nan, cosine)  # unscorable against either: unscorable
         unscorable = torch.isnan(cosine)

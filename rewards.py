@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -212,6 +212,11 @@ class Scene:
     image: Image.Image
     target_bbox: Sequence[int] | None = None
     target_label: str | None = None
+
+    def whole_image_call(self, call: ZoomCall) -> ZoomCall:
+        """`call` as if it had zoomed on the whole image: what `semantic_score: contrastive` scores the label against
+        to take away what the label earns anywhere."""
+        return replace(call, crop=self.image, box=(0, 0, *self.image.size))
 
 
 def normalise_label(label: str) -> str:

@@ -42,7 +42,7 @@ from trl.data_utils import prepare_multimodal_messages
 
 from data.task import extract_answer, final_text
 from tools import ToolConfig, ZoomCall, ZoomInEnv, environment_tools, executed_calls, make_environment_factory
-from utils.models import pixel_budget
+from utils.models import context_length, pixel_budget
 from utils.rollout import (
     IMAGE_PAD,
     eos_token_ids,
@@ -122,7 +122,7 @@ class TransformersBackend:
         self.model, self.processor = model.eval(), processor
         tokenizer = processor.tokenizer
         self.eos_token_ids = eos_token_ids(tokenizer, model.generation_config.eos_token_id)
-        self.max_context = model.config.get_text_config().max_position_embeddings
+        self.max_context = context_length(model)
         self.image_token_id = model.config.image_token_id
         sampling = (
             dict(do_sample=True, temperature=temperature, top_p=top_p) if temperature > 0 else dict(do_sample=False)

@@ -11,7 +11,7 @@ from typing import Any
 import datasets
 import torch
 from tqdm import tqdm
-from transformers import AutoConfig, set_seed
+from transformers import set_seed
 
 from configs import EvalArguments
 from data.benchmarks import read_benchmark
@@ -20,7 +20,7 @@ from evaluation.metrics import clip_scores, compute_metrics, episode_record
 from evaluation.report import write_report
 from rewards import ClipVerifier
 from tools import ToolConfig
-from utils.models import load_model, load_processor, pixel_budget
+from utils.models import context_length, load_model, load_processor, pixel_budget
 from utils.rollout import check_token_budget
 
 # Fields that change what a run measures: a resumed run must not mix samples scored under different values (every
@@ -66,13 +66,12 @@ def build_agent(args: EvalArguments, tool: ToolConfig, device: str) -> ZoomAgent
     processor = load_processor(args.model_name_or_path, min_pixels=tool.min_pixels, max_pixels=tool.max_pixels)
     # RL's start-up check of the rollout's worst case, before any weight loads: a zoom whose response overflows
     # max_completion_length is dropped (a sample lost to the budget, not to the model), so say so with the numbers.
-    context = AutoConfig.from_pretrained(args.model_name_or_path).get_text_config().max_position_embeddings
     check_token_budget(
         processor,
         tool.resolved(pixel_budget(processor)),
         max_completion_length=args.max_completion_length,
         max_tool_calling_iterations=args.max_tool_calling_iterations,
-        context_length=context,
+        context_length=context_length(args.model_name_or_path),
     )
     sampling = dict(temperature=args.temperature, top_p=args.top_p)
     if args.backend == "vllm":

@@ -20,7 +20,7 @@ for (`mapo.scale_similarity`; "contrastive" subtracts each label's score against
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
@@ -72,12 +72,9 @@ def gold_crops(
 def score_matrix(verifier, calls: Sequence[ZoomCall], scenes: Sequence[Scene], labels: Sequence[str], whole: bool):
     """z of every label (columns) against every crop (rows), or against each crop's whole image when `whole`."""
     pairs = [
-        (
-            ZoomCall(c.turn, None, label, (0, 0, *s.image.size) if whole else c.box, s.image if whole else c.crop),
-            s,
-        )
+        (s.whole_image_call(relabelled) if whole else relabelled, s)
         for c, s in zip(calls, scenes)
-        for label in labels
+        for relabelled in (replace(c, label=label) for label in labels)
     ]
     values = verifier.score([p for p, _ in pairs], [s for _, s in pairs])
     return values.reshape(len(calls), len(labels)).double()

@@ -97,6 +97,15 @@ def pixel_budget(processor: ProcessorMixin) -> PixelBudget:
     return PixelBudget(size["shortest_edge"], size["longest_edge"], factor)
 
 
+def context_length(model: str | os.PathLike | PreTrainedModel | PretrainedConfig) -> int:
+    """The language model's context (its text config's `max_position_embeddings`), from a model, its config or its
+    name (read without weights)."""
+    config = model if isinstance(model, PretrainedConfig) else getattr(model, "config", None)
+    if config is None:
+        config = AutoConfig.from_pretrained(model)
+    return config.get_text_config().max_position_embeddings
+
+
 def load_model(
     name_or_path: str | os.PathLike,
     *,
