@@ -294,10 +294,11 @@ def prepare(args: argparse.Namespace, start: Start, stage: stages.Stages, kit: d
 
 
 def shared_fields(parsed: tuple) -> dict:
-    """Every parsed field of one run but those allowed to vary (`VARIED`)."""
+    """Every parsed field of one run but those allowed to vary (`VARIED`); enum values as the recipe writes them
+    (`constant`, not `SchedulerType.CONSTANT`)."""
     values = {}
     for part in parsed:
-        values |= {k: v for k, v in dataclasses.asdict(part).items() if k not in VARIED}
+        values |= {k: getattr(v, "value", v) for k, v in dataclasses.asdict(part).items() if k not in VARIED}
     return values
 
 

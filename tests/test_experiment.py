@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 
 import pytest
+from transformers.trainer_utils import SchedulerType
 
 from evaluation.verifier_check import GateResult
 from scripts import experiment
@@ -61,12 +62,13 @@ def test_runs_may_differ_only_in_the_arm_fields_seed_and_output_dir():
         seed: int
         output_dir: str
         learning_rate: float = 1e-4
+        lr_scheduler_type: SchedulerType = SchedulerType.CONSTANT
 
     same = {
         ("grpo", 0): (Config("grpo", 0, "a"),),
         ("mapo", 1): (Config("mapo", 1, "b"),),
     }
-    assert experiment.check_shared(same) == {"learning_rate": 1e-4}
+    assert experiment.check_shared(same) == {"learning_rate": 1e-4, "lr_scheduler_type": "constant"}
     tuned = same | {("hpo", 0): (Config("hpo", 0, "c", learning_rate=1e-3),)}
     with pytest.raises(ValueError, match="learning_rate"):
         experiment.check_shared(tuned)
