@@ -2,9 +2,12 @@
 of a TRL rollout, their embeddings, per-token advantages on a tiny run with forced tool calls, online and offline
 hindsight sets, fallbacks, and the gradient-variance probe."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
+import hpo
 from data.synthetic import build_synthetic
 from hpo import StepEncoder, normalize_step_advantages, online_group_step_advantages, step_segments, turn_index
 from mapo_trainer import MAPOTrainer, kantorovich_potentials
@@ -246,3 +249,29 @@ def test_the_gradient_variance_probe_measures_without_changing_training(tiny_kit
     plain_params = dict(plain.model.named_parameters())
     for name, param in probed.model.named_parameters():  # the probe takes gradients without touching the optimizer's
         assert torch.equal(param, plain_params[name]), name
+
+
+def test_the_offline_embedding_cache_keeps_the_most_recently_used_prompts(tiny_kit, monkeypatch):
+    monkeypatch.setattr(hpo, "OFFLINE_CACHE_PROMPTS", 2)
+    config = SimpleNamespace(
+        hpo_text_encoder=str(tiny_kit["text_encoder"]), hpo_encoder_max_length=64, hpo_hindsight_column="hindsight"
+    )
+    advantages = hpo.HPOAdvantages(config)
+    trajectory = [[tool_call_turn("red circle"), answer_turn(0)]]
+    for prompt in ("a", "b", "a", "c"):  # "b" is the least recently used when "c" arrives
+        steps, n = advantages._offline_hindsight(trajectory, prompt, row=0)
+        assert n == 1 and steps.shape[0] == 3  # the prompt and two steps
+    assert [key.split("\x00")[0] for key in advantages._offline_embeddings] == ["a", "c"]
+
+
+@pytest.mark.slow
+def test_the_authors_solver_is_used_when_the_recipe_names_it(tiny_kit, rows, tmp_path, monkeypatch):
+    solved = []
+    potentials = hpo.geomloss_potentials
+    monkeypatch.setattr(hpo, "geomloss_potentials", lambda x, y: solved.append(len(x)) or potentials(x, y))
+    trainer, batches, _ = run(
+        tiny_kit, rows, tmp_path, advantage_estimator="hpo", hpo_solver="geomloss", max_steps=1,
+        hpo_min_positive_steps=1, hpo_min_negative_steps=1,
+    )  # fmt: skip
+    assert solved == [6, 6]  # both groups of the batch: 2 rollouts x (prompt + 2 turns)
+    assert logged(trainer, "hpo/fallback_frac") == [0.0] and torch.isfinite(batches[0]["advantages"]).all()
