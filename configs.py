@@ -128,10 +128,11 @@ class MAPOConfig(GRPOConfig):
     semantic_verifier: str = field(
         default="clip",
         metadata={
-            "help": "What scores z_t. 'clip': the CLIP model of clip_model (the paper's). 'exact' and "
-            "'shuffled_exact' are controls for data with a known target (target_bbox, target_label columns): 1 when "
-            "the label names the target and the crop frames it, else 0; and those scores permuted across each "
-            "batch's calls (same sizes, no information). See rewards.VERIFIERS.",
+            "help": "What scores z_t. 'clip': the CLIP model of clip_model (the paper's). The others are controls "
+            "for data with a known target (target_bbox, target_label columns): 'exact', 1 when the label names the "
+            "target and the crop frames it, else 0; 'exact_walk', 1 when the crop frames the target, whatever the "
+            "label; 'shuffled_exact' and 'shuffled_exact_walk', those scores permuted across each batch's calls "
+            "(same sizes, no information). See rewards.VERIFIERS.",
             "choices": list(VERIFIERS),
         },
     )

@@ -5,8 +5,8 @@ Outcome and format rewards follow TRL's signature `(completions, **kwargs) -> li
 in `REWARDS`; `None` marks a row its reward could not score (TRL and `MAPOTrainer` then give it advantage 0). The
 semantic reward R_sem is not one of them: `MAPOTrainer` computes it from its verifier's scores of the calls each
 rollout made (`mapo.semantic_reward`, eq. 2). Verifiers are registered in `VERIFIERS`: the paper's CLIP
-(`ClipVerifier`, which evaluation scores with too), and two controls for experiments on data with a known target
-(`ExactVerifier`, `ShuffledVerifier`).
+(`ClipVerifier`, which evaluation scores with too), and controls for experiments on data with a known target
+(`ExactVerifier`, its walk-only half `WalkVerifier`, and `ShuffledVerifier` of either).
 """
 
 from __future__ import annotations
@@ -142,6 +142,8 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "target_in_view": ("target_bbox",),
     "exact": GROUND_TRUTH,
     "shuffled_exact": GROUND_TRUTH,
+    "exact_walk": ("target_bbox",),
+    "shuffled_exact_walk": ("target_bbox",),
 }
 
 
@@ -242,6 +244,19 @@ class ExactVerifier:
         return torch.tensor(values, dtype=torch.float32)
 
 
+class WalkVerifier:
+    """The walk half of `ExactVerifier`, a control for a policy that cannot yet name what it looks for: z_t = 1 when
+    the call's crop frames the row's target (`target_in_view`), whatever the label says, else 0. It reads only the
+    call's box and the scene's target box. It tells MAPO where the policy looked, not whether the label grounded, so
+    an experiment that gains with it shows that the coupling uses an informative z_t, not that labels ground."""
+
+    needs_ground_truth = True
+
+    def score(self, calls: Sequence[ZoomCall], scenes: Sequence[Scene]) -> torch.Tensor:
+        values = [float(target_in_view(c, s.target_bbox, s.image.size)) for c, s in zip(calls, scenes, strict=True)]
+        return torch.tensor(values, dtype=torch.float32)
+
+
 class ShuffledVerifier:
     """The information control: another verifier's scores, permuted across the calls of each scored batch. The
     batch holds the same z_t values (so the same advantage sizes) but a rollout's z_t no longer says anything about
@@ -263,6 +278,8 @@ VERIFIERS: dict[str, Callable[[ToolConfig, torch.device | str, int], object]] = 
     "clip": lambda config, device, seed: ClipVerifier(config, device=device),
     "exact": lambda config, device, seed: ExactVerifier(),
     "shuffled_exact": lambda config, device, seed: ShuffledVerifier(ExactVerifier(), seed),
+    "exact_walk": lambda config, device, seed: WalkVerifier(),
+    "shuffled_exact_walk": lambda config, device, seed: ShuffledVerifier(WalkVerifier(), seed),
 }
 
 

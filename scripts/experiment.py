@@ -13,10 +13,10 @@ fail, in this order (docs/experiment.md states the criterion before the results)
    label against the others on the same crop, and the best constant label's mean z against the right label's, under
    `semantic_score` cosine and contrastive. The `mapo_clip` arm runs with the first scoring that passes, or not at
    all, saying why.
-3. **Positive control**: GRPO with a noise-free reward (`target_in_view`: 1 when a valid call framed the target).
-   If greedy target-seen does not rise from the SFT checkpoint by more than twice the standard error of the
-   difference, RL at this budget cannot move the policy and the experiment stops: nothing after it would mean
-   anything.
+3. **Positive control**: GRPO with a noise-free reward (`target_in_view`: 1 when a valid call framed the target),
+   on every seed. If greedy target-seen does not rise from the SFT checkpoint, on average over the seeds, by more
+   than twice its standard error (the larger of one evaluation's and the seeds'), RL at this budget cannot move the
+   policy and the experiment stops: nothing after it would mean anything.
 4. **Arms** (`ARMS`), `--seeds` each, from the same checkpoint, with the world's recipe
    (`recipes/tiny/rl/config_experiment.yaml`): a simulated reader as the outcome (right with probability 0.7 when a
    valid call framed the target, 0.1 otherwise: `rewards.simulated_reader_reward`), groups of 4. Only
@@ -67,16 +67,22 @@ from tools import make_environment_factory
 from utils.models import load_processor, pixel_budget
 
 RECIPE = "recipes/tiny/rl/config_experiment.yaml"
-# Each arm: the fields it sets on top of the recipe. The recipe's semantic_verifier is `exact`, so the arms that do
-# not train on R_sem (grpo, hpo: weight 0) log the same exact z_t as the mapo arms, comparable across arms.
+# Each arm: the fields it sets on top of the recipe. The recipe's semantic_verifier is `exact_walk`, so the arms
+# that do not train on R_sem (grpo, hpo: weight 0) log the same walk z_t as the walk arms, comparable across arms.
+# `mapo_exact` is talk and walk (the label must name the target too); `mapo_walk` is walk only, since the tiny SFT
+# policy rarely names the target (the previous run: the exact z_t was non-zero in 1 step of 40 in 5 of 15 runs), and
+# `mapo_shuffled` is the walk arm's information control.
 ARMS: dict[str, dict[str, str]] = {
     "grpo": {"advantage_estimator": "grpo"},
     "mapo_exact": {"advantage_estimator": "mapo", "semantic_verifier": "exact"},
-    "mapo_shuffled": {"advantage_estimator": "mapo", "semantic_verifier": "shuffled_exact"},
+    "mapo_walk": {"advantage_estimator": "mapo", "semantic_verifier": "exact_walk"},
+    "mapo_shuffled": {"advantage_estimator": "mapo", "semantic_verifier": "shuffled_exact_walk"},
     "mapo_clip": {"advantage_estimator": "mapo", "semantic_verifier": "clip"},  # semantic_score: the gate's choice
     "hpo": {"advantage_estimator": "hpo"},
-    "mapo+hpo": {"advantage_estimator": "mapo+hpo", "semantic_verifier": "exact"},
+    "mapo+hpo": {"advantage_estimator": "mapo+hpo", "semantic_verifier": "exact_walk"},
 }
+PRIMARY = "mapo_walk"  # the arm whose verifier carries information in this world, judged against its control
+INFORMATION_CONTROL = "mapo_shuffled"
 REFERENCE = "grpo"  # what every arm is paired against
 CONTROL = {"advantage_estimator": "grpo", "reward_funcs": ["target_in_view"]}
 VARIED = ("advantage_estimator", "semantic_verifier", "semantic_score", "seed", "output_dir")
@@ -103,8 +109,9 @@ SETUP_FIELDS = (
 CURVES = {
     "z_mean": (
         "mean z_t",
-        "each valid call's z_t from its run's verifier (semantic/z_mean): the exact verifier's for every arm but "
-        "mapo_clip (CLIP's), so it is the fraction of valid calls that named the target and framed it",
+        "each valid call's z_t from its run's verifier (semantic/z_mean): the walk verifier's (the fraction of valid "
+        "calls that framed the target) for every arm but mapo_exact (the fraction that also named it) and mapo_clip "
+        "(CLIP's)",
     ),
     "reader_success": (
         "reader success",
@@ -380,18 +387,26 @@ def clip_scoring(gate: dict[str, GateResult]) -> str | None:
     return next((how for how in GATE_SCORES if gate[how].passed), None)
 
 
-def control_verdict(sft: dict, control: dict) -> dict:
-    """The positive control's figures: target-seen before and after, the rise, its standard error, and whether the
-    rise exceeds `CONTROL_SIGMAS` of them."""
-    before, after, n = sft["target_seen"], control["target_seen"], sft["n"]
-    se = difference_se(before, after, n)
+def control_verdict(sft: dict, controls: dict[int, dict]) -> dict:
+    """The positive control's figures over its seeds (`{seed: final evaluation}`): target-seen before and after
+    (the mean over seeds, and each seed's), the mean rise, its standard error, and whether the rise exceeds
+    `CONTROL_SIGMAS` of them. The standard error is the larger of one evaluation's (a difference of two rates on the
+    same `n` rows) and the seeds' (sample std of the rises over sqrt(seeds)): one lucky data order must not pass."""
+    before, n = sft["target_seen"], sft["n"]
+    per_seed = {seed: control["target_seen"] for seed, control in controls.items()}
+    rises = [after - before for after in per_seed.values()]
+    rise = statistics.fmean(rises)
+    seeds_se = statistics.stdev(rises) / math.sqrt(len(rises)) if len(rises) > 1 else float("nan")
+    se = max(difference_se(before, before + rise, n), 0.0 if math.isnan(seeds_se) else seeds_se)
     return {
         "before": before,
-        "after": after,
-        "rise": after - before,
+        "after": before + rise,
+        "per_seed": per_seed,
+        "rise": rise,
         "se": se,
+        "seeds_se": seeds_se,
         "n": n,
-        "passed": after - before > CONTROL_SIGMAS * se,
+        "passed": rise > CONTROL_SIGMAS * se,
     }
 
 
@@ -425,14 +440,16 @@ CRITERION = (
     "Stated before the runs, in the code that judges them (`verdict`). The primary figure is greedy **target-seen** "
     "on the held-out rows: the fraction of rows where a valid zoom-in call framed the target, which is what the "
     "simulated reader rewards. Paired per seed against `grpo`, MAPO's signal **acted** when both hold:\n\n"
-    f"1. `mapo_exact` (the exact verifier: R_sem carries the information) beats `grpo` by a mean paired difference "
-    f"above {VERDICT_SIGMAS:g} standard errors of the paired differences *and* above the binomial standard error of a "
-    "difference of two evaluations;\n"
-    f"2. `mapo_shuffled` (the same z_t values, permuted within each batch: the same advantage sizes, no information) "
-    f"does **not** beat `grpo` by {VERDICT_SIGMAS:g} standard errors.\n\n"
+    f"1. `{PRIMARY}` (the walk verifier: z_t = 1 when the crop framed the target, so R_sem carries the information) "
+    f"beats `grpo` by a mean paired difference above {VERDICT_SIGMAS:g} standard errors of the paired differences "
+    "*and* above the binomial standard error of a difference of two evaluations;\n"
+    f"2. `{INFORMATION_CONTROL}` (the same z_t values, permuted within each batch: the same advantage sizes, no "
+    f"information) does **not** beat `grpo` by {VERDICT_SIGMAS:g} standard errors.\n\n"
     "If 1 fails, MAPO's signal did not act here. If 1 and 2 both hold, the gain came from the information in z_t, "
     "not from larger advantages. If 2 fails too, bigger advantages explain the gain as well as information does. "
-    "`mapo_clip` is judged by the same rule 1, and only if the tiny CLIP passed the verifier gate."
+    "The walk verifier ignores the label, so this tests MAPO's coupling of an informative z_t with the outcome, not "
+    "label grounding. `mapo_exact` (talk and walk: the label must name the target too) and `mapo_clip` (only if the "
+    "tiny CLIP passed the verifier gate) are judged by the same rule 1."
 )
 
 
@@ -444,15 +461,17 @@ def verdict(results: dict, eval_se: float) -> dict:
         for arm, runs in results.items()
     }
     pairs = {arm: paired(values, finals.get(REFERENCE, {})) for arm, values in finals.items() if arm != REFERENCE}
-    exact = exceeds(pairs.get("mapo_exact"), VERDICT_SIGMAS, eval_se)
-    shuffled = exceeds(pairs.get("mapo_shuffled"), VERDICT_SIGMAS)
+    walk = exceeds(pairs.get(PRIMARY), VERDICT_SIGMAS, eval_se)
+    shuffled = exceeds(pairs.get(INFORMATION_CONTROL), VERDICT_SIGMAS)
+    exact = exceeds(pairs.get("mapo_exact"), VERDICT_SIGMAS, eval_se) if "mapo_exact" in pairs else None
     clip = exceeds(pairs.get("mapo_clip"), VERDICT_SIGMAS, eval_se) if "mapo_clip" in pairs else None
     return {
         "pairs": {arm: dataclasses.asdict(p) | {"n": p.n} if p else None for arm, p in pairs.items()},
-        "exact_beats_grpo": exact,
+        "walk_beats_grpo": walk,
         "shuffled_beats_grpo": shuffled,
+        "exact_beats_grpo": exact,
         "clip_beats_grpo": clip,
-        "acted": exact and not shuffled,
+        "acted": walk and not shuffled,
     }
 
 
@@ -467,25 +486,42 @@ def what_it_shows(outcome: dict, control: dict, gate: dict, clip_score: str | No
 
     lines = [
         f"- Positive control: GRPO on the noise-free reward moved greedy target-seen from {control['before']:.3f} to "
-        f"{control['after']:.3f} ({control['rise']:+.3f}, standard error {control['se']:.3f}): "
+        f"{control['after']:.3f} on average over {len(control['per_seed'])} seeds ({control['rise']:+.3f}, standard "
+        f"error {control['se']:.3f}): "
         + ("RL at this budget moves the policy." if control["passed"] else "**not** a measurable move."),
-        f"- `mapo_exact` − `grpo`, target-seen: {pair_text('mapo_exact')}; "
-        f"`mapo_shuffled` − `grpo`: {pair_text('mapo_shuffled')}; evaluation standard error of a difference "
-        f"{outcome['eval_se']:.3f}.",
     ]
-    if v["acted"]:
+    if control["passed"]:
+        lines.append(
+            f"- `{PRIMARY}` − `grpo`, target-seen: {pair_text(PRIMARY)}; `{INFORMATION_CONTROL}` − `grpo`: "
+            f"{pair_text(INFORMATION_CONTROL)}; evaluation standard error of a difference {outcome['eval_se']:.3f}."
+        )
+    if not control["passed"]:
+        lines.append(
+            "- **Not tested**: the positive control failed, so no arm ran: whether MAPO's signal acts cannot be "
+            "told from RL that does not move the policy."
+        )
+    elif v["acted"]:
         lines.append(
             "- **MAPO's signal acted**: with an informative verifier, MAPO raised target-seen beyond GRPO's by more "
-            "than the noise, and the shuffled control, with the same advantage sizes and no information, did not."
+            "than the noise, and the shuffled control, with the same advantage sizes and no information, did not. "
+            "The walk verifier reads where the policy looked, not its label: this shows the coupling at work, not "
+            "label grounding."
         )
-    elif v["exact_beats_grpo"] and v["shuffled_beats_grpo"]:
+    elif v["walk_beats_grpo"] and v["shuffled_beats_grpo"]:
         lines.append(
-            "- **Not shown**: `mapo_exact` beat `grpo`, but so did `mapo_shuffled`: larger advantages explain the "
-            "gain as well as the information in z_t does."
+            f"- **Not shown**: `{PRIMARY}` beat `grpo`, but so did `{INFORMATION_CONTROL}`: larger advantages "
+            "explain the gain as well as the information in z_t does."
         )
     else:
         lines.append(
-            "- **MAPO's signal did not act measurably here**: `mapo_exact` did not beat `grpo` by the stated margin."
+            f"- **MAPO's signal did not act measurably here**: `{PRIMARY}` did not beat `grpo` by the stated margin."
+        )
+    if v.get("exact_beats_grpo") is not None:
+        named = outcome["sft"]["named_and_seen"]
+        judged = "beat" if v["exact_beats_grpo"] else "did not beat"
+        lines.append(
+            f"- Talk and walk: `mapo_exact` − `grpo`: {pair_text('mapo_exact')}, so it {judged} `grpo` by the stated "
+            f"margin; the SFT policy named the target on a call that framed it in {named:.3f} of greedy rows."
         )
     clip = gate["clip"]
     gate_text = ", ".join(
@@ -632,9 +668,11 @@ def write_report(report: Path, outcome: dict, gate: dict[str, dict[str, GateResu
         "",
         "## Positive control",
         "",
-        f"GRPO with the noise-free reward (`target_in_view`), seed 0, {setup['steps']} steps: greedy target-seen "
-        f"{control['before']:.3f} (SFT) → {control['after']:.3f} on {control['n']} rows, a rise of "
-        f"{control['rise']:+.3f} against a standard error of the difference of {control['se']:.3f}: "
+        f"GRPO with the noise-free reward (`target_in_view`), {setup['steps']} steps, on every seed: greedy "
+        f"target-seen {control['before']:.3f} (SFT) → {control['after']:.3f} on {control['n']} rows, the mean over "
+        f"seeds ({', '.join(f'seed {k}: {v:.3f}' for k, v in control['per_seed'].items())}), a rise of "
+        f"{control['rise']:+.3f} against a standard error of {control['se']:.3f} (the larger of one evaluation's and "
+        "the seeds'): "
         + ("**passed**" if control["passed"] else "**failed**")
         + f" (the bar: {CONTROL_SIGMAS:g} standard errors).",
         "",
@@ -691,11 +729,16 @@ def write_report(report: Path, outcome: dict, gate: dict[str, dict[str, GateResu
     return report
 
 
-def estimate_seconds(n_runs: int, steps: int, eval_rows: int, evals_per_run: int, variance: int, prepare: bool):
-    """Wall time of the whole experiment at the rates measured on 2 idle cores."""
-    per_run = SECONDS_PER_RUN + steps * SECONDS_PER_STEP + evals_per_run * eval_rows * SECONDS_PER_EVAL_ROW
-    gradvar = (n_runs and variance) * (SECONDS_PER_RUN + variance * SECONDS_PER_STEP)
-    return (n_runs + 1) * per_run + eval_rows * SECONDS_PER_EVAL_ROW + gradvar + (SECONDS_TO_PREPARE if prepare else 0)
+def estimate_seconds(arms: int, seeds: int, steps: int, eval_rows: int, evals_per_run: int, variance: int,
+                     prepare: bool) -> float:  # fmt: skip
+    """Wall time of the whole experiment at the rates measured on 2 idle cores: `arms` x `seeds` runs evaluated
+    `evals_per_run` times, a control per seed (evaluated at its end), the SFT evaluation, a gradient-variance run per
+    arm, and the preparation."""
+    train = SECONDS_PER_RUN + steps * SECONDS_PER_STEP
+    evaluation = eval_rows * SECONDS_PER_EVAL_ROW
+    runs = arms * seeds * (train + evals_per_run * evaluation) + seeds * (train + evaluation)
+    gradvar = arms * (variance and SECONDS_PER_RUN + variance * SECONDS_PER_STEP)
+    return runs + evaluation + gradvar + (SECONDS_TO_PREPARE if prepare else 0)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -705,7 +748,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--seeds", nargs="+", type=int, default=list(DEFAULT_SEEDS))
     add("--rl_steps", type=int, default=None, help="RL steps of every run (default: the recipe's max_steps)")
     add(
-        "--eval_every", type=int, default=None, help="also evaluate every K steps (default: half the run; 0: end only)"
+        "--eval_every",
+        type=int,
+        default=0,
+        help="also evaluate every K steps (default 0: at the end only, which keeps 18 runs within 45 min on 2 cores)",
     )
     add("--eval_rows", type=int, default=None, help="held-out rows per evaluation (default: all)")
     add("--gate_rows", type=int, default=64, help="held-out rows of the verifier gate")
@@ -727,8 +773,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--variance_batches needs at least 2 batches (0: skip)")
     recipe_steps = stages.rl_args(["--config", RECIPE])[1].max_steps
     args.rl_steps = args.rl_steps or recipe_steps
-    if args.eval_every is None:
-        args.eval_every = args.rl_steps // 2
     if args.eval_every and args.eval_every >= args.rl_steps:
         args.eval_every = 0
     return args
@@ -746,9 +790,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
         raise SystemExit("--eval_rows: the experiment needs at least one held-out row; its verdict is an evaluation")
     runs_n = len(args.arms) * len(args.seeds)
     evals = 1 + (args.rl_steps // args.eval_every - (args.rl_steps % args.eval_every == 0) if args.eval_every else 0)
-    estimate = estimate_seconds(runs_n, args.rl_steps, eval_rows, evals, args.variance_batches, not args.sft_model)
+    estimate = estimate_seconds(
+        len(args.arms), len(args.seeds), args.rl_steps, eval_rows, evals, args.variance_batches, not args.sft_model
+    )
     print(
-        f"{runs_n} runs ({', '.join(args.arms)} x seeds {args.seeds}) and a control, {args.rl_steps} RL steps each, "
+        f"{runs_n} runs ({', '.join(args.arms)} x seeds {args.seeds}) and a control per seed, {args.rl_steps} RL "
+        "steps each, "
         f"{evals} evaluation(s) of {eval_rows} rows per run: about {estimate / 60:.0f} min on 2 idle cores (another "
         "torch job on the same cores can make it many times slower)",
         flush=True,
@@ -768,10 +815,20 @@ def main(argv: Sequence[str] | None = None) -> dict:
         else:
             arms["mapo_clip"]["semantic_score"] = clip_score
 
-    control_argv = run_argv(args, start, kit, "control", 0, **CONTROL)
-    control_run = train_and_evaluate(control_argv, start, args.output_dir / "eval" / "control", eval_rows, stage,
-                                     "positive control", 0)  # fmt: skip
-    control = control_verdict(sft, control_run["evals"][args.rl_steps]) | {"steps": control_run["steps"]}
+    control_runs = {
+        seed: train_and_evaluate(
+            run_argv(args, start, kit, "control", seed, **CONTROL),
+            start,
+            args.output_dir / "eval" / f"control-seed{seed}",
+            eval_rows,
+            stage,
+            f"positive control seed {seed}",
+            0,
+        )  # fmt: skip
+        for seed in args.seeds
+    }
+    control = control_verdict(sft, {seed: run["evals"][args.rl_steps] for seed, run in control_runs.items()})
+    control |= {"steps": {seed: run["steps"] for seed, run in control_runs.items()}}
     outcome = {
         "sft": sft,
         "gate": {name: {how: r.as_dict() for how, r in by.items()} for name, by in gate_objects.items()},
@@ -787,7 +844,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         write_report(args.report, outcome, gate_objects, setup)
         raise SystemExit(
             f"positive control failed: GRPO on the noise-free reward moved greedy target-seen by {control['rise']:+.3f}"
-            f" (SFT {control['before']:.3f}, RL {control['after']:.3f}), not above {CONTROL_SIGMAS:g} standard errors "
+            f" (SFT {control['before']:.3f}, RL {control['after']:.3f}, the mean over seeds {args.seeds}), not above {CONTROL_SIGMAS:g} standard errors "
             f"({control['se']:.3f}): RL at this budget does not move the policy, so no arm's result would mean "
             f"anything. Report: {args.report}"
         )

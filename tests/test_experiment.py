@@ -123,38 +123,75 @@ def _results(**finals):
     }
 
 
-def test_the_verdict_needs_the_exact_arm_to_beat_grpo_and_the_shuffled_arm_not_to():
+def test_the_verdict_needs_the_walk_arm_to_beat_grpo_and_its_shuffled_control_not_to():
     grpo = [0.30, 0.35, 0.40]
     acted = experiment.verdict(
-        _results(grpo=grpo, mapo_exact=[0.50, 0.52, 0.61], mapo_shuffled=[0.31, 0.33, 0.42]), eval_se=0.05
+        _results(grpo=grpo, mapo_walk=[0.50, 0.52, 0.61], mapo_shuffled=[0.31, 0.33, 0.42]), eval_se=0.05
     )
-    assert acted["exact_beats_grpo"] and not acted["shuffled_beats_grpo"] and acted["acted"]
-    assert acted["pairs"]["mapo_exact"]["diffs"] == pytest.approx([0.20, 0.17, 0.21])
-    assert acted["clip_beats_grpo"] is None  # no clip arm ran
+    assert acted["walk_beats_grpo"] and not acted["shuffled_beats_grpo"] and acted["acted"]
+    assert acted["pairs"]["mapo_walk"]["diffs"] == pytest.approx([0.20, 0.17, 0.21])
+    assert acted["clip_beats_grpo"] is None and acted["exact_beats_grpo"] is None  # neither arm ran
     both = experiment.verdict(
-        _results(grpo=grpo, mapo_exact=[0.50, 0.52, 0.61], mapo_shuffled=[0.50, 0.55, 0.58]), eval_se=0.05
+        _results(grpo=grpo, mapo_walk=[0.50, 0.52, 0.61], mapo_shuffled=[0.50, 0.55, 0.58]), eval_se=0.05
     )
-    assert both["exact_beats_grpo"] and both["shuffled_beats_grpo"] and not both["acted"]
-    small = experiment.verdict(_results(grpo=grpo, mapo_exact=[0.34, 0.39, 0.44]), eval_se=0.05)
-    assert not small["exact_beats_grpo"] and not small["acted"]  # +0.04 every seed: below the evaluation's noise
+    assert both["walk_beats_grpo"] and both["shuffled_beats_grpo"] and not both["acted"]
+    small = experiment.verdict(_results(grpo=grpo, mapo_walk=[0.34, 0.39, 0.44]), eval_se=0.05)
+    assert not small["walk_beats_grpo"] and not small["acted"]  # +0.04 every seed: below the evaluation's noise
+    # The talk-and-walk arm is judged by rule 1 on its own and does not decide the verdict.
+    talk = experiment.verdict(_results(grpo=grpo, mapo_exact=[0.50, 0.52, 0.61], mapo_walk=grpo), eval_se=0.05)
+    assert talk["exact_beats_grpo"] and not talk["walk_beats_grpo"] and not talk["acted"]
 
 
 def test_what_it_shows_is_written_from_the_verdict_and_the_gate():
-    control = {"before": 0.2, "after": 0.5, "rise": 0.3, "se": 0.06, "passed": True}
+    control = {"before": 0.2, "after": 0.5, "rise": 0.3, "se": 0.06, "passed": True, "per_seed": {0: 0.5, 1: 0.5}}
     gate = {
         "clip": {
             "contrastive": GateResult("contrastive", 8, 4, 0.6, 2.0, 0.1, "the sign", 0.2, 0.5, False),
             "cosine": GateResult("cosine", 8, 4, 0.8, 1.5, 0.3, "the sign", 0.2, 0.25, True),
         }
     }
-    results = _results(grpo=[0.30, 0.35, 0.40], mapo_exact=[0.50, 0.52, 0.61], mapo_shuffled=[0.31, 0.33, 0.42])
-    outcome = {"verdict": experiment.verdict(results, 0.05), "eval_se": 0.05}
+    results = _results(grpo=[0.30, 0.35, 0.40], mapo_walk=[0.50, 0.52, 0.61], mapo_shuffled=[0.31, 0.33, 0.42])
+    outcome = {"verdict": experiment.verdict(results, 0.05), "eval_se": 0.05, "sft": {"named_and_seen": 0.0}}
     text = "\n".join(experiment.what_it_shows(outcome, control, gate, "cosine"))
-    assert "**MAPO's signal acted**" in text and "+0.193" in text
+    assert "**MAPO's signal acted**" in text and "+0.193" in text and "not label grounding" in text
     assert "passed the gate under `cosine`" in text and "`mapo_clip` − `grpo`: not run" in text
-    outcome["verdict"] = experiment.verdict(_results(grpo=[0.3, 0.35, 0.4], mapo_exact=[0.3, 0.36, 0.4]), 0.05)
+    assert "Talk and walk" not in text  # no mapo_exact arm ran
+    results = _results(grpo=[0.3, 0.35, 0.4], mapo_walk=[0.3, 0.36, 0.4], mapo_exact=[0.3, 0.35, 0.41])
+    outcome["verdict"] = experiment.verdict(results, 0.05)
     text = "\n".join(experiment.what_it_shows(outcome, control, gate, None))
     assert "did not act measurably" in text and "failed the verifier gate" in text and "did not run" in text
+    assert "Talk and walk: `mapo_exact` − `grpo`: +0.003" in text and "so it did not beat" in text
+
+
+def test_the_control_passes_on_its_mean_rise_over_seeds_and_one_lucky_seed_does_not_pass_it():
+    sft = {"target_seen": 0.05, "n": 100}
+    # Seeds rising 0.10, 0.12, 0.14: mean 0.12. One evaluation's SE of the difference 0.05 -> 0.17:
+    # sqrt(0.05 * 0.95 / 100 + 0.17 * 0.83 / 100) = 0.04311; the seeds' SE 0.02 / sqrt(3) = 0.01155. Bar 2 x 0.04311.
+    steady = experiment.control_verdict(
+        sft, {0: {"target_seen": 0.15}, 1: {"target_seen": 0.17}, 2: {"target_seen": 0.19}}
+    )
+    assert steady["rise"] == pytest.approx(0.12) and steady["after"] == pytest.approx(0.17)
+    assert steady["se"] == pytest.approx(math.sqrt(0.05 * 0.95 / 100 + 0.17 * 0.83 / 100)) and steady["passed"]
+    assert steady["per_seed"] == {0: 0.15, 1: 0.17, 2: 0.19}
+    # One seed rising 0.33, two falling 0.05 and 0.04: mean 0.08, but the seeds' SE is 0.12503 (sample std 0.2166
+    # over sqrt(3)), above one evaluation's.
+    lucky = experiment.control_verdict(
+        sft, {0: {"target_seen": 0.38}, 1: {"target_seen": 0.0}, 2: {"target_seen": 0.01}}
+    )
+    assert lucky["rise"] == pytest.approx(0.08) and lucky["seeds_se"] == pytest.approx(0.12503, abs=1e-5)
+    assert lucky["se"] == lucky["seeds_se"] and not lucky["passed"]
+    # With one seed only one evaluation's noise can be judged, as before.
+    one = experiment.control_verdict(sft, {0: {"target_seen": 0.38}})
+    assert math.isnan(one["seeds_se"]) and one["se"] == pytest.approx(experiment.difference_se(0.05, 0.38, 100))
+
+
+def test_a_failed_control_is_reported_as_not_tested():
+    control = {"before": 0.05, "after": 0.06, "rise": 0.01, "se": 0.03, "passed": False, "per_seed": {0: 0.06}}
+    gate = {"clip": {"cosine": GateResult("cosine", 8, 4, 0.6, 2.0, 0.1, "the sign", 0.2, 0.5, False)}}
+    outcome = {"verdict": experiment.verdict({}, 0.05), "eval_se": 0.05, "sft": {"named_and_seen": 0.0}}
+    text = "\n".join(experiment.what_it_shows(outcome, control, gate, None))
+    assert "**not** a measurable move" in text and "**Not tested**" in text
+    assert "did not act" not in text and "`mapo_walk` − `grpo`" not in text
 
 
 def test_the_results_hash_changes_with_any_result():
@@ -178,7 +215,7 @@ def _shrunk(tiny_kit, tmp_path, arms, variance_batches=0):
 @pytest.mark.slow
 def test_a_failed_positive_control_stops_the_experiment_with_its_report(tiny_kit, tmp_path):
     """The tiny kit's random policy makes no tool call: GRPO cannot move target-seen off 0, and nothing else runs."""
-    argv, report = _shrunk(tiny_kit, tmp_path, ["grpo", "mapo_exact"])
+    argv, report = _shrunk(tiny_kit, tmp_path, ["grpo", "mapo_walk"])
     with pytest.raises(SystemExit, match=r"positive control failed: .* moved greedy target-seen by \+0\.000"):
         experiment.main(argv)
     text = report.read_text()
@@ -229,7 +266,8 @@ def test_the_demo_reads_the_verdict_from_the_report_and_the_readme_says_the_same
     assert stages.experiment_verdict(report) == ["- one", "- two"]
     # The committed report's verdict (its bold sentence) is the one the README's experiment paragraph states.
     verdict = " ".join(stages.experiment_verdict())
-    phrases = [p for p in ("MAPO's signal acted", "Not shown", "MAPO's signal did not act measurably") if p in verdict]
+    verdicts = ("MAPO's signal acted", "Not shown", "MAPO's signal did not act measurably", "Not tested")
+    phrases = [p for p in verdicts if p in verdict]
     assert len(phrases) == 1, verdict
     readme = (stages.REPO / "README.md").read_text(encoding="utf-8")
     assert phrases[0].lower() in readme.lower()

@@ -353,9 +353,9 @@ def test_bf16_full_fine_tuning_on_one_process_fails_at_start(tiny_kit, tmp_path,
 
 def test_the_experiment_controls_score_scripted_calls_from_the_scene(tiny_kit, tmp_path):
     """One row four times, every rollout zooming on the row's gold box, alternately with the right label and a wrong
-    one: the exact verifier gives z = 1, 0, 1, 0; the shuffled one a permutation of those; contrastive CLIP the
-    crop's cosine minus the whole image's; the simulated reader pays by its seeded draws; the gradient variance is
-    logged after its batches."""
+    one: the exact verifier gives z = 1, 0, 1, 0 and the walk verifier 1 throughout; the shuffled one a permutation
+    of the exact scores; contrastive CLIP the crop's cosine minus the whole image's; the simulated reader pays by its
+    seeded draws; the gradient variance is logged after its batches."""
     one = build_synthetic(1, seed=0, split="train")
     dataset = datasets.concatenate_datasets([one] * 4)
     row = one[0]
@@ -385,6 +385,9 @@ def test_the_experiment_controls_score_scripted_calls_from_the_scene(tiny_kit, t
     assert reader == expected
     variance = [e for e in exact.state.log_history if "gradvar/trace" in e]
     assert [e["step"] for e in variance] == [2] and variance[0]["gradvar/trace"] > 0
+
+    walk = train("walk", semantic_verifier="exact_walk", max_steps=1)
+    assert list(walk._logs["rewards"][SEMANTIC_REWARD_NAME]) == [1.0] * 4  # every crop framed it: labels unread
 
     shuffled = train("shuffled", semantic_verifier="shuffled_exact", max_steps=1)
     order = np.random.default_rng([7, 0]).permutation(4)  # tiny_trainer's seed 7, the first scored batch

@@ -17,6 +17,7 @@ from rewards import (
     ExactVerifier,
     Scene,
     ShuffledVerifier,
+    WalkVerifier,
     build_verifier,
     check_columns,
     frames_target,
@@ -104,6 +105,18 @@ def test_the_exact_verifier_pays_the_right_label_on_a_crop_that_frames_the_targe
     assert ExactVerifier().score(calls, [scene] * 4).tolist() == [1.0, 0.0, 0.0, 0.0]
 
 
+def test_the_walk_verifier_pays_a_crop_that_frames_the_target_whatever_its_label():
+    scene = Scene(IMAGE, TARGET, "the star")
+    calls = [
+        call((0, 0, 50, 50), "The star"),  # right label, target framed
+        call((0, 0, 50, 50), "the green object"),  # framed, another label: walk ignores the label
+        call((50, 50, 90, 90), "the star"),  # right label, target missed
+        call((0, 0, 100, 200), "the star"),  # the whole image: no zoom
+        call((0, 0, 50, 50), "the star", error="bad box"),  # no crop returned
+    ]
+    assert WalkVerifier().score(calls, [scene] * 5).tolist() == [1.0, 1.0, 0.0, 0.0, 0.0]
+
+
 def test_the_shuffled_verifier_keeps_the_values_and_permutes_them_reproducibly():
     class Fixed:
         def score(self, calls, scenes):
@@ -121,7 +134,11 @@ def test_verifiers_by_name_and_unknown_names_fail_naming_the_known_ones():
     assert isinstance(build_verifier("exact", ToolConfig()), ExactVerifier)
     shuffled = build_verifier("shuffled_exact", ToolConfig(), seed=5)
     assert isinstance(shuffled, ShuffledVerifier) and shuffled.seed == 5 and isinstance(shuffled.base, ExactVerifier)
-    with pytest.raises(ValueError, match=r"unknown verifier 'oracle'; known: \['clip', 'exact', 'shuffled_exact'\]"):
+    assert isinstance(build_verifier("exact_walk", ToolConfig()), WalkVerifier)
+    walk = build_verifier("shuffled_exact_walk", ToolConfig(), seed=2)
+    assert isinstance(walk, ShuffledVerifier) and walk.seed == 2 and isinstance(walk.base, WalkVerifier)
+    known = r"\['clip', 'exact', 'exact_walk', 'shuffled_exact', 'shuffled_exact_walk'\]"
+    with pytest.raises(ValueError, match=rf"unknown verifier 'oracle'; known: {known}"):
         build_verifier("oracle", ToolConfig())
 
 
