@@ -173,13 +173,14 @@ def test_the_control_passes_on_its_mean_rise_over_seeds_and_one_lucky_seed_does_
     assert steady["rise"] == pytest.approx(0.12) and steady["after"] == pytest.approx(0.17)
     assert steady["se"] == pytest.approx(math.sqrt(0.05 * 0.95 / 100 + 0.17 * 0.83 / 100)) and steady["passed"]
     assert steady["per_seed"] == {0: 0.15, 1: 0.17, 2: 0.19}
-    # One seed rising 0.33, two falling 0.05 and 0.04: mean 0.08, but the seeds' SE is 0.12503 (sample std 0.2166
-    # over sqrt(3)), above one evaluation's.
+    # On 400 rows, one seed rising 0.33 and two falling 0.05 and 0.04: a mean rise of 0.08 is 4 of one evaluation's
+    # standard errors (sqrt(0.05 * 0.95 / 400 + 0.13 * 0.87 / 400) = 0.02004), but the seeds' is 0.12503 (sample std
+    # 0.2166 over sqrt(3)).
     lucky = experiment.control_verdict(
-        sft, {0: {"target_seen": 0.38}, 1: {"target_seen": 0.0}, 2: {"target_seen": 0.01}}
+        {"target_seen": 0.05, "n": 400}, {0: {"target_seen": 0.38}, 1: {"target_seen": 0.0}, 2: {"target_seen": 0.01}}
     )
-    assert lucky["rise"] == pytest.approx(0.08) and lucky["seeds_se"] == pytest.approx(0.12503, abs=1e-5)
-    assert lucky["se"] == lucky["seeds_se"] and not lucky["passed"]
+    assert lucky["rise"] == pytest.approx(0.08) and experiment.difference_se(0.05, 0.13, 400) < 0.08 / 2
+    assert lucky["se"] == lucky["seeds_se"] == pytest.approx(0.12503, abs=1e-5) and not lucky["passed"]
     # With one seed only one evaluation's noise can be judged, as before.
     one = experiment.control_verdict(sft, {0: {"target_seen": 0.38}})
     assert math.isnan(one["seeds_se"]) and one["se"] == pytest.approx(experiment.difference_se(0.05, 0.38, 100))
