@@ -19,8 +19,11 @@ from data.synthetic import build_synthetic
 
 DATASETS: dict[str, Callable[..., datasets.Dataset]] = {
     "synthetic": build_synthetic,
-    # benchmark and DeepEyes readers: `get_dataset(name, path=..., split=..., skip_bad_rows=False)`
-    **{name: functools.partial(load_benchmark, name) for name in ("vstar", "hrbench", "mme_realworld", "deepeyes")},
+    # benchmark and RL-set readers: `get_dataset(name, path=..., split=..., skip_bad_rows=False)`
+    **{
+        name: functools.partial(load_benchmark, name)
+        for name in ("vstar", "hrbench", "mme_realworld", "deepeyes", "mini_o3", "cof_rl")
+    },
 }
 
 

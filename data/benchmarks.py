@@ -18,6 +18,16 @@ Layouts (see docs/evaluation.md for where each comes from and what was verified)
   `answer`, `category`, `l2-category`, `bytes` as base64).
 - `deepeyes`: one DeepEyes-47k training parquet (`data_source`, `prompt`, `images[{bytes}]`,
   `reward_model.ground_truth`, `extra_info.question`), for RL.
+- `mini_o3`: one Mini-o3 RL JSON list (`VisualProbe_train/train.json`, `DeepEyes_train_4K/train.json`,
+  `VisualProbe_{Easy,Medium,Hard}/val.json`), or a folder holding `train.json`; records `images` (relative paths),
+  `doc_id`, `problem` ("<image>\n..."), `solution`, `data_source`. A relative image path resolves against the JSON
+  file's folder, else against that folder's parent (Mini-o3's `BASE_IMAGE_DIR`, which holds
+  `VisualProbe_train/train.json`): the first that holds the file wins. The id is `doc_id`, or `<file stem>-<row>` for
+  a record without one. For RL; the val files are evaluation sets in the same layout.
+- `cof_rl`: one Chain-of-Focus RL parquet (`train.parquet`, `images.zip` unzipped beside it): `prompt`
+  ([system, user]), `images[{"image": ...}]` (a path relative to the parquet's folder or a `file://` URL, bytes, or a
+  `{bytes, path}` struct), `reward_model.ground_truth`, `data_source`, `extra_info.question` (the question; without
+  it, the user turn less its `<image>` tag and CoF's instructions), for RL.
 - `synthetic`: a `save_to_disk` folder, or nothing: then a small test split is generated.
 
 Every row is validated before the dataset is built: a missing or unreadable image, a missing question or answer, an
@@ -50,11 +60,11 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 from data.synthetic import FEATURES, build_synthetic
-from data.task import OPTION_LETTERS, build_prompt, is_correct, parse_choice
+from data.task import OPTION_LETTERS, build_prompt, is_correct, message_text, parse_choice
 
 logger = logging.getLogger(__name__)
 
-BENCHMARKS = ("vstar", "hrbench", "mme_realworld", "synthetic", "deepeyes")
+BENCHMARKS = ("vstar", "hrbench", "mme_realworld", "synthetic", "deepeyes", "mini_o3", "cof_rl")
 SYNTHETIC_EVAL_ROWS = 32  # the test split generated when no synthetic folder is given (~0.35 s a row to draw)
 
 # "(A) red" option lines, as V* embeds them in its question text and MME-RealWorld writes its answer choices.
@@ -311,11 +321,99 @@ def _read_deepeyes(file: Path) -> Iterator[_Raw]:
         yield _Raw(file, row, values, _DEEPEYES_FIELDS)
 
 
+_MINI_O3_FIELDS = {"id": "doc_id", "question": "problem", "answer": "solution", "image": "images[0]"}
+
+
+def _read_mini_o3(path: Path) -> Iterator[_Raw | BadRowError]:
+    file = path / "train.json" if path.is_dir() else path
+    _expect(file, "a Mini-o3 RL JSON file, e.g. VisualProbe_train/train.json, or the folder holding train.json")
+    records = json.loads(file.read_text(encoding="utf-8"))
+    if not isinstance(records, list):
+        raise ValueError(f"{file}: expected a JSON list of Mini-o3 records, got {type(records).__name__}")
+    # Mini-o3 joins `images` to BASE_IMAGE_DIR, the folder above VisualProbe_train/train.json; paths written
+    # relative to the JSON's own folder are accepted too, so either way of unpacking the release reads
+    bases = (file.parent, file.parent.parent)
+    for row, record in enumerate(records):
+        if not isinstance(record, dict):
+            yield BadRowError(file, row, "(row)", f"not a JSON object: {type(record).__name__}")
+            continue
+        text = record.get("problem")
+        # the training prompt inserts the image itself; a literal "<image>" tag would only be noise
+        question, options = split_options(text.replace("<image>", "")) if isinstance(text, str) else (None, [])
+        relative = (record.get("images") or [None])[0]
+        image = None
+        if isinstance(relative, str) and relative:
+            image = next((base / relative for base in bases if (base / relative).is_file()), None)
+            if image is None:
+                places = " nor ".join(f"{base}/" for base in bases)
+                yield BadRowError(file, row, "images[0]", f"image file not found: {relative} (in {places})")
+                continue
+        doc_id = record.get("doc_id")
+        values = {
+            "id": f"{file.stem}-{row}" if doc_id in (None, "") else doc_id,
+            "source": f"mini_o3/{record.get('data_source')}",
+            "question": question,
+            "options": options,
+            "answer": record.get("solution"),
+            "image": image if image is not None else relative,
+        }
+        yield _Raw(file, row, values, _MINI_O3_FIELDS)
+
+
+# CoF's prepare_zoomin_data.py builds the user turn as "<image> Question: {question}" + an answer instruction + its
+# tool instruction; without `extra_info.question` these are cut off, so the prompt is ours alone
+_COF_PREFIX = re.compile(r"^\s*Question:\s*")
+_COF_INSTRUCTIONS = ("Answer the question using", "Answer with the option's letter", "Think in the mind first")
+
+
+def _cof_question(record: dict[str, Any]) -> tuple[str | None, str]:
+    """The bare question of a CoF row and the field it came from: `extra_info.question`, else the last user turn."""
+    text = (record.get("extra_info") or {}).get("question")
+    if isinstance(text, str) and text.strip():
+        return text.replace("<image>", ""), "extra_info.question"
+    users = [m for m in record.get("prompt") or [] if isinstance(m, dict) and m.get("role") == "user"]
+    if not users:
+        return None, "prompt"
+    lines = _COF_PREFIX.sub("", message_text(users[-1]).replace("<image>", "")).splitlines()
+    kept = [line for line in lines if not line.strip().startswith(_COF_INSTRUCTIONS)]
+    return "\n".join(kept), "prompt"
+
+
+def _cof_image(value: Any, folder: Path) -> Any:
+    """A CoF `images[i]` entry as `_image_cell` takes it: a string is a path (never base64), relative to `folder`."""
+    if isinstance(value, dict):
+        if "image" in value:  # verl's {"image": ...}; the value itself may be a {bytes, path} struct
+            return _cof_image(value["image"], folder)
+        value = value.get("bytes") or value.get("path")  # an HF image struct, DeepEyes-style
+    if isinstance(value, str) and value:
+        return folder / value.removeprefix("file://")  # an absolute path stays absolute
+    return value
+
+
+def _read_cof_rl(file: Path) -> Iterator[_Raw]:
+    _expect(file, "a Chain-of-Focus RL parquet file, e.g. train.parquet, with its images unzipped beside it")
+    for row, record in enumerate(_parquet_rows(file)):
+        text, question_field = _cof_question(record)
+        question, options = split_options(text) if isinstance(text, str) else (None, [])
+        values = {
+            "id": f"{file.stem}-{row}",
+            "source": f"cof/{record.get('data_source')}",
+            "question": question,
+            "options": options,
+            "answer": (record.get("reward_model") or {}).get("ground_truth"),
+            "image": _cof_image((record.get("images") or [None])[0], file.parent),
+        }
+        fields = {"question": question_field, "answer": "reward_model.ground_truth", "image": "images[0].image"}
+        yield _Raw(file, row, values, fields)
+
+
 _READERS = {
     "vstar": _read_vstar,
     "hrbench": _read_hrbench,
     "mme_realworld": _read_mme_realworld,
     "deepeyes": _read_deepeyes,
+    "mini_o3": _read_mini_o3,
+    "cof_rl": _read_cof_rl,
 }
 
 

@@ -40,7 +40,11 @@ from tools import TOOL_NAME, ToolError, ZoomInEnv, boxes_overlap, crop_box, vali
 logger = logging.getLogger(__name__)
 
 CALLS_FEATURE = datasets.List(
-    {"bbox_2d": datasets.List(datasets.Value("int32"), length=4), "label": datasets.Value("string")}
+    {
+        "bbox_2d": datasets.List(datasets.Value("int32"), length=4),
+        "label": datasets.Value("string"),
+        "thought": datasets.Value("string"),
+    }
 )
 GOLD_BOXES = ("tight", "grid", "region")
 MISS_ATTEMPTS = 32  # random placements tried for the first, missed call before settling for one call
@@ -133,6 +137,37 @@ def region_box(target: Sequence[int], frame: tuple[int, int], margin: int) -> li
     ]
 
 
+def seen_box(box: Sequence[int], image_size: tuple[int, int], seen: tuple[int, int]) -> list[int]:
+    """A box in original pixels mapped into the frame the model sees, rounded outwards, so the crop the tool maps it
+    back to always holds the whole box. Integer products divided once: exact, so a box touching the image's edge maps
+    onto the seen frame's edge."""
+    (width, height), (seen_w, seen_h) = image_size, seen
+    return [
+        math.floor(box[0] * seen_w / width),
+        math.floor(box[1] * seen_h / height),
+        math.ceil(box[2] * seen_w / width),
+        math.ceil(box[3] * seen_h / height),
+    ]
+
+
+def replay_calls(row: dict, env: ZoomInEnv) -> list[dict]:
+    """The calls of a converted trajectory (`row["gold_calls"]`, boxes in original pixels: `data.convert`) in the
+    frame the model sees (`seen_box`), each replayed through the tool and kept with the dataset's own thought.
+
+    Raises:
+        ToolError: the tool rejects a call (a label over its limits, a box it cannot crop).
+    """
+    env.reset(**row)
+    calls = []
+    for call in row["gold_calls"]:
+        bbox = seen_box(call["box"], env.image.size, env.seen_size)
+        env.image_zoom_in_tool(bbox_2d=bbox, label=call["label"])
+        if not env.calls[-1].ok:
+            raise ToolError(env.calls[-1].error)
+        calls.append({"bbox_2d": bbox, "label": env.calls[-1].label, "thought": call["thought"]})
+    return calls
+
+
 def plan_calls(
     row: dict,
     label: str,
@@ -152,16 +187,10 @@ def plan_calls(
         ToolError: `row["target_bbox"]` is missing or unusable (the tool itself would reject it).
     """
     env.reset(**row)
-    (width, height), (seen_w, seen_h) = env.image.size, env.seen_size
+    seen_w, seen_h = env.seen_size
     # min_side=0: the target as given, clamped to the image; the tool expands small boxes itself when it crops.
     target = crop_box(env.image.size, row.get("target_bbox"), min_side=0, max_aspect=env.config.max_aspect)
-    # Integer products divided once: exact, so a box touching the image edge maps onto the seen frame's edge.
-    gold = [
-        math.floor(target[0] * seen_w / width),
-        math.floor(target[1] * seen_h / height),
-        math.ceil(target[2] * seen_w / width),
-        math.ceil(target[3] * seen_h / height),
-    ]
+    gold = seen_box(target, env.image.size, env.seen_size)
     args = args or TrajectoryArguments()
     if args.gold_box == "grid":
         gold = grid_box(gold, (seen_w, seen_h), args.gold_box_grid, args.gold_box_size)
@@ -203,6 +232,15 @@ def build_gold_trajectories(
     env = environment_factory()
     stats, keep, plans = SynthesisStats(), [], []
     for index, row in enumerate(dataset):
+        if "gold_calls" in row:  # a converted public trajectory: its own calls and thoughts, replayed
+            try:
+                plans.append(replay_calls(row, env))
+            except ToolError:
+                stats.skipped["gold_calls"] += 1
+                continue
+            stats.calls[len(plans[-1])] += 1
+            keep.append(index)
+            continue
         try:
             label = validate_label(row.get("target_label"), env.config.max_label_words, env.config.max_label_chars)
         except ToolError:
@@ -216,7 +254,7 @@ def build_gold_trajectories(
             continue
         stats.calls[len(calls)] += 1
         keep.append(index)
-        plans.append(calls)
+        plans.append([{**call, "thought": THINK_ZOOM if k == 0 else THINK_MISSED} for k, call in enumerate(calls)])
     logger.info("gold trajectories by number of zoom-in calls: %s", dict(sorted(stats.calls.items())))
     if stats.skipped:
         logger.warning(
@@ -242,14 +280,15 @@ class GoldTrajectoryRenderer:
         """The row's prompt followed by its gold completion (assistant and tool turns, as TRL's tool loop writes them)."""
         self.env.reset(**row)
         messages = list(row["prompt"])
-        for turn, call in enumerate(row["calls"]):
-            think = THINK_ZOOM if turn == 0 else THINK_MISSED
-            tool_call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": dict(call)}}
-            messages.append({"role": "assistant", "content": f"<think>{think}</think>", "tool_calls": [tool_call]})
-            observation = self.env.image_zoom_in_tool(**call)
+        for call in row["calls"]:
+            arguments = {"bbox_2d": call["bbox_2d"], "label": call["label"]}
+            tool_call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}
+            content = f"<think>{call['thought']}</think>"
+            messages.append({"role": "assistant", "content": content, "tool_calls": [tool_call]})
+            observation = self.env.image_zoom_in_tool(**arguments)
             if not self.env.calls[-1].ok:  # planning validated the call: a failure here is a bug, not bad data
                 raise RuntimeError(f"gold call {call} of row {row.get('id')} failed: {self.env.calls[-1].error}")
             messages.append({"role": "tool", "name": TOOL_NAME, "content": observation})
-        think = THINK_SEEN if row["calls"] else THINK_NO_ZOOM
+        think = row.get("final_thought") or (THINK_SEEN if row["calls"] else THINK_NO_ZOOM)
         messages.append({"role": "assistant", "content": f"<think>{think}</think><answer>{row['answer']}</answer>"})
         return messages

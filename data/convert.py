@@ -1,0 +1,212 @@
+"""`python -m data.convert --format FORMAT --input PATH --output DIR [--preview N]`: a public zoom-trajectory SFT set
+as a dataset `sft.py` trains on by name (`dataset_name: DIR` in a recipe).
+
+Reads the dataset's folder as downloaded with the reader `--format` names (`data.converters.FORMATS`: every box
+composed into the original image's pixels), and writes to DIR:
+- the dataset (`save_to_disk`, split `train`): `id`, `source`, `prompt` (this repo's system prompt and the
+  question), `image` (the original), `answer`, `options`, `gold_calls` (per call its `box` in original pixels,
+  `thought`, `label`, `label_source`) and `final_thought`. SFT maps each box into the frame the model sees and
+  replays it through the real tool (`data.trajectories.replay_calls`): the dataset's own crops are never reused;
+- `stats.json`: rows read, converted, skipped by reason, calls by `label_source`;
+- with `--preview N`, for the first N rows `preview/<i>/image.png`, `crop_<k>.png` (the tool's crops on replay, at
+  the real recipes' pixel budget unless `--max_pixels` says otherwise), `trajectory.json`, and `preview/index.html`
+  showing them all.
+
+A row that cannot be converted is skipped and counted (`data.converters.SKIP_REASONS`); an input that is not in the
+format's layout fails at once, naming what was expected and found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import datasets
+import yaml
+
+from data.converters import FORMATS, LABEL_SOURCES, SKIP_REASONS, Limits, SkipRow, Trajectory
+from data.task import build_prompt
+from data.trajectories import replay_calls
+from tools import ToolConfig, make_environment_factory
+from tools.config import PixelBudget
+
+logger = logging.getLogger(__name__)
+
+FEATURES = datasets.Features(
+    {
+        "id": datasets.Value("string"),
+        "source": datasets.Value("string"),
+        "prompt": datasets.List({"role": datasets.Value("string"), "content": datasets.Value("string")}),
+        "image": datasets.Image(),
+        "answer": datasets.Value("string"),
+        "options": datasets.List(datasets.Value("string")),
+        "gold_calls": datasets.List(
+            {
+                "box": datasets.List(datasets.Value("int32"), length=4),
+                "thought": datasets.Value("string"),
+                "label": datasets.Value("string"),
+                "label_source": datasets.Value("string"),
+            }
+        ),
+        "final_thought": datasets.Value("string"),
+    }
+)
+# The preview replays calls at the budgets the real RL recipes share, so its crops are those training will show.
+RECIPE_BUDGETS = Path(__file__).resolve().parent.parent / "recipes" / "mapo_paper.yaml"
+QWEN_MIN_PIXELS, QWEN_FACTOR = 56 * 56, 28  # Qwen2.5-VL's image processor: min_pixels, patch 14 x merge 2
+
+
+def as_row(trajectory: Trajectory) -> dict:
+    """A `Trajectory` as a dataset row (`FEATURES`)."""
+    return {
+        "id": trajectory.id,
+        "source": trajectory.source,
+        "prompt": build_prompt(trajectory.question),
+        "image": trajectory.image,
+        "answer": trajectory.answer,
+        "options": [],
+        "gold_calls": [
+            {"box": list(c.box), "thought": c.thought, "label": c.label, "label_source": c.label_source}
+            for c in trajectory.calls
+        ],
+        "final_thought": trajectory.final_thought,
+    }
+
+
+def convert(fmt: str, source: Path, limits: Limits) -> tuple[list[Trajectory], dict]:
+    """Every convertible row of `source` in `fmt`, and the stats: rows read, converted, skipped by reason, calls by
+    label source."""
+    if fmt not in FORMATS:
+        raise ValueError(f"--format: unknown format {fmt!r}; known: {sorted(FORMATS)}")
+    if not source.is_dir():
+        raise ValueError(f"--input: {source} is not a folder (give the dataset's folder as downloaded)")
+    kept, skipped = [], Counter()
+    for item in FORMATS[fmt].read(source, limits):
+        if isinstance(item, SkipRow):
+            skipped[item.reason] += 1
+            logger.debug("skipped: %s", item)
+        else:
+            kept.append(item)
+    calls = Counter(call.label_source for t in kept for call in t.calls)
+    stats = {
+        "format": fmt,
+        "input": str(source),
+        "rows_read": len(kept) + skipped.total(),
+        "rows_converted": len(kept),
+        "rows_skipped": {reason: skipped[reason] for reason in SKIP_REASONS if skipped[reason]},
+        "calls_by_label_source": {source: calls[source] for source in LABEL_SOURCES},
+    }
+    return kept, stats
+
+
+def preview_budget(max_pixels: int | None) -> tuple[ToolConfig, PixelBudget]:
+    """The tool and pixel budget the preview replays with: the real recipes' (`recipes/mapo_paper.yaml`) unless
+    `max_pixels` is given, at Qwen2.5-VL's min pixels and factor."""
+    recipe = yaml.safe_load(RECIPE_BUDGETS.read_text(encoding="utf-8"))
+    pixels = max_pixels or recipe["max_pixels"]
+    tool = ToolConfig(max_pixels=pixels, crop_max_pixels=min(recipe["crop_max_pixels"], pixels))
+    return tool, PixelBudget(QWEN_MIN_PIXELS, pixels, QWEN_FACTOR)
+
+
+def write_preview(rows: Sequence[dict], out: Path, tool: ToolConfig, budget: PixelBudget) -> Path:
+    """`out/<i>/image.png`, `crop_<k>.png` (the tool's crops on replay), `trajectory.json`, and `out/index.html`."""
+    env = make_environment_factory(tool, budget)()
+    cards = []
+    for i, row in enumerate(rows):
+        folder = out / str(i)
+        folder.mkdir(parents=True, exist_ok=True)
+        row["image"].save(folder / "image.png")
+        calls = replay_calls(row, env)
+        for k, call in enumerate(env.calls, start=1):
+            call.crop.save(folder / f"crop_{k}.png")
+        record = {
+            "id": row["id"],
+            "source": row["source"],
+            "messages": [{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
+            "answer": row["answer"],
+            "final_thought": row["final_thought"],
+            "calls": [
+                {**gold, "bbox_2d": seen["bbox_2d"], "seen_size": list(env.seen_size)}
+                for gold, seen in zip(row["gold_calls"], calls)
+            ],
+        }
+        (folder / "trajectory.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        cards.append(_card(i, record, row["image"].size))
+    page = out / "index.html"
+    page.write_text(_PAGE.format(count=len(cards), cards="\n".join(cards)), encoding="utf-8")
+    return page
+
+
+_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>converted trajectories</title><style>
+body{{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}}
+.card{{background:#fff;border:1px solid #ddd;border-radius:6px;margin:1em 0;padding:1em}}
+.row{{display:flex;gap:1em;flex-wrap:wrap;align-items:flex-start}}.src{{color:#777}}
+.frame{{position:relative;display:inline-block;line-height:0}}.frame svg{{position:absolute;inset:0;width:100%;height:100%}}
+figure{{margin:0}}figcaption{{font-size:12px;color:#555;max-width:480px}}.crop{{border:3px solid #2a9d8f;padding:2px}}
+pre{{white-space:pre-wrap;background:#f3f3f3;padding:.5em;margin:.3em 0}}
+</style></head><body><h1>{count} converted trajectories</h1>
+{cards}
+</body></html>
+"""
+
+
+def _card(i: int, record: dict, size: tuple[int, int]) -> str:
+    width, height = size
+    boxes = "".join(
+        f'<rect x="{x1}" y="{y1}" width="{x2 - x1}" height="{y2 - y1}" fill="none" stroke="#2a9d8f" '
+        f'stroke-width="{max(2, width // 200)}"/>'
+        for x1, y1, x2, y2 in (call["box"] for call in record["calls"])
+    )
+    crops = "".join(
+        f'<figure><img class="crop" src="{i}/crop_{k}.png" style="max-width:240px;max-height:240px">'
+        f"<figcaption>{k}. {html.escape(call['label'])} ({call['label_source']}); box {call['box']}</figcaption>"
+        f"<pre>{html.escape(call['thought'])}</pre></figure>"
+        for k, call in enumerate(record["calls"], start=1)
+    )
+    question = html.escape(record["messages"][-1]["content"])
+    return (
+        f'<div class="card" id="row-{i}"><h2>{i}. {html.escape(record["id"])} '
+        f'<span class="src">{html.escape(record["source"])}</span></h2><pre>{question}</pre><div class="row">'
+        f'<figure class="frame"><img src="{i}/image.png" style="max-width:480px;max-height:480px">'
+        f'<svg viewBox="0 0 {width} {height}" preserveAspectRatio="none">{boxes}</svg></figure>{crops}</div>'
+        f"<pre>{html.escape(record['final_thought'])}</pre><p>answer: <b>{html.escape(record['answer'])}</b></p></div>"
+    )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--format", required=True, choices=sorted(FORMATS))
+    parser.add_argument("--input", required=True, type=Path, help="the dataset's folder as downloaded")
+    parser.add_argument("--output", required=True, type=Path)
+    parser.add_argument("--preview", type=int, default=0, help="write a preview of the first N converted rows")
+    parser.add_argument("--max_pixels", type=int, default=None, help="preview budget (default: the RL recipes')")
+    limits = ToolConfig()
+    parser.add_argument("--max_label_words", type=int, default=limits.max_label_words)
+    parser.add_argument("--max_label_chars", type=int, default=limits.max_label_chars)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    trajectories, stats = convert(args.format, args.input, Limits(args.max_label_words, args.max_label_chars))
+    if not trajectories:
+        raise SystemExit(f"no row of {args.input} converted: {stats['rows_skipped']}")
+    dataset = datasets.Dataset.from_list([as_row(t) for t in trajectories], features=FEATURES)
+    datasets.DatasetDict({"train": dataset}).save_to_disk(str(args.output))
+    (args.output / "stats.json").write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
+    if args.preview:
+        tool, budget = preview_budget(args.max_pixels)
+        rows = [as_row(t) for t in trajectories[: args.preview]]
+        stats["preview"] = str(write_preview(rows, args.output / "preview", tool, budget))
+    print(json.dumps(stats, indent=1))
+    return stats
+
+
+if __name__ == "__main__":
+    main()

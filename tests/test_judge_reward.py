@@ -1,0 +1,236 @@
+"""The LLM-judge reward against a fake OpenAI-compatible judge on localhost: verdicts in row order, what the requests
+carry, concurrency, timeouts and bad replies as unscorable rows, and the pure parsing of verdicts and settings."""
+
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from data.task import build_prompt
+from rewards import (
+    REQUIRED_COLUMNS,
+    REWARDS,
+    JudgeSettings,
+    fill_judge_prompt,
+    judge_reward,
+    judge_settings,
+    parse_verdict,
+    prompt_question,
+)
+
+TIMEOUT = 0.5  # JUDGE_TIMEOUT in these tests: the slow reply sleeps past it
+# What the fake judge replies, by the prediction it finds in the prompt: (seconds to wait, reply text).
+REPLIES = {
+    "red": (0.0, "CORRECT"),
+    "blue": (0.0, "INCORRECT"),
+    "green": (TIMEOUT + 1.0, "CORRECT"),  # too late: the client gave up
+    "grey": (0.0, "maybe?"),
+    "slow": (0.2, "Correct."),  # slow-ish, for the concurrency test
+}
+
+
+class FakeJudge(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), JudgeHandler)
+        self.requests, self.lock, self.in_flight, self.max_in_flight = [], threading.Lock(), 0, 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class JudgeHandler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        server = self.server
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with server.lock:
+            server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+            server.in_flight += 1
+            server.max_in_flight = max(server.max_in_flight, server.in_flight)
+        try:
+            prompt = body["messages"][-1]["content"]
+            # The prediction is the prompt's "Model's answer:" line (the default template) or its last line.
+            line = next((x for x in prompt.splitlines() if x.startswith("Model's answer:")), prompt.splitlines()[-1])
+            delay, text = REPLIES.get(line.split(":")[-1].strip(), (0.0, "garbage"))
+            time.sleep(delay)
+            reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+        except (BrokenPipeError, ConnectionResetError):  # the client timed out and hung up
+            pass
+        finally:
+            with server.lock:
+                server.in_flight -= 1
+
+    def log_message(self, *args):  # keep pytest's output quiet
+        pass
+
+
+@pytest.fixture
+def judge(monkeypatch):
+    """A fake judge served in a daemon thread, and the JUDGE_* environment pointing at it."""
+    server = FakeJudge()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    for name, value in {
+        "JUDGE_BASE_URL": server.base_url,
+        "JUDGE_MODEL": "test-judge",
+        "JUDGE_API_KEY": "sk-test",
+        "JUDGE_TIMEOUT": str(TIMEOUT),
+        "JUDGE_CONCURRENCY": "4",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("JUDGE_PROMPT", raising=False)
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def completion(answer: str | None) -> list[dict]:
+    """A two-turn completion whose final turn answers `answer` (None: no `<answer>` at all)."""
+    final = "<think>done</think>" + (f"<answer>{answer}</answer>" if answer is not None else " no idea")
+    call = {"role": "assistant", "content": "<think>look</think>", "tool_calls": [{"name": "image_zoom_in_tool"}]}
+    return [
+        call,
+        {"role": "tool", "content": [{"type": "text", "text": "crop"}]},
+        {"role": "assistant", "content": final},
+    ]
+
+
+# ------------------------------------------------------------------------------------------------- against a server
+def test_verdicts_come_back_in_row_order_and_failures_are_unscorable(judge, caplog):
+    predictions = ["red", "blue", "green", "grey", "red"]
+    with caplog.at_level(logging.WARNING, logger="rewards"):
+        scores = judge_reward([completion(p) for p in predictions], answer=["red"] * 5)
+    assert scores == [1.0, 0.0, None, None, 1.0]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "2 of 5 requests" in warnings[0].getMessage()  # once a batch, with the count
+
+
+def test_requests_carry_the_model_the_key_and_the_filled_prompt(judge):
+    prompt = build_prompt("What colour is the star?")
+    assert judge_reward([completion("red")], answer=["crimson"], prompts=[prompt]) == [1.0]
+    (request,) = judge.requests
+    body = request["body"]
+    assert request["path"] == "/v1/chat/completions" and request["auth"] == "Bearer sk-test"
+    assert body["model"] == "test-judge" and body["temperature"] == 0 and body["max_tokens"] > 0
+    text = body["messages"][-1]["content"]
+    assert "Question: What colour is the star?\n" in text  # the user turn, less the format instruction
+    assert "Ground-truth answer: crimson" in text and "Model's answer: red" in text
+    assert "{" not in text and "Think first" not in text
+
+
+def test_no_api_key_sends_no_authorization_header(judge, monkeypatch):
+    monkeypatch.delenv("JUDGE_API_KEY")
+    assert judge_reward([completion("red")], answer=["red"]) == [1.0]
+    assert judge.requests[0]["auth"] is None
+
+
+def test_requests_of_a_batch_overlap(judge):
+    assert judge_reward([completion("slow")] * 8, answer=["x"] * 8) == [1.0] * 8
+    assert 1 < judge.max_in_flight <= 4  # JUDGE_CONCURRENCY=4
+
+
+def test_a_missing_or_too_long_answer_scores_zero_without_a_request(judge):
+    completions = [completion(None), completion("x" * 1000), completion("x" * 999), completion("red")]
+    assert judge_reward(completions, answer=["red"] * 4) == [0.0, 0.0, None, 1.0]  # 999 characters: asked (garbage)
+    assert len(judge.requests) == 2
+    assert judge_reward([completion(None)], answer=["red"]) == [0.0] and len(judge.requests) == 2
+
+
+def test_a_custom_prompt_file_is_used(judge, monkeypatch, tmp_path):
+    template = tmp_path / "judge.txt"
+    template.write_text('Grade {"json": "braces stay"}.\nQ: {question}\nGold: {answer}\nSaid: {prediction}')
+    monkeypatch.setenv("JUDGE_PROMPT", str(template))
+    assert judge_reward([completion("blue")], answer=["navy"], prompts=[build_prompt("Which?")]) == [0.0]
+    text = judge.requests[0]["body"]["messages"][-1]["content"]
+    assert text == 'Grade {"json": "braces stay"}.\nQ: Which?\nGold: navy\nSaid: blue'
+
+
+def test_an_unreachable_judge_leaves_rows_unscored(judge):
+    judge.shutdown()
+    judge.server_close()  # nothing listens on the port any more: connection refused
+    assert judge_reward([completion("red"), completion(None)], answer=["red", "red"]) == [None, 0.0]
+
+
+def test_an_http_error_leaves_the_row_unscored(judge, monkeypatch):
+    monkeypatch.setattr(JudgeHandler, "do_POST", lambda self: self.send_error(500))
+    assert judge_reward([completion("red")], answer=["red"]) == [None]
+
+
+def test_judge_is_registered_and_needs_the_answer_column():
+    assert REWARDS["judge"] is judge_reward and REQUIRED_COLUMNS["judge"] == ("answer",)
+
+
+# ------------------------------------------------------------------------------------------------------------ pure
+@pytest.mark.parametrize(
+    ("text", "score"),
+    [
+        ("CORRECT", 1.0),
+        (" correct.\n", 1.0),
+        ("**Correct**", 1.0),
+        ("INCORRECT", 0.0),
+        ("Incorrect!", 0.0),
+        ("maybe?", None),
+        ("", None),
+        ("CORRECT INCORRECT", None),
+        ("INCORRECT CORRECT", None),
+        ("not correct", None),
+        ("The answer is CORRECT", None),
+    ],
+)
+def test_parse_verdict(text, score):
+    assert parse_verdict(text) == score
+
+
+def test_the_question_is_the_last_user_turn_in_either_content_form():
+    system, user = build_prompt("How many cats?", ["1", "2"])
+    parts = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user["content"]}]}  # TRL's form
+    assert (
+        prompt_question([system, user]) == prompt_question([system, parts]) == "How many cats?\nOptions:\nA. 1\nB. 2"
+    )
+    assert prompt_question(None) == "" and prompt_question([system]) == ""
+
+
+def test_a_placeholder_inside_a_filled_value_is_not_expanded():
+    filled = fill_judge_prompt("{question}|{answer}|{prediction}", "q {answer}", "gold", "{question}")
+    assert filled == "q {answer}|gold|{question}"
+
+
+def test_settings_defaults_and_empty_values_mean_unset():
+    settings = judge_settings({"JUDGE_API_KEY": "", "JUDGE_TIMEOUT": ""})
+    assert settings == JudgeSettings("http://localhost:8000/v1", "judge", None, 30.0, 8, settings.template)
+    assert all(p in settings.template for p in ("{question}", "{answer}", "{prediction}"))
+    assert judge_settings({"JUDGE_BASE_URL": "http://h:1/v1/", "JUDGE_TIMEOUT": "2.5"}).base_url == "http://h:1/v1"
+
+
+@pytest.mark.parametrize(
+    ("environ", "variable"),
+    [
+        ({"JUDGE_TIMEOUT": "soon"}, "JUDGE_TIMEOUT"),
+        ({"JUDGE_TIMEOUT": "0"}, "JUDGE_TIMEOUT"),
+        ({"JUDGE_TIMEOUT": "nan"}, "JUDGE_TIMEOUT"),
+        ({"JUDGE_CONCURRENCY": "0"}, "JUDGE_CONCURRENCY"),
+        ({"JUDGE_CONCURRENCY": "two"}, "JUDGE_CONCURRENCY"),
+        ({"JUDGE_BASE_URL": "localhost:8000/v1"}, "JUDGE_BASE_URL"),
+        ({"JUDGE_PROMPT": "/nonexistent/judge.txt"}, "JUDGE_PROMPT"),
+    ],
+)
+def test_a_bad_setting_names_its_variable(environ, variable):
+    with pytest.raises(ValueError, match=variable):
+        judge_settings(environ)
+
+
+def test_a_prompt_file_without_a_placeholder_is_refused(tmp_path):
+    template = tmp_path / "judge.txt"
+    template.write_text("Gold: {answer}\nReply CORRECT or INCORRECT.")
+    with pytest.raises(ValueError, match=r"JUDGE_PROMPT.*\{prediction\}"):
+        judge_settings({"JUDGE_PROMPT": str(template)})
