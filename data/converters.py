@@ -154,12 +154,14 @@ _LOOK = (
 _PHRASE = rf"({_ARTICLE}\s+[^.,;:!?()\[\]{{}}\n\"]+)"
 _FROM_THOUGHT = re.compile(rf"\b{_LOOK}\s+{_PHRASE}", re.IGNORECASE)
 _FROM_QUESTION = re.compile(rf"\b(?={_PHRASE})", re.IGNORECASE)  # a lookahead: phrases inside phrases are tried too
+_DO_QUESTION = re.compile(r"^\s*(?:what|which|where|who|how)\s+(?:does|do|did)\b", re.IGNORECASE)
 _HOW_MANY = re.compile(r"\bhow\s+many\s+([^.,;:!?()\[\]{}\n\"]+)", re.IGNORECASE)  # counted things: "the apples"
 # A noun phrase ends before one of these: what follows places or qualifies it, and the label names the thing.
 _STOP_WORDS = frozenset(
     "to for in on at of so and or but which that who where when because with from near by is are was were be "
     "if as than then it its there here into onto under above below behind between closely carefully again more "
-    "further now first".split()
+    "further now first say says show shows read reads look looks mean means contain contains have has do does did "
+    "can could will would should".split()
 )
 # Phrases that name the picture, not a thing in it...
 _GENERIC_HEADS = frozenset(
@@ -196,7 +198,10 @@ def derive_label(thought: str, question: str) -> tuple[str, str] | None:
              ("question", question, _FROM_QUESTION, ""))  # fmt: skip
     for source, text, pattern, article in rules:
         for match in pattern.finditer(text or ""):
-            phrase = _noun_phrase(article + match.group(1))
+            candidate = article + match.group(1)
+            if source == "question" and _DO_QUESTION.match(text) and not text[match.end(1) :].strip(" ?"):
+                candidate = candidate.rsplit(maxsplit=1)[0]  # "What does the man hold?": the last word is the verb
+            phrase = _noun_phrase(candidate)
             if phrase:
                 return phrase, source
     return None

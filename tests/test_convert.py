@@ -146,12 +146,29 @@ def test_relative_boxes_compose_into_the_original_and_overshoot_is_a_skip():
         to_image_box((50, 50, 50, 80), SIZE)  # empty
 
 
-def test_labels_derive_from_the_thought_then_the_question():
-    assert derive_label("I need to zoom in on the red square to read it.", QUESTION) == ("the red square", "thought")
-    assert derive_label("Let me look at this image closely.", QUESTION) == ("the small square", "question")
-    assert derive_label("", "What is the colour of the umbrella?") == ("the umbrella", "question")
-    assert derive_label("", "How many apples are on the table?") == ("the apples", "question")
+# The ten derived labels docs/data.md shows: (thought before the call, question) -> (label, label_source).
+DERIVED = [
+    ("I need to zoom in on the red square to read it.", QUESTION, ("the red square", "thought")),
+    ("Let me look at this image closely.", QUESTION, ("the small square", "question")),
+    ("", "What is the colour of the umbrella?", ("the umbrella", "question")),
+    ("", "How many apples are on the table?", ("the apples", "question")),
+    ("I will zoom in on the license plate of the car.", "What is the plate number?", ("the license plate", "thought")),
+    ("", "Is the cup to the left of the laptop?", ("the cup", "question")),
+    ("", "What is written on the sign?", ("the sign", "question")),
+    ("To answer, I should focus on the woman's handbag.", "What brand is it?", ("the woman's handbag", "thought")),
+    ("The text is tiny; let me crop the top banner.", "What does the banner say?", ("the banner", "question")),
+    ("I should check the clock on the tower.", "What time does the clock show?", ("the clock", "thought")),
+]
+
+
+@pytest.mark.parametrize(("thought", "question", "label"), DERIVED)
+def test_labels_derive_from_the_thought_then_the_question(thought, question, label):
+    assert derive_label(thought, question) == label
+
+
+def test_no_label_is_invented_when_neither_names_a_thing():
     assert derive_label("Hmm.", "Is it daytime?") is None
+    assert derive_label("Let me look at the top left.", "What is in the image?") is None
 
 
 # ------------------------------------------------------------------------------------------------------ formats
