@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 from PIL import Image
 
 Box = tuple[int, int, int, int]  # x1, y1, x2, y2 in the original image's pixels
@@ -329,8 +330,6 @@ def _files(root: Path, patterns: Sequence[str], fmt: str) -> list[Path]:
 def read_mini_o3_coldstart(root: Path, limits: Limits) -> Iterator[Trajectory | SkipRow]:
     """Mini-o3's cold start: parquet shards whose `conversations` is a JSON sharegpt string and `images` the
     original then the observations; a call's box is relative to its `source` image."""
-    import pyarrow.parquet as pq
-
     for file in _files(root, ("*.parquet", "data/*.parquet"), "mini_o3_coldstart"):
         table = pq.read_table(file)
         _check_keys(dict.fromkeys(table.column_names), ("conversations", "images"), str(file))

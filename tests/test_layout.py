@@ -21,7 +21,7 @@ from mapo_trainer import MAPOTrainer
 
 REPO = Path(__file__).resolve().parents[1]
 SKIP_DIRS = {".venv", "outputs", ".git", "__pycache__"}
-ENTRY_SCRIPTS = {"rl", "sft", "evaluate"}
+ENTRY_SCRIPTS = {"rl", "sft", "evaluate", "data.convert"}  # data.convert runs as `python -m data.convert`
 # The one runnable that imports an entry script: it is `rl.py` run unchanged but for its trainer class.
 ALLOWED_RUNNABLE_IMPORTS = {("scripts.rl_forced", "rl")}
 

@@ -59,7 +59,9 @@ def test_loss_covers_the_calls_and_the_answer_only(tiny_processor, rows, make_en
         calls = [json.loads(c) for c in re.findall(r"<tool_call>\n(.*?)\n</tool_call>", trained)]
         planned = gold.with_format(None)[i]["calls"]
         arguments = [{"bbox_2d": call["bbox_2d"], "label": call["label"]} for call in planned]
-        assert calls == [{"name": "image_zoom_in_tool", "arguments": a} for a in arguments]  # the thought is no argument
+        assert calls == [
+            {"name": "image_zoom_in_tool", "arguments": a} for a in arguments
+        ]  # the thought is no argument
         assert trained.count("<think>") == 3 and trained.endswith(f"<answer>{row['answer']}</answer><|im_end|>\n")
         for untrained in ("<tool_response>", "Zoomed in on", "<|vision_start|>", "# Tools", "Options", "system"):
             assert untrained not in trained
