@@ -191,9 +191,10 @@ def derive_label(thought: str, question: str) -> tuple[str, str] | None:
 
     Rule, first match wins: (1) in the thought before the call, the noun phrase after a looking verb ("zoom in on",
     "look at", "focus on", "examine", "check", "crop", "locate", "find", "identify", "read"); (2) in the question,
-    what "how many" counts ("the apples"), else its first noun phrase. A noun phrase starts with an article or demonstrative ("this" and "that" become "the")
-    and ends before a preposition, conjunction or verb of `_STOP_WORDS`; it has 2 to `MAX_DERIVED_WORDS` words and
-    neither names the picture itself ("the image", "the top left") nor an attribute ("the colour").
+    what "how many" counts ("the apples"), else its first noun phrase. A noun phrase starts with an article or
+    demonstrative ("this" and "that" become "the") and ends before a word of `_STOP_WORDS` (a preposition,
+    conjunction, adverb or common verb); it has 2 to `MAX_DERIVED_WORDS` words and names neither the picture itself
+    ("the image", "the top left") nor an attribute ("the colour"). A heuristic: check a conversion's preview.
     """
     rules = (("thought", thought, _FROM_THOUGHT, ""), ("question", question, _HOW_MANY, "the "),
              ("question", question, _FROM_QUESTION, ""))  # fmt: skip
