@@ -625,6 +625,8 @@ def variance_table(variance: dict[str, dict]) -> str:
 def write_report(report: Path, outcome: dict, gate: dict[str, dict[str, GateResult]], setup: dict) -> Path:
     """docs/experiment.md, its plots (in `docs/experiment/`) and `results.json`, every section generated."""
     figures = report.with_suffix("")
+    for stale in figures.glob("*.png"):  # an earlier run's plots, which this report may not redraw
+        stale.unlink()
     results, sft, control = outcome["results"], outcome["sft"], outcome["control"]
     digest = results_hash(outcome)
     lines = [
@@ -815,18 +817,17 @@ def main(argv: Sequence[str] | None = None) -> dict:
         else:
             arms["mapo_clip"]["semantic_score"] = clip_score
 
-    control_runs = {
-        seed: train_and_evaluate(
-            run_argv(args, start, kit, "control", seed, **CONTROL),
-            start,
-            args.output_dir / "eval" / f"control-seed{seed}",
-            eval_rows,
-            stage,
-            f"positive control seed {seed}",
-            0,
-        )  # fmt: skip
-        for seed in args.seeds
-    }
+    # Planned (and checked to differ only in the arms' fields) before anything trains, so the report states the
+    # shared settings even when the control stops the experiment.
+    planned = {(arm, seed): run_argv(args, start, kit, arm, seed, **overrides)
+               for seed in args.seeds for arm, overrides in arms.items()}  # fmt: skip
+    fields = check_shared({key: stages.rl_args(a) for key, a in planned.items()}) if planned else {}
+    control_runs = {}
+    for seed in args.seeds:
+        control_argv = run_argv(args, start, kit, "control", seed, **CONTROL)
+        eval_dir = args.output_dir / "eval" / f"control-seed{seed}"
+        control_runs[seed] = train_and_evaluate(control_argv, start, eval_dir, eval_rows, stage,
+                                                f"positive control seed {seed}", 0)  # fmt: skip
     control = control_verdict(sft, {seed: run["evals"][args.rl_steps] for seed, run in control_runs.items()})
     control |= {"steps": {seed: run["steps"] for seed, run in control_runs.items()}}
     outcome = {
@@ -838,20 +839,17 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "variance": {},
         "eval_se": difference_se(sft["target_seen"], sft["target_seen"], eval_rows),
     }
-    setup = describe_setup(args, argv, start, {}, {}, eval_rows, stage)
+    setup = describe_setup(args, argv, start, fields, {}, eval_rows, stage)
     if not control["passed"]:
         outcome["verdict"] = verdict({}, outcome["eval_se"])
         write_report(args.report, outcome, gate_objects, setup)
         raise SystemExit(
             f"positive control failed: GRPO on the noise-free reward moved greedy target-seen by {control['rise']:+.3f}"
-            f" (SFT {control['before']:.3f}, RL {control['after']:.3f}, the mean over seeds {args.seeds}), not above {CONTROL_SIGMAS:g} standard errors "
-            f"({control['se']:.3f}): RL at this budget does not move the policy, so no arm's result would mean "
-            f"anything. Report: {args.report}"
+            f" (SFT {control['before']:.3f}, RL {control['after']:.3f}, the mean over seeds {args.seeds}), not above "
+            f"{CONTROL_SIGMAS:g} standard errors ({control['se']:.3f}): RL at this budget does not move the policy, so "
+            f"no arm's result would mean anything. Report: {args.report}"
         )
 
-    planned = {(arm, seed): run_argv(args, start, kit, arm, seed, **overrides)
-               for seed in args.seeds for arm, overrides in arms.items()}  # fmt: skip
-    fields = check_shared({key: stages.rl_args(a) for key, a in planned.items()}) if planned else {}
     results: dict[str, list[dict]] = {arm: [] for arm in arms}
     spent = []
     for i, ((arm, seed), argv_rl) in enumerate(planned.items(), start=1):

@@ -217,9 +217,16 @@ def _shrunk(tiny_kit, tmp_path, arms, variance_batches=0):
 def test_a_failed_positive_control_stops_the_experiment_with_its_report(tiny_kit, tmp_path):
     """The tiny kit's random policy makes no tool call: GRPO cannot move target-seen off 0, and nothing else runs."""
     argv, report = _shrunk(tiny_kit, tmp_path, ["grpo", "mapo_walk"])
+    stale = report.with_suffix("") / "z_mean.png"  # an earlier run's plot, which this report does not draw
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"png")
     with pytest.raises(SystemExit, match=r"positive control failed: .* moved greedy target-seen by \+0\.000"):
         experiment.main(argv)
     text = report.read_text()
+    assert not stale.exists()
+    assert "| `learning_rate` | `0.0003` |" in text  # the shared settings, planned before the control ran
+    shows = text.split("## What it shows")[1].split("\n## ")[0]
+    assert "**Not tested**" in shows and "did not act" not in shows
     assert "**failed**" in text.split("## Positive control")[1] and "## Final evaluation" not in text
     assert not (tmp_path / "out" / "rl" / "grpo-seed0").exists()  # no arm trained
     assert "| exact | cosine |" in text  # the verifier gate ran before the control
