@@ -379,10 +379,12 @@ def _mini_o3_row(record: dict, row_id: str, root: Path, limits: Limits) -> Traje
 
 
 def _sharegpt_messages(
-    records: list[dict], root: Path, fmt: str, row_call: Callable[[str, dict, Image.Image, str], list]
+    file: Path, root: Path, fmt: str, row_call: Callable[[str, dict, Image.Image, str], list]
 ) -> Iterator[Trajectory | SkipRow]:
     """Readers of `{messages: [{role, content}], images: [paths]}` lists (CoF, DeepEyesV2): `row_call(text, record,
-    image, question)` reads one assistant turn's calls."""
+    image, question)` reads one assistant turn's calls. A row's id is its own, else `<file stem>-<index>`, so rows of
+    several part files never share one."""
+    records = _records(file, f"{fmt}: a JSON list of {{messages, images}}")
     for index, record in enumerate(records):
         if index == 0:
             _check_keys(record, ("messages", "images"), f"{fmt} record 0")
@@ -398,7 +400,7 @@ def _sharegpt_messages(
                 if message.get("role") == "assistant":
                     calls += row_call(message.get("content", ""), record, image, question)
                     final = message.get("content", "")
-            yield _finish(record.get("id", index), fmt.removesuffix("_sft"), image, question, answer_of(final),
+            yield _finish(record.get("id", f"{file.stem}-{index}"), fmt.removesuffix("_sft"), image, question, answer_of(final),
                           calls, thought_of(final))  # fmt: skip
         except SkipRow as skip:
             yield skip
@@ -420,7 +422,7 @@ def read_cof_sft(root: Path, limits: Limits) -> Iterator[Trajectory | SkipRow]:
             out.append(TrajectoryCall(box, thought, *call_label(arguments.get("label"), thought, question, limits)))
         return out
 
-    yield from _sharegpt_messages(_records(file, "Chain-of-Focus' cof_sft_data.json"), root, "cof_sft", calls)
+    yield from _sharegpt_messages(file, root, "cof_sft", calls)
 
 
 def read_deepeyes_v2_sft(root: Path, limits: Limits) -> Iterator[Trajectory | SkipRow]:
@@ -436,7 +438,7 @@ def read_deepeyes_v2_sft(root: Path, limits: Limits) -> Iterator[Trajectory | Sk
         return out
 
     for file in _files(root, ("json/sft_part_*.json", "sft_part_*.json"), "deepeyes_v2_sft"):
-        yield from _sharegpt_messages(_records(file, "DeepEyesV2's sft_part_*.json"), root, "deepeyes_v2_sft", calls)
+        yield from _sharegpt_messages(file, root, "deepeyes_v2_sft", calls)
 
 
 def read_thyme_sft(root: Path, limits: Limits) -> Iterator[Trajectory | SkipRow]:

@@ -210,7 +210,7 @@ def test_cof_absolute_boxes_keep_their_labels_and_bad_rows_are_counted(tmp_path)
     (call,) = dataset[0]["gold_calls"]
     assert call == {"box": [240, 90, 300, 150], "thought": "Too small; I zoom in.", "label": "the red square",
                     "label_source": "dataset"}  # fmt: skip
-    assert dataset[0]["source"] == "cof"
+    assert dataset[0]["source"] == "cof" and dataset[0]["id"] == "cof_sft_data-0"  # part files never share an id
     assert_every_crop_shows_the_target(dataset)
 
 
