@@ -32,7 +32,10 @@ LAUNCH      := $(VENV)/bin/accelerate launch --config_file recipes/accelerate_co
 # (recipes/tiny/..., outputs/tiny...). Real recipes download the policy and the CLIP weights (README, "Weights for real
 # runs"); on an air-gapped node fetch them ahead and set HF_HUB_OFFLINE=1 yourself, which every target respects.
 OFFLINE     := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
-tiny_only    = $(if $(filter-out recipes/tiny/% outputs/tiny% ./outputs/tiny%,$(1)),,$(OFFLINE))
+is_tiny      = $(if $(filter-out recipes/tiny/% outputs/tiny% ./outputs/tiny%,$(1)),,yes)
+tiny_only    = $(if $(call is_tiny,$(1)),$(OFFLINE))
+# The tiny kit is built for tiny recipes and models only: a real recipe's run needs just the installed stack.
+tiny_kit_for = $(if $(call is_tiny,$(1)),tiny,$(STAMP))
 tiny demo test bench clip experiment: export HF_HUB_OFFLINE ?= 1
 tiny demo test bench clip experiment: export TRANSFORMERS_OFFLINE ?= 1
 tiny demo test bench clip experiment: export HF_DATASETS_OFFLINE ?= 1
@@ -80,16 +83,16 @@ tiny: $(TINY)/.built ## Build the tiny offline models (Qwen2.5-VL, tokenizer, CL
 demo: tiny ## The main job on tiny models, CPU: train CLIP verifier, SFT, MAPO RL, evaluate before/after (outputs/demo)
 	$(PY) -m scripts.demo $(ARGS)
 
-experiment: tiny ## Does MAPO's signal act? Controlled arms vs GRPO, 3 seeds, tiny, CPU, ~45 min (docs/experiment.md); ARGS="--sft_model outputs/demo/sft"
-	$(PY) -m scripts.experiment $(ARGS)
+experiment: tiny ## Research (research/): does MAPO's signal act? Controlled arms vs GRPO, tiny, CPU (docs/experiment.md)
+	$(PY) -m research.experiment $(ARGS)
 
-sft: tiny ## SFT cold start: SFT_RECIPE=<recipe.yaml> ACCELERATE=<cpu|multi_cpu|single_gpu|ddp|zero2|zero3|fsdp2> ARGS="--field value ..."; N nodes: NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, NUM_PROCESSES
+sft: $(call tiny_kit_for,$(SFT_RECIPE)) ## SFT cold start: SFT_RECIPE=<recipe.yaml> ACCELERATE=<cpu|multi_cpu|single_gpu|ddp|zero2|zero3|fsdp2> ARGS="--field value ..."; N nodes: NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, NUM_PROCESSES
 	$(call tiny_only,$(SFT_RECIPE)) $(LAUNCH) sft.py --config $(SFT_RECIPE) $(ARGS)
 
-rl: tiny ## MAPO RL: RECIPE=<recipe.yaml> ACCELERATE=<cpu|multi_cpu|single_gpu|ddp|zero2|zero3|fsdp2> ARGS="--field value ..."; N nodes: as sft
+rl: $(call tiny_kit_for,$(RECIPE)) ## MAPO RL: RECIPE=<recipe.yaml> ACCELERATE=<cpu|multi_cpu|single_gpu|ddp|zero2|zero3|fsdp2> ARGS="--field value ..."; N nodes: as sft
 	$(call tiny_only,$(RECIPE)) $(LAUNCH) rl.py --config $(RECIPE) $(ARGS)
 
-eval: tiny ## Score MODEL on BENCH (vstar|hrbench|mme_realworld|synthetic); DATA: its files (empty: generated synthetic test split); ARGS="--limit 20"
+eval: $(call tiny_kit_for,$(MODEL) $(CLIP)) ## Score MODEL on BENCH (vstar|hrbench|mme_realworld|synthetic); DATA: its files (empty: generated synthetic test split); ARGS="--limit 20"
 	$(call tiny_only,$(MODEL) $(CLIP)) $(PY) evaluate.py --model_name_or_path $(MODEL) --benchmark $(BENCH) $(if $(DATA),--data_path $(DATA)) $(if $(CLIP),--clip_model $(CLIP)) $(ARGS)
 
 clip: $(TINY)/clip_trained/training_metrics.json ## Train the tiny CLIP verifier on synthetic crops (~1 min CPU)

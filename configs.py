@@ -29,9 +29,10 @@ from data import DATASETS
 from data.benchmarks import BENCHMARKS
 from data.synthetic import DEFAULT_IMAGE_SIZE, DEFAULT_OBJECT_FRACTION, QUESTION_TYPES
 from data.trajectories import TrajectoryArguments
-from hpo import HPO_SOLVERS
+from hpo import HPO_SOLVERS, MAX_OFF_TRAJECTORIES, MIN_NEGATIVE_STEPS, MIN_POSITIVE_STEPS
 from mapo import SEMANTIC_SCORES
-from rewards import VERIFIERS
+from rewards import get_reward_funcs
+from rewards.verifiers import VERIFIERS, verifier_factory
 from tools import ToolConfig
 from utils.checks import check_vllm_version
 
@@ -79,8 +80,14 @@ class ScriptArguments(trl.ScriptArguments):
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["outcome", "format"],
-        metadata={"help": "Outcome reward functions by name (rewards.REWARDS)."},
+        metadata={
+            "help": "Outcome reward functions, each a name in rewards.REWARDS or an import path "
+            "'package.module:function' (a TRL reward function; imported when the recipe is parsed)."
+        },
     )
+
+    def __post_init__(self):
+        get_reward_funcs(self.reward_funcs)  # an unknown name or a broken import path fails at parse, naming it
 
 
 ADVANTAGE_ESTIMATORS = ("grpo", "mapo", "hpo", "mapo+hpo")
@@ -128,12 +135,10 @@ class MAPOConfig(GRPOConfig):
     semantic_verifier: str = field(
         default="clip",
         metadata={
-            "help": "What scores z_t. 'clip': the CLIP model of clip_model (the paper's). The others are controls "
-            "for data with a known target (target_bbox, target_label columns): 'exact', 1 when the label names the "
-            "target and the crop frames it, else 0; 'exact_walk', 1 when the crop frames the target, whatever the "
-            "label; 'shuffled_exact' and 'shuffled_exact_walk', those scores permuted across each batch's calls "
-            "(same sizes, no information). See rewards.VERIFIERS.",
-            "choices": list(VERIFIERS),
+            "help": f"What scores z_t: a name in rewards.verifiers.VERIFIERS ({', '.join(VERIFIERS)}; 'clip' is the "
+            "CLIP model of clip_model, the paper's) or an import path 'package.module:factory', a factory called as "
+            "factory(tool_config, device, seed) that returns an object with score(calls, scenes) (imported when the "
+            "recipe is parsed; research.verifiers holds the experiment's ground-truth controls)."
         },
     )
     no_tool_semantic: float = field(
@@ -188,13 +193,16 @@ class MAPOConfig(GRPOConfig):
         metadata={"help": "A rollout succeeded when its outcome reward (R_out, without R_sem) is at least this."},
     )
     hpo_min_positive_steps: int = field(
-        default=4, metadata={"help": "Online HPO: fewest steps of successful rollouts a group needs (authors: 4)."}
+        default=MIN_POSITIVE_STEPS,
+        metadata={"help": "Online HPO: fewest steps of successful rollouts a group needs (authors: 4)."},
     )
     hpo_min_negative_steps: int = field(
-        default=4, metadata={"help": "Online HPO: fewest steps of failed rollouts a group needs (authors: 4)."}
+        default=MIN_NEGATIVE_STEPS,
+        metadata={"help": "Online HPO: fewest steps of failed rollouts a group needs (authors: 4)."},
     )
     hpo_max_offline_trajectories: int = field(
-        default=8, metadata={"help": "Offline HPO: max_off_num; a prompt's step advantage scales by n_off / this."}
+        default=MAX_OFF_TRAJECTORIES,
+        metadata={"help": "Offline HPO: max_off_num; a prompt's step advantage scales by n_off / this."},
     )
     hpo_text_encoder: str = field(
         default="Qwen/Qwen3-Embedding-0.6B",
@@ -237,6 +245,7 @@ class MAPOConfig(GRPOConfig):
     def __post_init__(self):
         super().__post_init__()
         check_vllm_version(self.use_vllm)  # TRL only warns about a vLLM outside its range
+        verifier_factory(self.semantic_verifier)  # an unknown name or a broken import path fails at parse
         for f in fields(MAPOConfig):  # the fields this class adds that name their choices; GRPO's are TRL's to check
             choices = f.metadata.get("choices")
             if choices is not None and f.name not in GRPO_FIELDS and getattr(self, f.name) not in choices:

@@ -2,7 +2,7 @@
 as an alternative estimator, and the repairs this repo needs from TRL 1.16 (exact resume, vLLM tool images).
 
 The method and every equation it implements, with where this departs from the papers: `docs/method.md`. The math is
-pure and lives apart (`mapo.py`: eq. 2 and 3; `hpo.py`: HPO eq. 13-17); the CLIP verifier is `rewards.ClipVerifier`;
+pure and lives apart (`mapo.py`: eq. 2 and 3; `hpo/`: HPO eq. 13-17); the CLIP verifier is `rewards.verifiers.ClipVerifier`;
 the fields are `configs.MAPOConfig`'s. Rollouts are TRL's own multi-turn tool loop (`environment_factory`:
 `tools.ZoomInEnv`), and tool-response tokens stay out of the loss through TRL's `tool_mask`.
 """
@@ -19,7 +19,7 @@ from trl import GRPOTrainer
 from configs import MAPOConfig
 from hpo import HPOAdvantages, kantorovich_potentials
 from mapo import groups_outcome_all_equal, mapo_advantages, scale_similarity, semantic_reward
-from rewards import ClipVerifier, Scene, build_verifier
+from rewards.verifiers import ClipVerifier, Scene, build_verifier
 from tools import ToolConfig, ToolConfigRecorder, ZoomCall, executed_calls, make_environment_factory
 from utils.checks import check_vllm_server
 from utils.diagnostics import GradientVariance, GradientVarianceProbe, advantage_statistics
@@ -48,8 +48,8 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
 
     Builds its own `environment_factory` (`tools.ZoomInEnv`, which records every zoom-in call) from `tool_config`, the
     settings evaluation must replay, and every checkpoint it saves records them (`tool_config.json`). z_t comes from
-    the verifier `semantic_verifier` names (`rewards.VERIFIERS`: the paper's CLIP, from `tool_config`, or the
-    experiment's ground-truth controls), scaled by `semantic_score` (`mapo.scale_similarity`; "contrastive" also
+    the verifier `semantic_verifier` names (`rewards.verifiers.VERIFIERS`: the paper's CLIP, from `tool_config`, or the
+    research package's ground-truth controls, by import path), scaled by `semantic_score` (`mapo.scale_similarity`; "contrastive" also
     scores each label against its rollout's whole image).
 
     Methods it overrides from TRL's `GRPOTrainer` and transformers' `Trainer`, its mixins included (a test checks

@@ -1,6 +1,6 @@
 """Benchmark readers: the files a user downloads, read into the columns training uses.
 
-`load_benchmark(name, path)` returns a `datasets.Dataset` with the columns of `data.synthetic.FEATURES`, so a
+`load_benchmark(name, path)` returns a `datasets.Dataset` with the columns of `data.synthetic.TASK_FEATURES`, so a
 benchmark row goes through the agent exactly like a training row: `prompt` is built by `task.build_prompt` from the
 bare question and its options (the benchmark's own option list and answer instruction are stripped, so prompts look
 exactly like training prompts), `answer` is the option letter for multiple choice, and `source` is the reporting
@@ -59,7 +59,7 @@ import datasets
 import pyarrow.parquet as pq
 from PIL import Image
 
-from data.synthetic import FEATURES, build_synthetic
+from data.synthetic import TASK_FEATURES, build_synthetic
 from data.task import OPTION_LETTERS, build_prompt, is_correct, message_text, parse_choice
 
 logger = logging.getLogger(__name__)
@@ -458,7 +458,7 @@ def read_benchmark(
             skipped.append(err)
     if not rows:
         raise ValueError(f"{path}: no usable {name} rows ({len(skipped)} skipped)")
-    return datasets.Dataset.from_list(rows, features=FEATURES), skipped
+    return datasets.Dataset.from_list(rows, features=TASK_FEATURES), skipped
 
 
 def load_benchmark(

@@ -29,7 +29,8 @@ from pathlib import Path
 import datasets
 import yaml
 
-from data.converters import FORMATS, LABEL_SOURCES, SKIP_REASONS, Limits, SkipRow, Trajectory
+from data.converters import FORMATS, LABEL_SOURCES, SKIP_REASONS, SkipRow, Trajectory
+from data.synthetic import ROW_FEATURES
 from data.task import build_prompt
 from data.trajectories import replay_calls
 from tools import ToolConfig, make_environment_factory
@@ -37,14 +38,11 @@ from tools.config import PixelBudget
 
 logger = logging.getLogger(__name__)
 
-FEATURES = datasets.Features(
+# A converted SFT trajectory: the columns every row has (`data.synthetic.ROW_FEATURES`), then its calls and the
+# thought before its answer, in place of a task row's one target (`data.synthetic.TASK_FEATURES`).
+TRAJECTORY_FEATURES = datasets.Features(
     {
-        "id": datasets.Value("string"),
-        "source": datasets.Value("string"),
-        "prompt": datasets.List({"role": datasets.Value("string"), "content": datasets.Value("string")}),
-        "image": datasets.Image(),
-        "answer": datasets.Value("string"),
-        "options": datasets.List(datasets.Value("string")),
+        **ROW_FEATURES,
         "gold_calls": datasets.List(
             {
                 "box": datasets.List(datasets.Value("int32"), length=4),
@@ -62,7 +60,7 @@ QWEN_MIN_PIXELS, QWEN_FACTOR = 56 * 56, 28  # Qwen2.5-VL's image processor: min_
 
 
 def as_row(trajectory: Trajectory) -> dict:
-    """A `Trajectory` as a dataset row (`FEATURES`)."""
+    """A `Trajectory` as a dataset row (`TRAJECTORY_FEATURES`)."""
     return {
         "id": trajectory.id,
         "source": trajectory.source,
@@ -78,15 +76,15 @@ def as_row(trajectory: Trajectory) -> dict:
     }
 
 
-def convert(fmt: str, source: Path, limits: Limits) -> tuple[list[Trajectory], dict]:
-    """Every convertible row of `source` in `fmt`, and the stats: rows read, converted, skipped by reason, calls by
-    label source."""
+def convert(fmt: str, source: Path, tool: ToolConfig) -> tuple[list[Trajectory], dict]:
+    """Every convertible row of `source` in `fmt`, its labels held to `tool`'s label limits, and the stats: rows read,
+    converted, skipped by reason, calls by label source."""
     if fmt not in FORMATS:
         raise ValueError(f"--format: unknown format {fmt!r}; known: {sorted(FORMATS)}")
     if not source.is_dir():
         raise ValueError(f"--input: {source} is not a folder (give the dataset's folder as downloaded)")
     kept, skipped = [], Counter()
-    for item in FORMATS[fmt].read(source, limits):
+    for item in FORMATS[fmt](source, tool):
         if isinstance(item, SkipRow):
             skipped[item.reason] += 1
             logger.debug("skipped: %s", item)
@@ -185,19 +183,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output", required=True, type=Path)
     parser.add_argument("--preview", type=int, default=0, help="write a preview of the first N converted rows")
     parser.add_argument("--max_pixels", type=int, default=None, help="preview budget (default: the RL recipes')")
-    limits = ToolConfig()
-    parser.add_argument("--max_label_words", type=int, default=limits.max_label_words)
-    parser.add_argument("--max_label_chars", type=int, default=limits.max_label_chars)
+    tool = ToolConfig()  # the label limits: the tool's, unless given here
+    parser.add_argument("--max_label_words", type=int, default=tool.max_label_words)
+    parser.add_argument("--max_label_chars", type=int, default=tool.max_label_chars)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    trajectories, stats = convert(args.format, args.input, Limits(args.max_label_words, args.max_label_chars))
+    tool = ToolConfig(max_label_words=args.max_label_words, max_label_chars=args.max_label_chars)
+    trajectories, stats = convert(args.format, args.input, tool)
     if not trajectories:
         raise SystemExit(f"no row of {args.input} converted: {stats['rows_skipped']}")
-    dataset = datasets.Dataset.from_list([as_row(t) for t in trajectories], features=FEATURES)
+    dataset = datasets.Dataset.from_list([as_row(t) for t in trajectories], features=TRAJECTORY_FEATURES)
     datasets.DatasetDict({"train": dataset}).save_to_disk(str(args.output))
     (args.output / "stats.json").write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
     if args.preview:

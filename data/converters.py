@@ -3,8 +3,8 @@ image, the question, the answer, and per zoom-in call its thought, its box in th
 label. `python -m data.convert` writes them as a dataset `sft.py` trains on (`data.trajectories` replays the calls
 through the real tool, mapping each box into the frame the model sees, as it does for the synthetic gold calls).
 
-Every dataset writes its boxes in its own frame (layouts: `../shared/notes/datasets.md`, read from each project's
-loading and conversion code); the readers compose them into the original's pixels:
+Every dataset writes its boxes in its own frame (read from each project's own loading and conversion code, listed in
+docs/data.md, "Sources"); the readers compose them into the original's pixels:
 
 | format | call | box as written | composed as |
 |---|---|---|---|
@@ -16,7 +16,9 @@ loading and conversion code); the readers compose them into the original's pixel
 
 A row that cannot be converted is skipped and counted by reason (`SKIP_REASONS`), never given an invented box or
 label. Labels: the dataset's own where it has one (CoF), else `derive_label`'s short noun phrase from the thought
-before the call, else from the question; each call records its `label_source`.
+before the call, else from the question; each call records its `label_source`; every label is held to the tool's
+limits (`ToolConfig.max_label_words`, `max_label_chars`). The answer is the last assistant turn's, read by
+`data.task.extract_answer`, the rule the rewards and evaluation read a completion's answer with.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 from PIL import Image
+
+from data.task import extract_answer
+from tools import ToolConfig, ToolError, validate_label
 
 Box = tuple[int, int, int, int]  # x1, y1, x2, y2 in the original image's pixels
 
@@ -100,12 +105,6 @@ def relative_to_pixels(box: Sequence[float], extent: Sequence[float]) -> tuple[f
     return x1 + box[0] * w, y1 + box[1] * h, x1 + box[2] * w, y1 + box[3] * h
 
 
-def pixels_in(box: Sequence[float], extent: Sequence[float]) -> tuple[float, float, float, float]:
-    """A box in pixels of a crop whose extent in the original is `extent` (the crop kept the original's scale), in
-    original pixels."""
-    return box[0] + extent[0], box[1] + extent[1], box[2] + extent[0], box[3] + extent[1]
-
-
 def to_image_box(box: Sequence[float], size: tuple[int, int]) -> Box:
     """`box` (original pixels, floats) rounded outwards and checked against the image: a box that is empty or
     overshoots by more than `EDGE_TOLERANCE` of a side raises `SkipRow("box_outside_image")`; a smaller overshoot is
@@ -138,14 +137,6 @@ def numbers(value: Any, count: int = 4) -> list[float]:
 
 
 # ------------------------------------------------------------------------------------------------------- labels
-@dataclass(frozen=True)
-class Limits:
-    """The tool's label limits a dataset label must keep (`tools.ToolConfig`)."""
-
-    max_words: int = 12
-    max_chars: int = 80
-
-
 _ARTICLE = r"(?:the|a|an|this|that|these|those)"
 _LOOK = (
     r"(?:zoom(?:ing)?\s+in(?:to)?(?:\s+on)?|zoom(?:ing)?\s+on|look(?:ing)?\s+(?:more\s+|closely\s+|more\s+closely\s+)?"
@@ -209,24 +200,26 @@ def derive_label(thought: str, question: str) -> tuple[str, str] | None:
     return None
 
 
-def call_label(label: Any, thought: str, question: str, limits: Limits) -> tuple[str, str]:
+def call_label(label: Any, thought: str, question: str, tool: ToolConfig) -> tuple[str, str]:
     """The call's label and `label_source`: the dataset's `label` when it has one (within the tool's limits, else
-    `SkipRow("label_too_long")`), else `derive_label`'s (else `SkipRow("no_label")`)."""
+    `SkipRow("label_too_long")`), else `derive_label`'s (else, or over the limits, `SkipRow("no_label")`). The limits
+    are `tool`'s, checked by the tool's own `validate_label`, so no label the tool would reject on replay is kept."""
     if isinstance(label, str) and label.strip():
-        label = " ".join(label.split())
-        if len(label.split()) > limits.max_words or len(label) > limits.max_chars:
-            raise SkipRow("label_too_long", label)
-        return label, "dataset"
+        try:
+            return validate_label(label, tool.max_label_words, tool.max_label_chars), "dataset"
+        except ToolError:
+            raise SkipRow("label_too_long", label) from None
     derived = derive_label(thought, question)
-    if derived is None or len(derived[0]) > limits.max_chars:
-        raise SkipRow("no_label", f"thought {thought[:60]!r}, question {question[:60]!r}")
-    return derived
+    if derived is not None:
+        try:
+            return validate_label(derived[0], tool.max_label_words, tool.max_label_chars), derived[1]
+        except ToolError:
+            pass
+    raise SkipRow("no_label", f"thought {thought[:60]!r}, question {question[:60]!r}")
 
 
 # ------------------------------------------------------------------------------------------------ text helpers
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _GROUNDING = re.compile(r"<grounding>(.*?)</grounding>", re.DOTALL)
 _PIL_CROP = re.compile(r"image_1\.crop\(\s*\(([^()]*)\)\s*\)")
@@ -240,15 +233,6 @@ def thought_of(text: str) -> str:
     if match:
         return match.group(1).strip()
     return re.split(r"<tool_call>|<grounding>|<code>|<answer>", text, maxsplit=1)[0].strip()
-
-
-def answer_of(text: str) -> str:
-    """The final answer of an assistant turn: `<answer>...</answer>`, else the last `\\boxed{...}`; '' if none."""
-    match = _ANSWER.search(text)
-    if match:
-        return match.group(1).strip()
-    boxed = _BOXED.findall(text)
-    return boxed[-1].strip() if boxed else ""
 
 
 def question_of(text: str) -> str:
@@ -296,9 +280,12 @@ def open_image(value: Any, root: Path) -> Image.Image:
 
 
 # ----------------------------------------------------------------------------------------------------- readers
-def _finish(row_id, source, image, question, answer, calls, final_thought) -> Trajectory:
+def _finish(row_id, source, image, question, final_text, calls, final_thought) -> Trajectory:
+    """The row as a `Trajectory`, its answer read from `final_text` (the last assistant turn) by the repo's one rule,
+    `data.task.extract_answer`; a row without a question or an answer is a `SkipRow`."""
     if not question:
         raise SkipRow("empty_question")
+    answer = extract_answer(final_text)
     if not answer:
         raise SkipRow("empty_answer")
     return Trajectory(str(row_id), source, image, question, answer, calls, final_thought)
@@ -328,7 +315,7 @@ def _files(root: Path, patterns: Sequence[str], fmt: str) -> list[Path]:
     return found
 
 
-def read_mini_o3_coldstart(root: Path, limits: Limits) -> Iterator[Trajectory | SkipRow]:
+def read_mini_o3_coldstart(root: Path, tool: ToolConfig) -> Iterator[Trajectory | SkipRow]:
     """Mini-o3's cold start: parquet shards whose `conversations` is a JSON sharegpt string and `images` the
     original then the observations; a call's box is relative to its `source` image."""
     for file in _files(root, ("*.parquet", "data/*.parquet"), "mini_o3_coldstart"):
@@ -337,12 +324,12 @@ def read_mini_o3_coldstart(root: Path, limits: Limits) -> Iterator[Trajectory | 
         for index, record in enumerate(table.to_pylist()):
             row_id = f"{file.stem}-{record.get('sample_index', index)}-{record.get('rollout_index', 0)}"
             try:
-                yield _mini_o3_row(record, row_id, root, limits)
+                yield _mini_o3_row(record, row_id, root, tool)
             except SkipRow as skip:
                 yield skip
 
 
-def _mini_o3_row(record: dict, row_id: str, root: Path, limits: Limits) -> Trajectory:
+def _mini_o3_row(record: dict, row_id: str, root: Path, tool: ToolConfig) -> Trajectory:
     try:
         turns = json.loads(record["conversations"])
     except (json.JSONDecodeError, TypeError):
@@ -372,10 +359,10 @@ def _mini_o3_row(record: dict, row_id: str, root: Path, limits: Limits) -> Traje
                 raise SkipRow("bad_source", f"source {source!r} before it exists ({len(extents) - 1} observations)")
             composed = to_image_box(relative_to_pixels(box, extents[index]), image.size)
             extents.append(composed)
-            calls.append(TrajectoryCall(composed, thought, *call_label(call.get("label"), thought, question, limits)))
+            calls.append(TrajectoryCall(composed, thought, *call_label(call.get("label"), thought, question, tool)))
         final = text
-    return _finish(row_id, f"mini_o3/{record.get('data_source', '')}", image, question, answer_of(final), calls,
-                   thought_of(final) if _ANSWER.search(final) or _BOXED.search(final) else "")  # fmt: skip
+    return _finish(row_id, f"mini_o3/{record.get('data_source', '')}", image, question, final, calls,
+                   thought_of(final) if extract_answer(final) is not None else "")  # fmt: skip
 
 
 def _sharegpt_messages(
@@ -400,13 +387,13 @@ def _sharegpt_messages(
                 if message.get("role") == "assistant":
                     calls += row_call(message.get("content", ""), record, image, question)
                     final = message.get("content", "")
-            yield _finish(record.get("id", f"{file.stem}-{index}"), fmt.removesuffix("_sft"), image, question, answer_of(final),
+            yield _finish(record.get("id", f"{file.stem}-{index}"), fmt.removesuffix("_sft"), image, question, final,
                           calls, thought_of(final))  # fmt: skip
         except SkipRow as skip:
             yield skip
 
 
-def read_cof_sft(root: Path, limits: Limits) -> Iterator[Trajectory | SkipRow]:
+def read_cof_sft(root: Path, tool: ToolConfig) -> Iterator[Trajectory | SkipRow]:
     """Chain-of-Focus SFT: `cof_sft_data.json`, DeepEyes-style `image_zoom_in_tool` calls in absolute pixels of the
     first image, with labels."""
     (file,) = _files(root, ("cof_sft_data.json",), "cof_sft")
@@ -419,13 +406,13 @@ def read_cof_sft(root: Path, limits: Limits) -> Iterator[Trajectory | SkipRow]:
                 raise SkipRow("malformed_call", f"no arguments in {payload.strip()[:80]!r}")
             box = to_image_box(numbers(arguments.get("bbox_2d")), image.size)
             thought = thought_of(text)
-            out.append(TrajectoryCall(box, thought, *call_label(arguments.get("label"), thought, question, limits)))
+            out.append(TrajectoryCall(box, thought, *call_label(arguments.get("label"), thought, question, tool)))
         return out
 
     yield from _sharegpt_messages(file, root, "cof_sft", calls)
 
 
-def read_deepeyes_v2_sft(root: Path, limits: Limits) -> Iterator[Trajectory | SkipRow]:
+def read_deepeyes_v2_sft(root: Path, tool: ToolConfig) -> Iterator[Trajectory | SkipRow]:
     """DeepEyesV2 SFT: `json/sft_part_*.json`; the zoom is Python, `image_1.crop((x1, y1, x2, y2))` in pixels of the
     original, un-resized image."""
 
@@ -434,14 +421,14 @@ def read_deepeyes_v2_sft(root: Path, limits: Limits) -> Iterator[Trajectory | Sk
         out = []
         for literal in _PIL_CROP.findall(text):
             box = to_image_box(literal_numbers(literal), image.size)
-            out.append(TrajectoryCall(box, thought, *call_label(None, thought, question, limits)))
+            out.append(TrajectoryCall(box, thought, *call_label(None, thought, question, tool)))
         return out
 
     for file in _files(root, ("json/sft_part_*.json", "sft_part_*.json"), "deepeyes_v2_sft"):
         yield from _sharegpt_messages(file, root, "deepeyes_v2_sft", calls)
 
 
-def read_thyme_sft(root: Path, limits: Limits) -> Iterator[Trajectory | SkipRow]:
+def read_thyme_sft(root: Path, tool: ToolConfig) -> Iterator[Trajectory | SkipRow]:
     """Thyme SFT: records with `image` (base64: the original first), `question`, `response`; the crop is cv2 code,
     `image[y1:y2, x1:x2]` in pixels of the original (numpy order)."""
     for file in _files(root, ("*.json", "*.jsonl", "data/*.json", "data/*.jsonl"), "thyme_sft"):
@@ -452,7 +439,7 @@ def read_thyme_sft(root: Path, limits: Limits) -> Iterator[Trajectory | SkipRow]
             if index == 0:
                 _check_keys(record, ("image", "question", "response"), f"thyme_sft {file.name} record 0")
             try:
-                yield _thyme_row(record, f"{file.stem}-{index}", root, limits)
+                yield _thyme_row(record, f"{file.stem}-{index}", root, tool)
             except SkipRow as skip:
                 yield skip
 
@@ -461,7 +448,7 @@ _CODE = re.compile(r"<code>(.*?)</code>", re.DOTALL)
 _SANDBOX = re.compile(r"<sandbox_output>.*?</sandbox_output>", re.DOTALL)
 
 
-def _thyme_row(record: dict, row_id: str, root: Path, limits: Limits) -> Trajectory:
+def _thyme_row(record: dict, row_id: str, root: Path, tool: ToolConfig) -> Trajectory:
     images = record.get("image") or []
     images = [images] if isinstance(images, str) else images
     if not images:
@@ -478,11 +465,11 @@ def _thyme_row(record: dict, row_id: str, root: Path, limits: Limits) -> Traject
         for y1, y2, x1, x2 in _NUMPY_CROP.findall(code.group(1)):
             (top, bottom), (left, right) = literal_numbers(f"{y1},{y2}", 2), literal_numbers(f"{x1},{x2}", 2)
             box = to_image_box((left, top, right, bottom), image.size)
-            calls.append(TrajectoryCall(box, thought, *call_label(None, thought, question, limits)))
-    return _finish(row_id, "thyme", image, question, answer_of(response), calls, thought_of(response[start:]))
+            calls.append(TrajectoryCall(box, thought, *call_label(None, thought, question, tool)))
+    return _finish(row_id, "thyme", image, question, response, calls, thought_of(response[start:]))
 
 
-def read_pixel_reasoner_sft(root: Path, limits: Limits) -> Iterator[Trajectory | SkipRow]:
+def read_pixel_reasoner_sft(root: Path, tool: ToolConfig) -> Iterator[Trajectory | SkipRow]:
     """PixelReasoner SFT: records `{qid, message_list}` in Qwen's message format; `crop_image_normalized` calls on a
     1-based `target_image`."""
     for file in _files(root, ("*.json",), "pixel_reasoner_sft"):
@@ -490,7 +477,7 @@ def read_pixel_reasoner_sft(root: Path, limits: Limits) -> Iterator[Trajectory |
             if index == 0:
                 _check_keys(record, ("message_list",), f"pixel_reasoner_sft {file.name} record 0")
             try:
-                yield _pixel_reasoner_row(record, record.get("qid", f"{file.stem}-{index}"), root, limits)
+                yield _pixel_reasoner_row(record, record.get("qid", f"{file.stem}-{index}"), root, tool)
             except SkipRow as skip:
                 yield skip
 
@@ -500,7 +487,7 @@ def _parts(message: dict) -> list[dict]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
 
 
-def _pixel_reasoner_row(record: dict, row_id: str, root: Path, limits: Limits) -> Trajectory:
+def _pixel_reasoner_row(record: dict, row_id: str, root: Path, tool: ToolConfig) -> Trajectory:
     messages = record["message_list"]
     user_images = [p.get("image") for m in messages if m.get("role") == "user" for p in _parts(m) if "image" in p]
     if not user_images:
@@ -529,23 +516,16 @@ def _pixel_reasoner_row(record: dict, row_id: str, root: Path, limits: Limits) -
             padded = [min(max(v, 0.0), 1.0) for v in (box[0] - pad, box[1] - pad, box[2] + pad, box[3] + pad)]
             composed = to_image_box(relative_to_pixels(padded, extent), image.size)
             extents.append(composed)
-            calls.append(TrajectoryCall(composed, thought, *call_label(None, thought, question, limits)))
+            calls.append(TrajectoryCall(composed, thought, *call_label(None, thought, question, tool)))
         final = text
-    return _finish(row_id, "pixel_reasoner", image, question, answer_of(final), calls, thought_of(final))
+    return _finish(row_id, "pixel_reasoner", image, question, final, calls, thought_of(final))
 
 
-@dataclass(frozen=True)
-class Format:
-    """A converter by `--format` name: its reader, and the files it expects (for the layout error)."""
-
-    read: Callable[[Path, Limits], Iterator[Trajectory | SkipRow]]
-    expects: str
-
-
-FORMATS: dict[str, Format] = {
-    "mini_o3_coldstart": Format(read_mini_o3_coldstart, "parquet shards with conversations, images"),
-    "cof_sft": Format(read_cof_sft, "cof_sft_data.json: [{messages, images}]"),
-    "pixel_reasoner_sft": Format(read_pixel_reasoner_sft, "*.json: [{qid, message_list}]"),
-    "deepeyes_v2_sft": Format(read_deepeyes_v2_sft, "json/sft_part_*.json: [{messages, images}]"),
-    "thyme_sft": Format(read_thyme_sft, "*.json or *.jsonl: [{image, question, response}]"),
+# The readers by `--format` name. Each names the files and fields it expects in its own `LayoutError`s.
+FORMATS: dict[str, Callable[[Path, ToolConfig], Iterator[Trajectory | SkipRow]]] = {
+    "mini_o3_coldstart": read_mini_o3_coldstart,
+    "cof_sft": read_cof_sft,
+    "pixel_reasoner_sft": read_pixel_reasoner_sft,
+    "deepeyes_v2_sft": read_deepeyes_v2_sft,
+    "thyme_sft": read_thyme_sft,
 }

@@ -70,18 +70,25 @@ REGIONS: tuple[str, ...] = (
 DEFAULT_OBJECT_FRACTION = (0.015, 0.025)
 DEFAULT_IMAGE_SIZE = (1500, 3000)  # the range each image side is drawn from, in pixels
 
-FEATURES = datasets.Features(
+# The columns every row the trainers and evaluation read has: task rows (`TASK_FEATURES`) and the converted SFT
+# trajectories of `python -m data.convert` (`data.convert.TRAJECTORY_FEATURES`) alike.
+ROW_FEATURES = {
+    "id": datasets.Value("string"),
+    "source": datasets.Value("string"),
+    "prompt": datasets.List({"role": datasets.Value("string"), "content": datasets.Value("string")}),
+    "image": datasets.Image(),
+    "answer": datasets.Value("string"),
+    "options": datasets.List(datasets.Value("string")),
+}
+# A task row (synthetic, benchmarks, RL sets): the row's columns and its one target, box in original pixels and label.
+TASK_FEATURES = datasets.Features(
     {
-        "id": datasets.Value("string"),
-        "source": datasets.Value("string"),
-        "prompt": datasets.List({"role": datasets.Value("string"), "content": datasets.Value("string")}),
-        "image": datasets.Image(),
-        "answer": datasets.Value("string"),
-        "options": datasets.List(datasets.Value("string")),
+        **ROW_FEATURES,
         "target_bbox": datasets.List(datasets.Value("int32"), length=4),
         "target_label": datasets.Value("string"),
     }
 )
+FEATURES = TASK_FEATURES  # the old name, still imported by tests/test_evaluate.py
 
 _SUPERSAMPLE = 4  # shapes are drawn 4x larger and box-filtered down: PIL's polygons are not antialiased
 _DIRECTIONS = ("left", "right", "above", "below")
@@ -610,7 +617,7 @@ def build_synthetic(
         _make_example(i, split, seed, min_size, max_size, mc_fraction, object_fraction, question_types, region_hint)
         for i in range(n)
     ]
-    return datasets.Dataset.from_list(rows, features=FEATURES)
+    return datasets.Dataset.from_list(rows, features=TASK_FEATURES)
 
 
 def main() -> None:

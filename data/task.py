@@ -7,7 +7,7 @@ One definition of each, shared by SFT, RL and evaluation, so the three see the s
 - `build_prompt` makes the conversational `prompt` column (system + user question); the image is attached by TRL
   (`prepare_multimodal_messages`) from the dataset's `image` column.
 - `extract_answer`, `is_correct` and `is_well_formed_turn` read a completion; the rewards built on them are in
-  `rewards.py`.
+  `rewards/outcome.py`.
 """
 
 from __future__ import annotations
@@ -80,7 +80,14 @@ def final_text(completion: list[dict] | str) -> str:
 
 
 def extract_answer(text: str) -> str | None:
-    """The final answer in `text`: the last `<answer>...</answer>`, else the last `\\boxed{...}`, else None."""
+    """The final answer in `text`: the last `<answer>...</answer>`, else the last `\\boxed{...}`, else None.
+
+    The repo's one answer rule: the outcome rewards, the LLM judge, evaluation and the SFT converters
+    (`data.converters`) all read answers with it, so a converted trajectory's answer is the one its evaluation scores.
+    The *last* block, because a completion that revises itself ends on the answer it settles on, and because the
+    upstream rewards read it so: DeepEyes' `verl/utils/reward_score/vl_agent.py` (github.com/Visual-Agent/DeepEyes)
+    takes `predict_str.split("<answer>")[-1]`.
+    """
     found = _ANSWER_RE.findall(text)
     if found:
         return found[-1].strip()

@@ -10,7 +10,7 @@ from PIL.Image import Image
 
 from data.benchmarks import accuracy_by, benchmark_metrics, mean, score_answer
 from evaluation.agent import Episode
-from rewards import ClipVerifier
+from rewards.verifiers import ClipVerifier
 from tools import ZoomCall, box_contains, boxes_overlap
 
 

@@ -27,7 +27,7 @@ import torch
 
 from data.trajectories import TrajectoryArguments, plan_calls
 from mapo import scale_similarity
-from rewards import Scene
+from rewards.verifiers import Scene
 from tools import ZoomCall, ZoomInEnv
 
 MIN_AUC = 0.75

@@ -46,7 +46,7 @@ from trl import GRPOTrainer
 from trl.data_utils import prepare_multimodal_messages
 
 from data.synthetic import build_synthetic
-from hpo import bench_potentials
+from hpo import kantorovich_potentials
 from mapo_trainer import SEMANTIC_REWARD_NAME, ClipVerifier, MAPOTrainer
 from tiny.kit import build_tiny_kit, kit_paths
 from tiny.scripted import force_tool_calls, force_vllm_tool_calls, tiny_trainer
@@ -77,6 +77,37 @@ SHAPES = {
 }
 TOKEN_IDS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
 TEXT_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def bench_potentials(sizes=(16, 64, 256, 1024), dim: int = 1024, repeats: int = 3, seed: int = 0) -> list[dict]:
+    """Seconds per `kantorovich_potentials` call for n = m = each size, on seeded random float32 embeddings.
+
+    The second cloud is shifted so W1 > 0. Equal sizes with uniform weights make the optimal plan a perfect
+    matching, the worst case for the canonical-dual step (one part per pair). Returns one dict per size:
+    n, m, dim, repeats, seconds (mean), seconds_min, w1.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    results = []
+    for size in sizes:
+        x = torch.randn(size, dim, generator=gen, dtype=torch.float32)
+        y = torch.randn(size, dim, generator=gen, dtype=torch.float32) + 0.1
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            _, _, w1 = kantorovich_potentials(x, y)
+            times.append(time.perf_counter() - start)
+        results.append(
+            {
+                "n": size,
+                "m": size,
+                "dim": dim,
+                "repeats": repeats,
+                "seconds": sum(times) / len(times),
+                "seconds_min": min(times),
+                "w1": float(w1),
+            }
+        )
+    return results
 
 
 def policy_config(shape: Shape, kit: dict):

@@ -8,7 +8,7 @@
 6. evaluate after SFT and after RL; write `outputs/demo/summary.json` and print a table.
 
 Each stage runs the real entry point with its recipe and a few overrides, exactly as `make sft ARGS=...` /
-`make rl ARGS=...` / `make eval ...` would (`tiny.stages`, shared with `scripts/experiment.py`). Every evaluated stage
+`make rl ARGS=...` / `make eval ...` would (`tiny.stages`, shared with `research/experiment.py`). Every evaluated stage
 reports its accuracy beside the chance level of the same rows, and the summary ends with a warning for each stage
 whose signal was zero (`tiny.stages.signal_warnings`).
 

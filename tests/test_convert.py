@@ -21,6 +21,7 @@ import sft
 from configs import ScriptArguments, TrajectoryArguments
 from data import convert
 from data.converters import EDGE_TOLERANCE, LayoutError, SkipRow, derive_label, relative_to_pixels, to_image_box
+from data.task import extract_answer
 from data.trajectories import build_gold_trajectories, replay_calls
 from tiny import stages
 from tools import ToolConfig, box_contains, make_environment_factory
@@ -271,6 +272,40 @@ def test_deepeyes_v2_pil_crop_code_and_thyme_numpy_slices_are_read_in_their_orde
     assert (call["label"], call["label_source"]) == ("the small square", "thought")
     assert dataset[0]["prompt"][-1]["content"].startswith(QUESTION) and dataset[0]["final_thought"] == "It is red."
     assert_every_crop_shows_the_target(dataset)
+
+
+# A final turn that answers twice: blue, then red on second thought.
+TWO_ANSWERS = think("Blue, at first sight.") + "<answer>blue</answer>" + think("No: red.") + "<answer>red</answer>"
+
+
+@pytest.mark.parametrize("fmt", ["cof_sft", "mini_o3_coldstart"])
+def test_a_turn_with_two_answers_is_read_by_its_last_in_conversion_as_in_evaluation(tmp_path, fmt):
+    """One answer rule (`data.task.extract_answer`, the last `<answer>`): the converted row's answer is the one the
+    rewards and evaluation would read from the same text, so SFT never trains on an answer evaluation would not
+    score."""
+    assert extract_answer(TWO_ANSWERS) == "red"
+    if fmt == "cof_sft":
+        root = write_sharegpt(
+            tmp_path / "in", "cof_sft_data.json", [cof_record(cof_call([240, 90, 300, 150]), TWO_ANSWERS)]
+        )
+    else:
+        turns = mini_o3_turns({"bbox_2d": [0.5, 0.2, 0.8, 0.6], "source": "original_image"})
+        root = write_mini_o3(tmp_path / "in", [[*turns[:-1], {"from": "gpt", "value": TWO_ANSWERS}]])
+    dataset, stats = converted(tmp_path, fmt, root)
+    assert stats["rows_converted"] == 1
+    assert dataset[0]["answer"] == extract_answer(TWO_ANSWERS) == "red"
+
+
+def test_label_limits_are_the_tool_s_unless_the_command_line_says_otherwise(tmp_path):
+    """`--max_label_words` / `--max_label_chars` default to `ToolConfig`'s and override them."""
+    args = convert.parse_args(["--format", "cof_sft", "--input", "i", "--output", "o"])
+    assert (args.max_label_words, args.max_label_chars) == (ToolConfig().max_label_words, ToolConfig().max_label_chars)
+    answer = think("Red.") + "<answer>red</answer>"
+    records = [cof_record(cof_call(TARGET, label=label), answer) for label in ("the red square", "the square")]
+    root = write_sharegpt(tmp_path / "in", "cof_sft_data.json", records)
+    argv = ["--format", "cof_sft", "--input", str(root), "--output", str(tmp_path / "out"), "--max_label_words", "2"]
+    stats = convert.main(argv)
+    assert stats["rows_converted"] == 1 and stats["rows_skipped"] == {"label_too_long": 1}  # 3 words over 2
 
 
 def test_a_wrong_format_fails_at_once_naming_what_it_expected_and_found(tmp_path):

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import hpo
+import hpo.estimator
+import hpo.transport
 from data.synthetic import build_synthetic
 from hpo import StepEncoder, normalize_step_advantages, online_group_step_advantages, step_segments, turn_index
 from mapo_trainer import MAPOTrainer, kantorovich_potentials
@@ -252,7 +253,7 @@ def test_the_gradient_variance_probe_measures_without_changing_training(tiny_kit
 
 
 def test_the_offline_embedding_cache_keeps_the_most_recently_used_prompts(tiny_kit, monkeypatch):
-    monkeypatch.setattr(hpo, "OFFLINE_CACHE_PROMPTS", 2)
+    monkeypatch.setattr(hpo.estimator, "OFFLINE_CACHE_PROMPTS", 2)
     config = SimpleNamespace(
         hpo_text_encoder=str(tiny_kit["text_encoder"]), hpo_encoder_max_length=64, hpo_hindsight_column="hindsight"
     )
@@ -267,8 +268,8 @@ def test_the_offline_embedding_cache_keeps_the_most_recently_used_prompts(tiny_k
 @pytest.mark.slow
 def test_the_authors_solver_is_used_when_the_recipe_names_it(tiny_kit, rows, tmp_path, monkeypatch):
     solved = []
-    potentials = hpo.geomloss_potentials
-    monkeypatch.setattr(hpo, "geomloss_potentials", lambda x, y: solved.append(len(x)) or potentials(x, y))
+    potentials = hpo.transport.geomloss_potentials
+    monkeypatch.setattr(hpo.transport, "geomloss_potentials", lambda x, y: solved.append(len(x)) or potentials(x, y))
     trainer, batches, _ = run(
         tiny_kit, rows, tmp_path, advantage_estimator="hpo", hpo_solver="geomloss", max_steps=1,
         hpo_min_positive_steps=1, hpo_min_negative_steps=1,

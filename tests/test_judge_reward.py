@@ -10,9 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from data.task import build_prompt
-from rewards import (
-    REQUIRED_COLUMNS,
-    REWARDS,
+from rewards import REWARDS
+from rewards.judge import (
     JudgeSettings,
     fill_judge_prompt,
     judge_reward,
@@ -167,7 +166,7 @@ def test_an_http_error_leaves_the_row_unscored(judge, monkeypatch):
 
 
 def test_judge_is_registered_and_needs_the_answer_column():
-    assert REWARDS["judge"] is judge_reward and REQUIRED_COLUMNS["judge"] == ("answer",)
+    assert REWARDS["judge"] is judge_reward and judge_reward.required_columns == ("answer",)
 
 
 # ------------------------------------------------------------------------------------------------------------ pure

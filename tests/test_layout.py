@@ -1,5 +1,6 @@
-"""The repo's layout rules, read from the source: imports flow one way, runnables are leaves, nothing edits `sys.path`
-or the environment at import, and `MAPOTrainer`'s docstring names every method it overrides.
+"""The repo's layout rules, read from the source: imports flow one way, production never imports the research package,
+runnables are leaves, nothing edits `sys.path` or the environment at import, and `MAPOTrainer`'s docstring names every
+method it overrides.
 
 Each rule is a function over a source tree, so the tests also run it on a small tree that breaks the rule and check
 that it is caught.
@@ -22,6 +23,13 @@ from mapo_trainer import MAPOTrainer
 REPO = Path(__file__).resolve().parents[1]
 SKIP_DIRS = {".venv", "outputs", ".git", "__pycache__"}
 ENTRY_SCRIPTS = {"rl", "sft", "evaluate", "data.convert"}  # data.convert runs as `python -m data.convert`
+RESEARCH = "research"  # experiments and probes: they may import the product, never the other way round
+RUNNABLE_RESEARCH = {
+    "research.experiment",
+    "research.localization_probe",
+    "research.zoom_necessity",
+    "research.hpo_solvers",
+}
 # The one runnable that imports an entry script: it is `rl.py` run unchanged but for its trainer class.
 ALLOWED_RUNNABLE_IMPORTS = {("scripts.rl_forced", "rl")}
 
@@ -114,13 +122,25 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def runnable_imports(graph: dict[str, set[str]]) -> list[str]:
     """Imports of a runnable (`scripts.*`, an entry script) by a module that is not a test."""
-    runnable = {m for m in graph if m.startswith("scripts.") or m in ENTRY_SCRIPTS}
+    runnable = {m for m in graph if m.startswith("scripts.") or m in ENTRY_SCRIPTS | RUNNABLE_RESEARCH}
     return [
         f"{m} imports {t}"
         for m, targets in sorted(graph.items())
         if not m.startswith("tests")
         for t in sorted(targets & runnable)
         if (m, t) not in ALLOWED_RUNNABLE_IMPORTS
+    ]
+
+
+def research_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of the research package by a production module (anything outside it and the tests)."""
+    inside = (RESEARCH, "tests")
+    return [
+        f"{m} imports {t}"
+        for m, targets in sorted(graph.items())
+        if not (m == RESEARCH or m.startswith(tuple(f"{p}." for p in inside)))
+        for t in sorted(targets)
+        if t == RESEARCH or t.startswith(f"{RESEARCH}.")
     ]
 
 
@@ -176,6 +196,16 @@ def test_no_repo_module_is_imported_inside_a_function():
 def test_runnables_are_leaves():
     graph, _ = import_graph(REPO)
     assert runnable_imports(graph) == []
+    # Every research module that runs as a program is counted as a runnable here.
+    main_guard = '__name__ == "__main__"'
+    mains = {m for m, path in modules(REPO).items() if m.startswith("research.") and main_guard in path.read_text()}
+    assert mains == RUNNABLE_RESEARCH
+
+
+def test_production_never_imports_the_research_package():
+    graph, _ = import_graph(REPO)
+    assert any(m.startswith(f"{RESEARCH}.") for m in graph)  # the walk found it
+    assert research_imports(graph) == []
 
 
 def test_nothing_edits_sys_path_or_the_environment_at_import():
@@ -228,6 +258,23 @@ def test_a_deferred_import_and_a_runnable_import_are_found(tmp_path):
     graph, deferred = import_graph(root)
     assert deferred == ["lib:2 imports rl"]
     assert runnable_imports(graph) == ["scripts.demo imports rl", "tiny.stages imports scripts.demo"]
+
+
+def test_a_production_import_of_research_is_found(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "research/__init__.py": "",
+            "research/rewards.py": "import rewards\n",  # research may use the product
+            "research/experiment.py": "from research import rewards\n",
+            "rewards.py": "",
+            "tiny/stages.py": "from research.rewards import x\n",
+            "configs.py": "import research\n",
+            "tests/test_x.py": "from research import experiment\n",
+        },
+    )
+    graph, _ = import_graph(root)
+    assert research_imports(graph) == ["configs imports research", "tiny.stages imports research.rewards"]
 
 
 def test_import_time_edits_are_found(tmp_path):

@@ -9,7 +9,7 @@ from PIL import Image
 
 from mapo import groups_outcome_all_equal, scale_similarity
 from mapo_trainer import MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
-from rewards import Scene
+from rewards.verifiers import Scene
 from tools import PixelBudget, ToolConfig, ZoomCall, ZoomInEnv
 
 

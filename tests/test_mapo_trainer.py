@@ -20,9 +20,11 @@ import rl
 import utils.policy
 from configs import ScriptArguments, TrajectoryArguments
 from data.synthetic import build_synthetic
+from data.task import normalize
 from data.trajectories import plan_calls
 from mapo_trainer import SEMANTIC_REWARD_NAME, MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
-from rewards import get_reward_funcs, normalise_label
+from research import rewards as world
+from rewards import get_reward_funcs
 from tiny.scripted import DEFAULT_LABELS as LABELS
 from tiny.scripted import tiny_trainer, tool_call_turn
 from tools import ToolConfig, ZoomInEnv, read_record
@@ -351,6 +353,9 @@ def test_bf16_full_fine_tuning_on_one_process_fails_at_start(tiny_kit, tmp_path,
     assert not (tmp_path / "model.safetensors").exists()  # nothing trained, nothing saved
 
 
+READER = "research.rewards:simulated_reader_reward"
+
+
 def test_the_experiment_controls_score_scripted_calls_from_the_scene(tiny_kit, tmp_path):
     """One row four times, every rollout zooming on the row's gold box, alternately with the right label and a wrong
     one: the exact verifier gives z = 1, 0, 1, 0 and the walk verifier 1 throughout; the shuffled one a permutation
@@ -365,36 +370,34 @@ def test_the_experiment_controls_score_scripted_calls_from_the_scene(tiny_kit, t
         row, row["target_label"], env, 1, np.random.default_rng(0), TrajectoryArguments(gold_box="region")
     )
     labels = (row["target_label"], "the purple hexagon and the red star")
-    assert normalise_label(labels[1]) != normalise_label(row["target_label"])
+    assert normalize(labels[1]) != normalize(row["target_label"])
     script = {"labels": labels, "first_turn": lambda i, label: tool_call_turn(label, gold["bbox_2d"])}
 
     def train(name, **extra):
-        trainer = make_trainer(
-            tiny_kit, dataset, tmp_path / name, reward_funcs=["simulated_reader"], script=script, **extra
-        )
+        trainer = make_trainer(tiny_kit, dataset, tmp_path / name, reward_funcs=[READER], script=script, **extra)
         trainer.train()
         return trainer
 
-    exact = train("exact", semantic_verifier="exact", max_steps=2, gradient_variance_batches=2)
+    exact = train("exact", semantic_verifier="research.verifiers:exact", max_steps=2, gradient_variance_batches=2)
     r_sem = list(exact._logs["rewards"][SEMANTIC_REWARD_NAME])
     assert r_sem == [1.0, 0.0, 1.0, 0.0]  # the last batch's; T = 1: R_sem = z_1
     # Every call framed the target, so the reader draws at READER_HIT_P; odd rows' answers skip <think>: format 0.
     # The last batch was drawn at global step 1.
     reader = list(exact._logs["rewards"]["simulated_reader_reward"])
-    expected = [float(i % 2 == 0 and rewards.reader_draw(row["id"], 1, i) < rewards.READER_HIT_P) for i in range(4)]
+    expected = [float(i % 2 == 0 and world.reader_draw(row["id"], 1, i) < world.READER_HIT_P) for i in range(4)]
     assert reader == expected
     variance = [e for e in exact.state.log_history if "gradvar/trace" in e]
     assert [e["step"] for e in variance] == [2] and variance[0]["gradvar/trace"] > 0
 
-    walk = train("walk", semantic_verifier="exact_walk", max_steps=1)
+    walk = train("walk", semantic_verifier="research.verifiers:exact_walk", max_steps=1)
     assert list(walk._logs["rewards"][SEMANTIC_REWARD_NAME]) == [1.0] * 4  # every crop framed it: labels unread
 
-    shuffled = train("shuffled", semantic_verifier="shuffled_exact", max_steps=1)
+    shuffled = train("shuffled", semantic_verifier="research.verifiers:shuffled_exact", max_steps=1)
     order = np.random.default_rng([7, 0]).permutation(4)  # tiny_trainer's seed 7, the first scored batch
     assert list(shuffled._logs["rewards"][SEMANTIC_REWARD_NAME]) == [[1.0, 0.0, 1.0, 0.0][k] for k in order]
 
     clip = make_trainer(
-        tiny_kit, dataset, tmp_path / "clip", reward_funcs=["simulated_reader"], script=script, max_steps=1,
+        tiny_kit, dataset, tmp_path / "clip", reward_funcs=[READER], script=script, max_steps=1,
         semantic_verifier="clip", semantic_score="contrastive",
     )  # fmt: skip
     scored = spy_on_verifier(clip)

@@ -350,3 +350,17 @@ def test_make_keeps_offline_to_the_tiny_kit_and_forwards_multi_node_flags():
     )
     assert "--num_processes 16 --num_machines 2 --machine_rank 1 --main_process_ip 10.0.0.1" in sft
     assert sft.endswith("sft.py --config recipes/Qwen3-VL-8B-Instruct/sft/config_sft.yaml")
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+def test_make_builds_the_tiny_kit_for_tiny_recipes_only():
+    def builds_kit(*args: str) -> bool:
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+        command = ["make", "--no-print-directory", "-n", "-B", *args]  # -B: as on a fresh clone, nothing built yet
+        out = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True, env=env).stdout
+        return "scripts.build_tiny_kit" in out
+
+    assert builds_kit("rl") and builds_kit("sft") and builds_kit("eval")  # the tiny recipes and model
+    assert not builds_kit("rl", "RECIPE=recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo.yaml", "ACCELERATE=zero3")
+    assert not builds_kit("sft", "SFT_RECIPE=recipes/Qwen2.5-VL-3B-Instruct/sft/config_sft_lora.yaml")
+    assert not builds_kit("eval", "MODEL=outputs/Qwen2.5-VL-7B-Instruct-MAPO", "CLIP=ViT-L-14")

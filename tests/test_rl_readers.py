@@ -1,8 +1,9 @@
 """RL training-set readers beside DeepEyes-47k: Mini-o3's JSON lists and Chain-of-Focus' RL parquet.
 
-The real files cannot be downloaded here, so each fixture rebuilds the published layout (docs: the "RL sets" notes;
-Mini-o3's `multimodal_dataset.py` joins `images` to BASE_IMAGE_DIR, CoF's `prepare_zoomin_data.py` writes the parquet)
-with tiny PNGs whose sizes differ per row, so a test can tell which image a row loaded.
+The real files cannot be downloaded here, so each fixture rebuilds the published layout, as the projects' own code
+reads and writes it (Mini-o3's `multimodal_dataset.py`, github.com/Mini-o3/Mini-o3, joins `images` to BASE_IMAGE_DIR;
+CoF's `verl/recipe/zoomin/data_progress/prepare_zoomin_data.py`, github.com/xtong-zhang/Chain-of-Focus, writes the
+parquet), with tiny PNGs whose sizes differ per row, so a test can tell which image a row loaded.
 """
 
 import io

@@ -4,7 +4,7 @@ import pytest
 from PIL import Image
 
 from data.task import SYSTEM_PROMPT, build_prompt, extract_answer, is_correct, parse_choice
-from rewards import REWARDS, format_reward, gated_outcome_reward, get_reward_funcs, outcome_reward, tool_bonus_reward
+from rewards import format_reward, gated_outcome_reward, outcome_reward, tool_bonus_reward
 from tools import PixelBudget, ToolConfig, ZoomInEnv
 
 OPTIONS = ["red", "green", "blue", "yellow"]
@@ -33,7 +33,7 @@ def test_prompt_has_system_then_user_with_lettered_options():
     ("text", "expected"),
     [
         ("<think>x</think><answer> B </answer>", "B"),
-        ("<answer>A</answer> then <answer>C</answer>", "C"),
+        ("<answer>A</answer> then <answer>C</answer>", "C"),  # the last (tests/test_convert.py: conversion too)
         ("so the answer is \\boxed{blue}", "blue"),
         ("<answer>\\boxed{A}</answer>", "\\boxed{A}"),
         ("no answer here", None),
@@ -112,12 +112,6 @@ def test_format_reward_on_messages_parsed_by_trl():
     no_think = [parsed("look", "", tool=True), TOOL, parsed(None, "<answer>A</answer>")]
     empty_think = [parsed(" ", "<answer>A</answer>")]
     assert format_reward([good, no_think, empty_think]) == [1.0, 0.0, 0.0]
-
-
-def test_reward_registry_by_name():
-    assert get_reward_funcs(["outcome", "format"]) == [REWARDS["outcome"], REWARDS["format"]]
-    with pytest.raises(ValueError, match="unknown reward.*'nope'"):
-        get_reward_funcs(["outcome", "nope"])
 
 
 def test_gated_outcome_is_binary_and_needs_a_well_formed_rollout():

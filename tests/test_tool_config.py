@@ -45,6 +45,11 @@ def test_a_record_with_an_unknown_setting_names_it(tmp_path):
     assert read_record(tmp_path / "elsewhere") is None and read_record("Qwen/Qwen2.5-VL-7B-Instruct") is None
 
 
+def test_a_record_of_an_earlier_version_with_the_retired_environment_setting_still_reads(tmp_path):
+    write_record(tmp_path, {"max_pixels": 6272, "environment": "zoom_in"})
+    assert read_record(tmp_path)["tool"] == {"max_pixels": 6272}
+
+
 @pytest.fixture
 def checkpoint(tmp_path):
     """A checkpoint folder whose record says what it was trained with."""

@@ -12,7 +12,8 @@ What each figure proves, and the tolerances (measured on 2 CPU cores; docs/vllm.
   tokens. Measured 0.0014 (max 0.0026): the engine runs in float32 like the trainer, and what is left is the
   placeholder ban (vLLM reports the renormalised distribution: log(1 - p(placeholders)) per token, ~1e-3 for a random
   policy; without the ban, 0.0065, from rollouts that sampled a placeholder). Stock TRL's pads expanded twice: the
-  prompt-id check stops the run at its first call (0.051 with a bfloat16 engine, ../shared notes).
+  prompt-id check stops the run at its first call (by hand, TRL 1.16 as shipped with a bfloat16 engine: mean 0.051,
+  max 0.15; docs/vllm.md).
 - The same at step 2, after an optimizer step at lr 1e-3: the engine generates with the new weights. Measured 0.0016;
   with the weight sync skipped, 0.048 (max 0.17); 0.068 with a bfloat16 engine, whose norm weights cannot take it.
 """

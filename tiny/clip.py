@@ -11,7 +11,7 @@ A referent names a set of objects, so one crop matches several labels (a green d
 "the green object"), and a crop of a missed zoom matches none. Hence:
 
 - each batch holds every label at most once (a caption repeated inside a contrastive batch makes its own crops
-  negatives of each other: shared notes, section 8), one crop drawn for each, plus crops of bare background;
+  negatives of each other, so the loss pushes a label away from its own crops), one crop drawn for each, plus crops of bare background;
 - which crops match which labels is known (`Referent.matches` on the objects drawn in each crop, distractors
   included), and the loss is a multi-positive InfoNCE: each crop against all labels, each label against all crops,
   the probability of *any* positive maximised (`multi_positive_loss`). Crops of bare background match no label:

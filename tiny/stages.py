@@ -1,4 +1,4 @@
-"""The demo's stages as functions, shared by `scripts/demo.py` and `scripts/experiment.py`, and the summaries and
+"""The demo's stages as functions, shared by `scripts/demo.py` and the research package, and the summaries and
 zero-signal warnings they report.
 
 Each stage runs what a user would: the tiny CLIP's training (`tiny.clip`), the synthetic data of the tiny recipes'
@@ -80,14 +80,13 @@ def _valid_rate(error_rate: float) -> float:
 # One RL step's figures by name: the `log_history` key each comes from and, optionally, how it is derived. A key TRL
 # did not log at a step gives None, never 0: no zoom-in call means no z_t and no error rate (`semantic/z_mean`,
 # `tools/zoom_error_rate` are logged per call), and the variance probe logs only on the steps it probes.
-STEP_METRICS: dict[str, tuple[str, Callable[[float], float] | None]] = {
+StepMetrics = dict[str, tuple[str, Callable[[float], float] | None]]
+STEP_METRICS: StepMetrics = {
     "r_sem": (SEMANTIC_KEY, None),
     "z_mean": ("semantic/z_mean", None),
     "calls_per_rollout": ("tools/zoom_calls_per_rollout", None),
     "valid_call_rate": ("tools/zoom_error_rate", _valid_rate),
     "accuracy": (ACCURACY_KEY, None),
-    "reader_success": (f"rewards/{REWARDS['simulated_reader'].__name__}/mean", None),
-    "target_in_view": (f"rewards/{REWARDS['target_in_view'].__name__}/mean", None),
     "reward_std": ("reward_std", None),
     "advantage_std": ("mapo/advantage_std", None),
     "adv_variance": ("adv/variance", None),
@@ -263,15 +262,15 @@ def eval_summary(metrics: dict, eval_dir: Path) -> dict:
     }
 
 
-def rl_step_log(log_history: Iterable[dict]) -> list[dict]:
-    """Per RL training step, its `step` and every `STEP_METRICS` figure (None where TRL did not log it). Entries of
+def rl_step_log(log_history: Iterable[dict], metrics: StepMetrics = STEP_METRICS) -> list[dict]:
+    """Per RL training step, its `step` and every figure of `metrics` (None where TRL did not log it). Entries of
     `trainer.state.log_history` that are not training steps (the closing `train_runtime` one) are skipped."""
     steps = []
     for entry in log_history:
         if SEMANTIC_KEY not in entry:
             continue
         row = {"step": entry["step"]}
-        for name, (key, derive) in STEP_METRICS.items():
+        for name, (key, derive) in metrics.items():
             value = entry.get(key)
             row[name] = None if value is None else (derive(value) if derive else value)
         steps.append(row)

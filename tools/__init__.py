@@ -1,4 +1,6 @@
-"""Tools the agent can call. `ENVIRONMENTS` maps the name a recipe uses to the environment class."""
+"""The zoom-in tool the agent calls: its geometry (`zoom_in`), its TRL environment and call record (`env`), and its
+settings (`config`). It is the only tool: R_sem, the zoom metrics and the token-budget check read every tool
+response as a zoom-in's."""
 
 from __future__ import annotations
 
@@ -29,20 +31,15 @@ from tools.zoom_in import (
     validate_label,
 )
 
-ENVIRONMENTS = {"zoom_in": ZoomInEnv}
-
 
 def make_environment_factory(config: ToolConfig, image_budget: PixelBudget) -> functools.partial:
-    """A zero-argument factory for TRL's `environment_factory`: `config.environment` in the processor's frame
+    """A zero-argument factory for TRL's `environment_factory`: a `ZoomInEnv` in the processor's frame
     (`utils.models.pixel_budget(processor)`)."""
-    if config.environment not in ENVIRONMENTS:
-        raise ValueError(f"environment: unknown environment {config.environment!r}; known: {sorted(ENVIRONMENTS)}")
-    return functools.partial(ENVIRONMENTS[config.environment], config, image_budget)
+    return functools.partial(ZoomInEnv, config, image_budget)
 
 
 __all__ = [
     "CLIP_RESIZE",
-    "ENVIRONMENTS",
     "RECORD_NAME",
     "TOOL_NAME",
     "PixelBudget",

@@ -52,7 +52,6 @@ class PixelBudget:
 class ToolConfig:
     """The zoom-in tool and its verifier; shared by SFT, RL and evaluation and recorded in each checkpoint."""
 
-    environment: str = field(default="zoom_in", metadata={"help": "Tool environment by name (tools.ENVIRONMENTS)."})
     min_pixels: int | None = field(
         default=None, metadata={"help": "Image processor min pixels (None: the model's own)."}
     )
@@ -137,6 +136,11 @@ def write_record(output_dir: str | os.PathLike, tool: dict[str, Any], **rollout:
     return path
 
 
+# Settings earlier checkpoints recorded that no longer exist, ignored when read: `environment` named the one tool there
+# ever was, the zoom-in tool.
+RETIRED_SETTINGS = ("environment",)
+
+
 def read_record(checkpoint: str | os.PathLike | None) -> dict[str, dict[str, Any]] | None:
     """The record of a local checkpoint folder, or None (no record, or a hub name: nothing is downloaded for it)."""
     if checkpoint is None:
@@ -145,11 +149,12 @@ def read_record(checkpoint: str | os.PathLike | None) -> dict[str, dict[str, Any
     if not path.is_file():
         return None
     record = json.loads(path.read_text(encoding="utf-8"))
+    tool = {name: value for name, value in record.get("tool", {}).items() if name not in RETIRED_SETTINGS}
     known = {f.name for f in fields(ToolConfig)}
-    unknown = set(record.get("tool", {})) - known
+    unknown = set(tool) - known
     if unknown:
         raise ValueError(f"{path}: unknown tool setting(s) {sorted(unknown)}; known: {sorted(known)}")
-    return {"tool": record.get("tool", {}), "rollout": record.get("rollout", {})}
+    return {"tool": tool, "rollout": record.get("rollout", {})}
 
 
 def record_mismatches(record: dict[str, dict[str, Any]], values: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

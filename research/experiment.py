@@ -18,8 +18,8 @@ fail, in this order (docs/experiment.md states the criterion before the results)
    than twice its standard error (the larger of one evaluation's and the seeds'), RL at this budget cannot move the
    policy and the experiment stops: nothing after it would mean anything.
 4. **Arms** (`ARMS`), `--seeds` each, from the same checkpoint, with the world's recipe
-   (`recipes/tiny/rl/config_experiment.yaml`): a simulated reader as the outcome (right with probability 0.7 when a
-   valid call framed the target, 0.1 otherwise: `rewards.simulated_reader_reward`), groups of 4. Only
+   (`research/recipes/config_experiment.yaml`): a simulated reader as the outcome (right with probability 0.7 when a
+   valid call framed the target, 0.1 otherwise: `research.rewards.simulated_reader_reward`), groups of 4. Only
    `advantage_estimator`, `semantic_verifier`, `semantic_score` and the seed differ between runs; every other parsed
    field is checked equal before anything trains. Each run's model is evaluated at `--eval_every` steps and at its
    end.
@@ -59,14 +59,16 @@ from matplotlib.ticker import MaxNLocator
 
 from configs import ToolConfig
 from data.benchmarks import load_saved_split
+from data.task import normalize
 from evaluation.run import read_samples
 from evaluation.verifier_check import GateResult, check_verifier
-from rewards import REWARDS, build_verifier, frames_target, normalise_label
+from research.rewards import frames_target, simulated_reader_reward, target_in_view_reward
+from rewards.verifiers import build_verifier
 from tiny import stages
 from tools import make_environment_factory
 from utils.models import load_processor, pixel_budget
 
-RECIPE = "recipes/tiny/rl/config_experiment.yaml"
+RECIPE = "research/recipes/config_experiment.yaml"
 # Each arm: the fields it sets on top of the recipe. The recipe's semantic_verifier is `exact_walk`, so the arms
 # that do not train on R_sem (grpo, hpo: weight 0) log the same walk z_t as the walk arms, comparable across arms.
 # `mapo_exact` is talk and walk (the label must name the target too); `mapo_walk` is walk only, since the tiny SFT
@@ -74,17 +76,17 @@ RECIPE = "recipes/tiny/rl/config_experiment.yaml"
 # `mapo_shuffled` is the walk arm's information control.
 ARMS: dict[str, dict[str, str]] = {
     "grpo": {"advantage_estimator": "grpo"},
-    "mapo_exact": {"advantage_estimator": "mapo", "semantic_verifier": "exact"},
-    "mapo_walk": {"advantage_estimator": "mapo", "semantic_verifier": "exact_walk"},
-    "mapo_shuffled": {"advantage_estimator": "mapo", "semantic_verifier": "shuffled_exact_walk"},
+    "mapo_exact": {"advantage_estimator": "mapo", "semantic_verifier": "research.verifiers:exact"},
+    "mapo_walk": {"advantage_estimator": "mapo", "semantic_verifier": "research.verifiers:exact_walk"},
+    "mapo_shuffled": {"advantage_estimator": "mapo", "semantic_verifier": "research.verifiers:shuffled_exact_walk"},
     "mapo_clip": {"advantage_estimator": "mapo", "semantic_verifier": "clip"},  # semantic_score: the gate's choice
     "hpo": {"advantage_estimator": "hpo"},
-    "mapo+hpo": {"advantage_estimator": "mapo+hpo", "semantic_verifier": "exact_walk"},
+    "mapo+hpo": {"advantage_estimator": "mapo+hpo", "semantic_verifier": "research.verifiers:exact_walk"},
 }
 PRIMARY = "mapo_walk"  # the arm whose verifier carries information in this world, judged against its control
 INFORMATION_CONTROL = "mapo_shuffled"
 REFERENCE = "grpo"  # what every arm is paired against
-CONTROL = {"advantage_estimator": "grpo", "reward_funcs": ["target_in_view"]}
+CONTROL = {"advantage_estimator": "grpo", "reward_funcs": ["research.rewards:target_in_view_reward"]}
 VARIED = ("advantage_estimator", "semantic_verifier", "semantic_score", "seed", "output_dir")
 GATE_SCORES = ("contrastive", "cosine")  # the order the clip arm tries them in
 DEFAULT_SEEDS = (0, 1, 2)
@@ -105,7 +107,12 @@ SETUP_FIELDS = (
     "hpo_min_negative_steps", "hpo_text_encoder", "clip_model",
 )  # fmt: skip
 
-# The curves, by `stages.STEP_METRICS` name: title and what the figure is.
+# The step figures of `stages.STEP_METRICS`, and the experiment world's rewards.
+STEP_METRICS: stages.StepMetrics = stages.STEP_METRICS | {
+    "reader_success": (f"rewards/{simulated_reader_reward.__name__}/mean", None),
+    "target_in_view": (f"rewards/{target_in_view_reward.__name__}/mean", None),
+}
+# The curves, by `STEP_METRICS` name: title and what the figure is.
 CURVES = {
     "z_mean": (
         "mean z_t",
@@ -115,7 +122,7 @@ CURVES = {
     ),
     "reader_success": (
         "reader success",
-        f"batch mean of the simulated reader's outcome (rewards/{REWARDS['simulated_reader'].__name__}/mean)",
+        f"batch mean of the simulated reader's outcome (rewards/{simulated_reader_reward.__name__}/mean)",
     ),
     "valid_call_rate": ("valid-call rate", "share of zoom-in calls that returned a crop (1 - tools/zoom_error_rate)"),
     "advantage_std": ("advantage std", "std of the episode advantages (mapo/advantage_std)"),
@@ -165,7 +172,7 @@ def exceeds(pair: Paired | None, sigmas: float, floor: float = 0.0) -> bool:
 # ------------------------------------------------------------------------------------------------- row metrics
 def row_metrics(records: Sequence[dict]) -> dict[str, float | int]:
     """Per-row rates of one evaluation (`samples.jsonl` records): `target_seen`, the rows where some valid call's box
-    framed the target (`rewards.frames_target`: what the simulated reader rewards), and `named_and_seen`, those where
+    framed the target (`research.rewards.frames_target`: what the simulated reader rewards), and `named_and_seen`, those where
     such a call also named the target (what the exact verifier scores 1), over `n` rows."""
     seen, named = [], []
     for record in records:
@@ -175,8 +182,8 @@ def row_metrics(records: Sequence[dict]) -> dict[str, float | int]:
             if frames_target(call["box"], record["target_bbox"], tuple(record["image_size"]))
         ]
         seen.append(bool(frames))
-        target = normalise_label(record.get("target_label") or "")
-        named.append(any(normalise_label(str(call["label"])) == target for call in frames))
+        target = normalize(record.get("target_label") or "")
+        named.append(any(normalize(str(call["label"])) == target for call in frames))
     n = len(records)
     return {
         "n": n,
@@ -351,7 +358,7 @@ def train_and_evaluate(
     training_args = stages.rl_args(argv)[1]
     rl_dir = Path(training_args.output_dir)
     shutil.rmtree(rl_dir, ignore_errors=True)  # a rerun never mixes with an earlier run's files
-    steps = stages.rl_step_log(stage(f"RL {name}", lambda: stages.run_rl(argv)))
+    steps = stages.rl_step_log(stage(f"RL {name}", lambda: stages.run_rl(argv)), STEP_METRICS)
     points = {}
     if rows:
         last = training_args.max_steps
@@ -377,8 +384,8 @@ def verifier_gate(start: Start, rows: int) -> dict[str, dict[str, GateResult]]:
     make_env = make_environment_factory(tool, pixel_budget(processor))
     test = load_saved_split(str(start.data), "test").select(range(rows))
     return {
-        name: check_verifier(build_verifier(name, tool), list(test), make_env, semantic_scores=GATE_SCORES)
-        for name in ("clip", "exact")
+        name: check_verifier(build_verifier(spec, tool), list(test), make_env, semantic_scores=GATE_SCORES)
+        for name, spec in (("clip", "clip"), ("exact", "research.verifiers:exact"))
     }
 
 
@@ -427,7 +434,9 @@ def gradient_variance(args, start: Start, kit: dict, arms: dict[str, dict], stag
             max_grad_norm=0.0,
             gradient_variance_batches=args.variance_batches,
         )
-        steps = stages.rl_step_log(stage(f"gradient variance {name}", lambda argv=argv: stages.run_rl(argv)))
+        steps = stages.rl_step_log(
+            stage(f"gradient variance {name}", lambda argv=argv: stages.run_rl(argv)), STEP_METRICS
+        )
         logged = [s for s in steps if s.get("gradvar_trace") is not None]
         out[name] = (
             {"trace": logged[-1]["gradvar_trace"], "relative": logged[-1]["gradvar_relative"]} if logged else {}
@@ -632,7 +641,7 @@ def write_report(report: Path, outcome: dict, gate: dict[str, dict[str, GateResu
     lines = [
         "# Does MAPO's semantic signal act? A controlled experiment on the tiny world",
         "",
-        f"_Generated by `scripts/experiment.py` on {setup['date']} from results `{digest}` "
+        f"_Generated by `research/experiment.py` on {setup['date']} from results `{digest}` "
         "(`experiment/results.json`); "
         'every section, "What it shows" included, is written from them: rerun it to regenerate._',
         "",
@@ -887,7 +896,7 @@ def describe_setup(args, argv, start: Start, fields: dict, results: dict, eval_r
     batch, group = fields.get("per_device_train_batch_size"), fields.get("num_generations")
     return {
         "date": datetime.date.today().isoformat(),
-        "command": shlex.join(["python", "-m", "scripts.experiment", *argv]) + '   # make experiment ARGS="..."',
+        "command": shlex.join(["python", "-m", "research.experiment", *argv]) + '   # make experiment ARGS="..."',
         "steps": args.rl_steps,
         "variance_batches": args.variance_batches,
         "lines": [

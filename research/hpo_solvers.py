@@ -2,7 +2,7 @@
 paper's f*), the authors' geomloss Sinkhorn (blur 0.01, scaling 0.5), and POT's entropic solver run to convergence at
 the authors' regularisation (epsilon = blur = 0.01, `ot.bregman.sinkhorn_epsilon_scaling`).
 
-python -m scripts.hpo_solvers            # ~2 min on one core; prints the markdown table quoted in docs/method.md
+python -m research.hpo_solvers            # ~2 min on one core; prints the markdown table quoted in docs/method.md
 
 Groups: online HPO, 8 rollouts of 3-6 steps (step 0, the prompt, shared by the group's rollouts), 2-6 of them
 successful, in 1024-D: (a) norms 30-100, like a causal LM's unnormalised last hidden states (the authors' step

@@ -13,7 +13,7 @@ cards of different colours; the question asks for one card by colour. The policy
 every image token's pixels say where it is. Chance is the mean over test scenes of the fraction of the cue's
 candidate boxes (16 grid boxes, or 9 region boxes) that hold the card: what a policy that ignores the image scores.
 
-    python -m scripts.localization_probe --cue pixels --cards 1 1 --tint 60 --steps 3000
+    python -m research.localization_probe --cue pixels --cards 1 1 --tint 60 --steps 3000
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""scripts/zoom_necessity.py: the `crop` view holds exactly what the gold zoom-in call shows the policy. Its SFT,
+"""research/zoom_necessity.py: the `crop` view holds exactly what the gold zoom-in call shows the policy. Its SFT,
 evaluation and chance levels are the demo's own stages, tested in tests/test_demo.py."""
 
 import numpy as np
@@ -6,7 +6,7 @@ from PIL import ImageChops
 
 from data.synthetic import build_synthetic
 from data.trajectories import plan_calls
-from scripts import zoom_necessity
+from research import zoom_necessity
 from tools import ToolConfig, make_environment_factory
 from utils.models import load_processor, pixel_budget
 

@@ -10,7 +10,7 @@ Both are evaluated answer-only on held-out rows, with accuracy and chance per qu
 without zooming and can be read after a zoom to the right place; it says nothing about whether a policy finds that
 place (`box_contains_target` in evaluation measures that).
 
-    python -m scripts.zoom_necessity --output_dir outputs/zoom_necessity
+    python -m research.zoom_necessity --output_dir outputs/zoom_necessity
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""scripts/localization_probe.py: the probe trains on the box alone, in either context, and its chance level and gold
+"""research/localization_probe.py: the probe trains on the box alone, in either context, and its chance level and gold
 boxes follow the repo's own box rules."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from data.synthetic import REGIONS, region_of
-from scripts import localization_probe as probe
+from research import localization_probe as probe
 
 
 @pytest.mark.parametrize("context", ["bare", "chat"])

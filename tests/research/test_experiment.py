@@ -11,8 +11,8 @@ import pytest
 from transformers.trainer_utils import SchedulerType
 
 from evaluation.verifier_check import GateResult
-from scripts import experiment
-from scripts.experiment import Spread
+from research import experiment
+from research.experiment import Spread
 from tiny import stages
 
 

@@ -1,0 +1,55 @@
+"""HPO, the step-level advantage estimator (Hindsight Policy Optimization, Li et al., section 4.3), for `MAPOTrainer`
+(`advantage_estimator: hpo | mapo+hpo`).
+
+- `transport`: Kantorovich potentials of W1 (eq. 1-2, 13-14; POT's exact solver or the authors' geomloss Sinkhorn)
+  and a group's step weights (eq. 16's numerator), pure;
+- `advantages`: online and offline hindsight groups with their fallbacks, eq. 16's normalisation, eq. 17's mix,
+  the spread over tokens, pure;
+- `steps`: a TRL rollout's steps and the text encoder of the intent space;
+- `estimator`: `HPOAdvantages`, the trainer's wiring over one generation batch.
+
+The derivation, the authors' code each choice follows and how this differs from both: `docs/method.md`.
+"""
+
+from hpo.advantages import (
+    FALLBACK_REASONS,
+    MAX_OFF_TRAJECTORIES,
+    MIN_NEGATIVE_STEPS,
+    MIN_POSITIVE_STEPS,
+    GroupStepAdvantages,
+    StepAdvantageBatch,
+    broadcast_to_tokens,
+    combine_advantages,
+    normalize_step_advantages,
+    offline_group_step_advantages,
+    online_fallback_reason,
+    online_group_step_advantages,
+    unscorable_group,
+)
+from hpo.estimator import HPOAdvantages
+from hpo.steps import StepEncoder, step_segments, turn_index
+from hpo.transport import HPO_SOLVERS, geomloss_potentials, kantorovich_potentials, potential_step_weights
+
+__all__ = [
+    "FALLBACK_REASONS",
+    "HPO_SOLVERS",
+    "MAX_OFF_TRAJECTORIES",
+    "MIN_NEGATIVE_STEPS",
+    "MIN_POSITIVE_STEPS",
+    "GroupStepAdvantages",
+    "HPOAdvantages",
+    "StepAdvantageBatch",
+    "StepEncoder",
+    "broadcast_to_tokens",
+    "combine_advantages",
+    "geomloss_potentials",
+    "kantorovich_potentials",
+    "normalize_step_advantages",
+    "offline_group_step_advantages",
+    "online_fallback_reason",
+    "online_group_step_advantages",
+    "potential_step_weights",
+    "step_segments",
+    "turn_index",
+    "unscorable_group",
+]

@@ -1,0 +1,75 @@
+"""The experiment world's outcome rewards, named by import path in its recipes
+(`reward_funcs: [research.rewards:simulated_reader_reward]`): a simulated reader whose success depends only on where
+the policy looked, and its noise-free twin for positive controls. Both read the rows' `target_bbox`.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from rewards.outcome import format_reward
+from tools import ZoomCall, box_contains, executed_calls
+from utils.registry import reads_columns
+
+# The simulated reader: how often it reads the answer right, from a crop that frames the target and from anything else.
+READER_HIT_P = 0.7
+READER_MISS_P = 0.1
+READER_MAX_AREA = 0.25  # a box over a quarter of the image is no zoom: the target stays as small as in the prompt
+
+
+def frames_target(box: Sequence[int] | None, target_bbox: Sequence[int], image_size: tuple[int, int]) -> bool:
+    """Whether a crop `box` (original pixels; None: no crop) frames the target: it holds the whole `target_bbox` and
+    covers at most `READER_MAX_AREA` of the image, so zooming out to the whole image does not count."""
+    if box is None:
+        return False
+    x1, y1, x2, y2 = box
+    small = (x2 - x1) * (y2 - y1) <= READER_MAX_AREA * image_size[0] * image_size[1]
+    return small and box_contains(box, target_bbox)
+
+
+def target_in_view(call: ZoomCall, target_bbox: Sequence[int], image_size: tuple[int, int]) -> bool:
+    """Whether a call returned a crop that `frames_target`."""
+    return call.ok and frames_target(call.box, target_bbox, image_size)
+
+
+def reader_draw(row_id: str, step: int, rollout: int) -> float:
+    """The reader's uniform draw for one rollout, seeded by (row, training step, rollout index in the batch): the same
+    rollout position at the same step of a rerun reads alike, and different rows, steps and rollouts independently."""
+    seed = [zlib.crc32(str(row_id).encode()), int(step), int(rollout)]
+    return float(np.random.default_rng(seed).random())
+
+
+def _target_seen(completions: list, environments: list, target_bbox: list) -> list[bool]:
+    return [
+        any(target_in_view(call, target, env.image.size) for call in executed_calls(env, completion))
+        for completion, env, target in zip(completions, environments, target_bbox)
+    ]
+
+
+@reads_columns("target_bbox", "id")
+def simulated_reader_reward(
+    completions: list, environments: list, target_bbox: list, id: list, trainer_state=None, **kwargs
+) -> list[float]:
+    """A noisy outcome for experiments: a stand-in for a reader that answers right with probability `READER_HIT_P`
+    when a valid zoom-in call framed the target (`target_in_view`) and `READER_MISS_P` otherwise, and only when every
+    turn is well formed (`format_reward`). It never reads the answer: success is sparse and noisy the way a weak
+    policy's is on a real benchmark, and depends only on where the policy looked. Needs the rows' `target_bbox` and
+    `id` (the synthetic data has both). The draw is `reader_draw(id, global_step, position in the batch)`."""
+    step = trainer_state.global_step if trainer_state is not None else 0
+    seen = _target_seen(completions, environments, target_bbox)
+    well_formed = format_reward(completions)
+    return [
+        ok * float(reader_draw(row_id, step, i) < (READER_HIT_P if hit else READER_MISS_P))
+        for i, (ok, hit, row_id) in enumerate(zip(well_formed, seen, id))
+    ]
+
+
+@reads_columns("target_bbox")
+def target_in_view_reward(completions: list, environments: list, target_bbox: list, **kwargs) -> list[float]:
+    """The simulated reader without its noise, for positive controls: 1.0 when every turn is well formed and a valid
+    zoom-in call framed the target (`target_in_view`), else 0.0."""
+    seen = _target_seen(completions, environments, target_bbox)
+    return [ok * float(hit) for ok, hit in zip(format_reward(completions), seen)]

@@ -1,0 +1,43 @@
+"""Rewards by the name a recipe gives (`reward_funcs: [gated_outcome]`) or by import path (`package.module:name`).
+
+Reward functions follow TRL's signature `(completions, **kwargs) -> list[float | None]`; `None` marks a row its reward
+could not score (TRL and `MAPOTrainer` then give it advantage 0). The semantic reward R_sem is not one of them:
+`MAPOTrainer` computes it from its verifier's scores of each rollout's calls (`rewards.verifiers`, `mapo.semantic_reward`,
+eq. 2). Modules: `outcome` (R_out, format, DeepEyes' tool bonus), `judge` (an LLM judge), `verifiers` (z_t).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from rewards.judge import judge_reward
+from rewards.outcome import format_reward, gated_outcome_reward, outcome_reward, tool_bonus_reward
+from rewards.verifiers import verifier_factory
+from utils.registry import required_columns, resolve
+
+RewardFunc = Callable[..., list[float | None]]
+
+REWARDS: dict[str, RewardFunc] = {
+    "outcome": outcome_reward,
+    "format": format_reward,
+    "gated_outcome": gated_outcome_reward,
+    "tool_bonus": tool_bonus_reward,
+    "judge": judge_reward,
+}
+
+
+def get_reward_funcs(specs: Sequence[str]) -> list[RewardFunc]:
+    """The reward functions `specs` name: names in `REWARDS` or import paths; a bad one fails with what is wrong."""
+    return [resolve(spec, REWARDS, "reward_funcs") for spec in specs]
+
+
+def check_columns(columns: Sequence[str], reward_specs: Sequence[str], verifier: str, where: str) -> None:
+    """Fail at start, naming the reward or verifier and the missing columns, when the dataset at `where` lacks a
+    column one of them reads (declared with `utils.registry.reads_columns`)."""
+    readers = {f"reward {spec}": func for spec, func in zip(reward_specs, get_reward_funcs(reward_specs))}
+    readers[f"semantic_verifier {verifier}"] = verifier_factory(verifier)
+    missing = {reader: [c for c in required_columns(obj) if c not in columns] for reader, obj in readers.items()}
+    missing = {reader: cols for reader, cols in missing.items() if cols}
+    if missing:
+        wants = "; ".join(f"{name} needs {cols}" for name, cols in missing.items())
+        raise ValueError(f"{where}: {wants}, which the dataset lacks (its columns: {sorted(columns)})")

@@ -1,0 +1,180 @@
+"""`judge` reward: R_out from an LLM judge behind an OpenAI-compatible chat endpoint, for open-ended answers.
+
+Standard library only (`urllib`, a thread pool): one request per row, concurrent within a batch; a row the judge
+cannot score is None (TRL and `MAPOTrainer` then give it advantage 0).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import math
+import os
+import re
+import string
+import urllib.request
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from data.task import MAX_ANSWER_CHARS, USER_SUFFIX, extract_answer, final_text, message_text
+from utils.registry import reads_columns
+
+logger = logging.getLogger(__name__)
+
+
+# The judge's settings: environment variables read at each call (so a launcher can point a run at its endpoint without
+# a recipe key), with their defaults. An empty value counts as unset.
+JUDGE_ENV: dict[str, str] = {
+    "JUDGE_BASE_URL": "http://localhost:8000/v1",  # OpenAI-compatible API root; POST {base}/chat/completions
+    "JUDGE_MODEL": "judge",  # the served model name (`vllm serve <model> --served-model-name judge`)
+    "JUDGE_API_KEY": "",  # sent as `Authorization: Bearer <key>` when set
+    "JUDGE_TIMEOUT": "30",  # seconds per request; a request that takes longer leaves its row unscored
+    "JUDGE_CONCURRENCY": "8",  # requests in flight at once for one batch
+    "JUDGE_PROMPT": "",  # path to a text file with the prompt template; unset: JUDGE_TEMPLATE
+}
+JUDGE_PLACEHOLDERS = ("{question}", "{answer}", "{prediction}")
+JUDGE_MAX_TOKENS = 16  # the reply is one word; a little room for punctuation or a trailing newline
+JUDGE_TEMPLATE = """You are grading an answer to a question about an image. Decide whether the model's answer means \
+the same as the ground-truth answer; ignore differences of wording, case, punctuation and formatting.
+
+Question: {question}
+Ground-truth answer: {answer}
+Model's answer: {prediction}
+
+Reply with exactly one word: CORRECT or INCORRECT."""
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """The judge endpoint and how to ask it; see `JUDGE_ENV` and `judge_settings`."""
+
+    base_url: str
+    model: str
+    api_key: str | None
+    timeout: float
+    concurrency: int
+    template: str
+
+
+def judge_settings(environ: Mapping[str, str]) -> JudgeSettings:
+    """The `JudgeSettings` that `environ` (e.g. `os.environ`) gives, defaults from `JUDGE_ENV`. A bad value fails with
+    a `ValueError` naming its variable: a base URL that is not http(s), a timeout that is not a positive number, a
+    concurrency below 1, or a `JUDGE_PROMPT` file that does not exist or lacks `{answer}` or `{prediction}`."""
+    env = {name: environ.get(name) or default for name, default in JUDGE_ENV.items()}
+    base_url = env["JUDGE_BASE_URL"].rstrip("/")
+    if not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"JUDGE_BASE_URL must be an http(s) URL, got {base_url!r}")
+    try:
+        timeout = float(env["JUDGE_TIMEOUT"])
+    except ValueError:
+        timeout = math.nan
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"JUDGE_TIMEOUT must be a positive number of seconds, got {env['JUDGE_TIMEOUT']!r}")
+    try:
+        concurrency = int(env["JUDGE_CONCURRENCY"])
+    except ValueError:
+        concurrency = 0
+    if concurrency < 1:
+        raise ValueError(f"JUDGE_CONCURRENCY must be an integer of at least 1, got {env['JUDGE_CONCURRENCY']!r}")
+    template = JUDGE_TEMPLATE
+    if env["JUDGE_PROMPT"]:
+        path = Path(env["JUDGE_PROMPT"])
+        if not path.is_file():
+            raise ValueError(f"JUDGE_PROMPT: no prompt template file at {str(path)!r}")
+        template = path.read_text(encoding="utf-8")
+        # Without the ground truth or the prediction the judge would grade nothing; the question is optional.
+        missing = [p for p in JUDGE_PLACEHOLDERS[1:] if p not in template]
+        if missing:
+            raise ValueError(f"JUDGE_PROMPT: the template {str(path)!r} lacks the placeholder(s) {missing}")
+    api_key = env["JUDGE_API_KEY"] or None
+    return JudgeSettings(base_url, env["JUDGE_MODEL"], api_key, timeout, concurrency, template)
+
+
+def parse_verdict(text: str) -> float | None:
+    """The judge's reply as a score: 1.0 for CORRECT, 0.0 for INCORRECT (any case, surrounding whitespace and
+    punctuation allowed, e.g. "**Correct.**"), None for anything else: empty, both words, a sentence, garbage."""
+    word = text.strip(string.whitespace + string.punctuation).lower()
+    return {"correct": 1.0, "incorrect": 0.0}.get(word)
+
+
+_PLACEHOLDER_RE = re.compile(r"\{(question|answer|prediction)\}")
+
+
+def fill_judge_prompt(template: str, question: str, answer: str, prediction: str) -> str:
+    """`template` with its placeholders filled in one pass: other braces in the template stay as written (no
+    `str.format`), and a placeholder inside a filled value (a prediction that writes "{answer}") is not expanded."""
+    values = {"question": question, "answer": answer, "prediction": prediction}
+    return _PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], template)
+
+
+def prompt_question(prompt: list[dict] | str | None) -> str:
+    """The question a `prompt` row asks: its last user turn's text, less the format instruction (`USER_SUFFIX`), which
+    is for the policy, not the judge; "" without a prompt."""
+    if prompt is None or isinstance(prompt, str):
+        return prompt or ""
+    users = [m for m in prompt if m.get("role") == "user"]
+    return message_text(users[-1]).removesuffix(USER_SUFFIX).strip() if users else ""
+
+
+def ask_judge(settings: JudgeSettings, prompt: str) -> tuple[float | None, str | None]:
+    """One chat request to the judge: (`parse_verdict` of its reply, None), or (None, why) when the request timed out,
+    failed to connect, got an HTTP error or a malformed body, or the reply is no verdict. Never raises for these."""
+    messages = [{"role": "user", "content": prompt}]
+    body = {"model": settings.model, "messages": messages, "temperature": 0, "max_tokens": JUDGE_MAX_TOKENS}
+    headers = {"Content-Type": "application/json"}
+    if settings.api_key:
+        headers["Authorization"] = f"Bearer {settings.api_key}"
+    request = urllib.request.Request(
+        f"{settings.base_url}/chat/completions", data=json.dumps(body).encode(), headers=headers, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=settings.timeout) as response:
+            content = json.load(response)["choices"][0]["message"]["content"]
+    # OSError covers URLError, HTTPError and timeouts; ValueError a body that is not JSON; the rest a JSON body
+    # without choices[0].message.content.
+    except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError) as error:
+        return None, f"{type(error).__name__}: {error}"
+    verdict = parse_verdict(content) if isinstance(content, str) else None
+    return verdict, None if verdict is not None else f"no verdict in the reply {content!r}"
+
+
+@reads_columns("answer")
+def judge_reward(completions: list, answer: list[str], prompts: list | None = None, **kwargs) -> list[float | None]:
+    """R_out from an LLM judge, for open-ended answers: 1.0 when the judge says the final `<answer>` (fallback
+    `\\boxed{}`) matches the row's `answer`, else 0.0.
+
+    The judge is an OpenAI-compatible chat endpoint (e.g. `vllm serve <judge model> --served-model-name judge`), asked
+    with the prompt template (`{question}`: the last user turn of the row's prompt, TRL's `prompts`; `{answer}`: the
+    ground truth; `{prediction}`: the extracted answer) at temperature 0; it replies CORRECT or INCORRECT
+    (`parse_verdict`). Settings, read from the environment at each call (`judge_settings`, `JUDGE_ENV`):
+    `JUDGE_BASE_URL` (default http://localhost:8000/v1), `JUDGE_MODEL` (default judge), `JUDGE_API_KEY` (optional,
+    sent as a Bearer token), `JUDGE_TIMEOUT` seconds (default 30), `JUDGE_CONCURRENCY` requests in flight (default 8),
+    `JUDGE_PROMPT` (path to a template file; default `JUDGE_TEMPLATE`).
+
+    A completion with no extractable answer scores 0.0, and so does an answer of `MAX_ANSWER_CHARS` (1000) characters
+    or more (DeepEyes' rule against answer-spraying), both without a request. A row whose request times out, fails or
+    gets no verdict is None (unscorable: advantage 0), with one warning a batch giving the count. Requests run
+    concurrently; the scores are in row order.
+    """
+    settings = judge_settings(os.environ)
+    prompts = prompts if prompts is not None else [None] * len(completions)
+    predictions = [extract_answer(final_text(c)) for c in completions]
+    asked = [i for i, p in enumerate(predictions) if p is not None and len(p) < MAX_ANSWER_CHARS]
+    filled = [
+        fill_judge_prompt(settings.template, prompt_question(prompts[i]), answer[i], predictions[i]) for i in asked
+    ]
+    scores: list[float | None] = [0.0] * len(completions)
+    if not asked:
+        return scores
+    with ThreadPoolExecutor(max_workers=min(settings.concurrency, len(asked))) as pool:
+        replies = list(pool.map(lambda p: ask_judge(settings, p), filled))
+    for i, (verdict, _) in zip(asked, replies):
+        scores[i] = verdict
+    failures = [why for _, why in replies if why is not None]
+    if failures:
+        why = f"{len(failures)} of {len(asked)} requests to {settings.base_url} got no verdict (first: {failures[0]})"
+        logger.warning("judge: %s; those rows are unscored", why)
+    return scores
