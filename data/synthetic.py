@@ -88,7 +88,6 @@ TASK_FEATURES = datasets.Features(
         "target_label": datasets.Value("string"),
     }
 )
-FEATURES = TASK_FEATURES  # the old name, still imported by tests/test_evaluate.py
 
 _SUPERSAMPLE = 4  # shapes are drawn 4x larger and box-filtered down: PIL's polygons are not antialiased
 _DIRECTIONS = ("left", "right", "above", "below")

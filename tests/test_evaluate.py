@@ -17,7 +17,7 @@ from trl.data_utils import prepare_multimodal_messages
 
 from configs import EvalArguments
 from data.benchmarks import mme_choice, score_answer
-from data.synthetic import FEATURES, build_synthetic
+from data.synthetic import TASK_FEATURES, build_synthetic
 from data.task import build_prompt
 from evaluate import parse_args
 from evaluation import run as evaluation_run
@@ -443,7 +443,7 @@ def test_bad_inputs_are_scored_failures(tiny_kit, tmp_path):
     png = rows[3]["image"]["bytes"]
     Image.open(io.BytesIO(png[:300]))  # the header still parses: the loader would accept it...
     rows[3]["image"] = {"bytes": png[:300], "path": None}  # ...but the pixels are cut off
-    datasets.Dataset.from_list(rows, features=FEATURES).save_to_disk(tmp_path / "data")
+    datasets.Dataset.from_list(rows, features=TASK_FEATURES).save_to_disk(tmp_path / "data")
 
     def first_turn(i, label):
         return [

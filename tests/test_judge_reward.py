@@ -20,15 +20,18 @@ from rewards.judge import (
     prompt_question,
 )
 
-TIMEOUT = 0.5  # JUDGE_TIMEOUT in these tests: the slow reply sleeps past it
+# JUDGE_TIMEOUT in these tests: the late reply sleeps past it; every other reply is due well within it even on a
+# loaded machine (the suite's own workers share its 2 cores).
+TIMEOUT = 2.0
 # What the fake judge replies, by the prediction it finds in the prompt: (seconds to wait, reply text).
 REPLIES = {
     "red": (0.0, "CORRECT"),
     "blue": (0.0, "INCORRECT"),
     "green": (TIMEOUT + 1.0, "CORRECT"),  # too late: the client gave up
     "grey": (0.0, "maybe?"),
-    "slow": (0.2, "Correct."),  # slow-ish, for the concurrency test
+    "slow": (0.0, "Correct."),  # held until a second request is in flight: the concurrency test
 }
+OVERLAP_WAIT = TIMEOUT / 2  # how long a "slow" request waits for a second one (a serial client never sends it)
 
 
 class FakeJudge(ThreadingHTTPServer):
@@ -37,6 +40,7 @@ class FakeJudge(ThreadingHTTPServer):
     def __init__(self):
         super().__init__(("127.0.0.1", 0), JudgeHandler)
         self.requests, self.lock, self.in_flight, self.max_in_flight = [], threading.Lock(), 0, 0
+        self.overlapped = threading.Event()  # set once two requests are in flight at the same time
 
     @property
     def base_url(self) -> str:
@@ -51,13 +55,22 @@ class JudgeHandler(BaseHTTPRequestHandler):
             server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
             server.in_flight += 1
             server.max_in_flight = max(server.max_in_flight, server.in_flight)
+            if server.in_flight >= 2:
+                server.overlapped.set()
         try:
             prompt = body["messages"][-1]["content"]
             # The prediction is the prompt's "Model's answer:" line (the default template) or its last line.
             line = next((x for x in prompt.splitlines() if x.startswith("Model's answer:")), prompt.splitlines()[-1])
-            delay, text = REPLIES.get(line.split(":")[-1].strip(), (0.0, "garbage"))
+            prediction = line.split(":")[-1].strip()
+            delay, text = REPLIES.get(prediction, (0.0, "garbage"))
+            if prediction == "slow":  # an event, not a sleep: overlap is seen however slow the machine is
+                server.overlapped.wait(OVERLAP_WAIT)
             time.sleep(delay)
             reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
+            # No longer in flight once the reply is ready: counted until after the write, a request could still be
+            # counted when the client, which has its reply, sends the next one (a race in the count, not the client).
+            with server.lock:
+                server.in_flight -= 1
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(reply)))
@@ -65,9 +78,6 @@ class JudgeHandler(BaseHTTPRequestHandler):
             self.wfile.write(reply)
         except (BrokenPipeError, ConnectionResetError):  # the client timed out and hung up
             pass
-        finally:
-            with server.lock:
-                server.in_flight -= 1
 
     def log_message(self, *args):  # keep pytest's output quiet
         pass
