@@ -339,7 +339,7 @@ def _read_mini_o3(path: Path) -> Iterator[_Raw | BadRowError]:
             continue
         text = record.get("problem")
         # the training prompt inserts the image itself; a literal "<image>" tag would only be noise
-        question, options = split_options(text.replace("<image>", "")) if isinstance(text, str) else (None, [])
+        question, options = mini_o3_question(text) if isinstance(text, str) else (None, [])
         relative = (record.get("images") or [None])[0]
         image = None
         if isinstance(relative, str) and relative:
@@ -360,23 +360,73 @@ def _read_mini_o3(path: Path) -> Iterator[_Raw | BadRowError]:
         yield _Raw(file, row, values, _MINI_O3_FIELDS)
 
 
+# "A. red" / "A: red" / "A) red" option lines, the other way the zoom-trajectory sets write options (Thyme, CoF's
+# "A." questions); an "Options:" line before them is part of the block
+_LETTER_OPTION = re.compile(r"^\s*([A-H])[.:)]\s+(.*?)\s*$")
+_OPTIONS_HEADER = re.compile(r"^\s*(?:options|choices)\s*:?\s*$", re.IGNORECASE)
+_QUESTION_PREFIX = re.compile(r"^\s*Question:\s*", re.IGNORECASE)
+
+
+def dataset_question(
+    text: str, instructions: Sequence[str] = (), cut_from: Sequence[str] = ()
+) -> tuple[str, list[str]]:
+    """The bare question and its options from a dataset's own user turn, so a prompt is ours alone (`build_prompt`)
+    and the SFT and RL readers of one dataset ask the same words.
+
+    `<image>` tags and a leading "Question:" are removed; the text from the first of `cut_from` on is dropped (a
+    dataset's trailing format block, e.g. Thyme's "### User Image Path"), and so is every line that starts with one of
+    `instructions` (its answer and tool instructions); then the options are split off: "(A) ..." lines
+    (`split_options`), else "A. ..." lines (two or more, in letter order, an "Options:" line before them dropped).
+    """
+    text = text.replace("<image>", "")
+    cuts = [text.find(marker) for marker in cut_from if marker in text]
+    text = _QUESTION_PREFIX.sub("", text[: min(cuts)] if cuts else text)
+    lines = [line for line in text.splitlines() if not line.strip().startswith(tuple(instructions))]
+    question, options = split_options("\n".join(lines))
+    if options:
+        return question, options
+    lines = question.splitlines()
+    first = next((i for i, line in enumerate(lines) if (m := _LETTER_OPTION.match(line)) and m.group(1) == "A"), None)
+    if first is not None:
+        letters = []
+        for letter, line in zip(OPTION_LETTERS, lines[first:]):
+            match = _LETTER_OPTION.match(line)
+            if match is None or match.group(1) != letter:
+                break
+            letters.append(match.group(2))
+        if len(letters) >= 2:
+            head = lines[:first]
+            if head and _OPTIONS_HEADER.match(head[-1]):
+                head = head[:-1]
+            return "\n".join(head).strip(), letters
+    return question.strip(), []
+
+
+def mini_o3_question(problem: str) -> tuple[str, list[str]]:
+    """A Mini-o3 question (the RL `problem`, or the cold start's first human turn: the same text) and its options."""
+    return dataset_question(problem)
+
+
 # CoF's prepare_zoomin_data.py builds the user turn as "<image> Question: {question}" + an answer instruction + its
-# tool instruction; without `extra_info.question` these are cut off, so the prompt is ours alone
-_COF_PREFIX = re.compile(r"^\s*Question:\s*")
-_COF_INSTRUCTIONS = ("Answer the question using", "Answer with the option's letter", "Think in the mind first")
+# tool instruction (USER_PROMPT); its SFT set's user turns are written the same way. These are cut off, so the prompt
+# is ours alone, the same words for `cof_rl` and the `cof_sft` converter (`data.converters`).
+COF_INSTRUCTIONS = ("Answer the question using", "Answer with the option's letter", "Think in the mind first")
+
+
+def cof_question(text: str) -> tuple[str, list[str]]:
+    """A CoF question (`extra_info.question`, or a user turn as CoF writes it) and its options."""
+    return dataset_question(text, COF_INSTRUCTIONS)
 
 
 def _cof_question(record: dict[str, Any]) -> tuple[str | None, str]:
-    """The bare question of a CoF row and the field it came from: `extra_info.question`, else the last user turn."""
+    """The text of a CoF row's question and the field it came from: `extra_info.question`, else the last user turn."""
     text = (record.get("extra_info") or {}).get("question")
     if isinstance(text, str) and text.strip():
-        return text.replace("<image>", ""), "extra_info.question"
+        return text, "extra_info.question"
     users = [m for m in record.get("prompt") or [] if isinstance(m, dict) and m.get("role") == "user"]
     if not users:
         return None, "prompt"
-    lines = _COF_PREFIX.sub("", message_text(users[-1]).replace("<image>", "")).splitlines()
-    kept = [line for line in lines if not line.strip().startswith(_COF_INSTRUCTIONS)]
-    return "\n".join(kept), "prompt"
+    return message_text(users[-1]), "prompt"
 
 
 def _cof_image(value: Any, folder: Path) -> Any:
@@ -394,7 +444,7 @@ def _read_cof_rl(file: Path) -> Iterator[_Raw]:
     _expect(file, "a Chain-of-Focus RL parquet file, e.g. train.parquet, with its images unzipped beside it")
     for row, record in enumerate(_parquet_rows(file)):
         text, question_field = _cof_question(record)
-        question, options = split_options(text) if isinstance(text, str) else (None, [])
+        question, options = cof_question(text) if isinstance(text, str) else (None, [])
         values = {
             "id": f"{file.stem}-{row}",
             "source": f"cof/{record.get('data_source')}",

@@ -6,8 +6,11 @@ composed into the original image's pixels), and writes to DIR:
 - the dataset (`save_to_disk`, split `train`): `id`, `source`, `prompt` (this repo's system prompt and the
   question), `image` (the original), `answer`, `options`, `gold_calls` (per call its `box` in original pixels,
   `thought`, `label`, `label_source`) and `final_thought`. SFT maps each box into the frame the model sees and
-  replays it through the real tool (`data.trajectories.replay_calls`): the dataset's own crops are never reused;
-- `stats.json`: rows read, converted, skipped by reason, calls by `label_source`;
+  replays it through the real tool (`data.trajectories.replay_calls`): the dataset's own crops are never reused,
+  only compared with (a row whose crop disagrees with the release's is skipped, `crop_mismatch`);
+- `stats.json`: rows read, converted, skipped by reason (the first rows of each named), calls by `label_source`,
+  the crop check against the crops the release ships (`crop_check`), and the calls dropped because the release shows
+  they failed upstream (`calls_failed_upstream`);
 - with `--preview N`, for the first N rows `preview/<i>/image.png`, `crop_<k>.png` (the tool's crops on replay, at
   the real recipes' pixel budget unless `--max_pixels` says otherwise), `trajectory.json`, and `preview/index.html`
   showing them all.
@@ -64,10 +67,10 @@ def as_row(trajectory: Trajectory) -> dict:
     return {
         "id": trajectory.id,
         "source": trajectory.source,
-        "prompt": build_prompt(trajectory.question),
+        "prompt": build_prompt(trajectory.question, trajectory.options),
         "image": trajectory.image,
         "answer": trajectory.answer,
-        "options": [],
+        "options": list(trajectory.options),
         "gold_calls": [
             {"box": list(c.box), "thought": c.thought, "label": c.label, "label_source": c.label_source}
             for c in trajectory.calls
@@ -76,18 +79,24 @@ def as_row(trajectory: Trajectory) -> dict:
     }
 
 
+SKIP_EXAMPLES = 3  # per reason, the first skipped rows `stats.json` names (file, row and why), to look them up
+
+
 def convert(fmt: str, source: Path, tool: ToolConfig) -> tuple[list[Trajectory], dict]:
     """Every convertible row of `source` in `fmt`, its labels held to `tool`'s label limits, and the stats: rows read,
-    converted, skipped by reason, calls by label source."""
+    converted, skipped by reason (with the first rows of each), calls by label source, the crop check against the
+    release's own crops, and the calls dropped because they failed upstream."""
     if fmt not in FORMATS:
         raise ValueError(f"--format: unknown format {fmt!r}; known: {sorted(FORMATS)}")
     if not source.is_dir():
         raise ValueError(f"--input: {source} is not a folder (give the dataset's folder as downloaded)")
-    kept, skipped = [], Counter()
+    kept, skipped, examples = [], Counter(), {}
     for item in FORMATS[fmt](source, tool):
         if isinstance(item, SkipRow):
             skipped[item.reason] += 1
-            logger.debug("skipped: %s", item)
+            if len(examples.setdefault(item.reason, [])) < SKIP_EXAMPLES:
+                examples[item.reason].append(f"{item.where}: {item.detail}" if item.detail else item.where)
+            logger.debug("skipped %s: %s", item.where, item)
         else:
             kept.append(item)
     calls = Counter(call.label_source for t in kept for call in t.calls)
@@ -97,7 +106,16 @@ def convert(fmt: str, source: Path, tool: ToolConfig) -> tuple[list[Trajectory],
         "rows_read": len(kept) + skipped.total(),
         "rows_converted": len(kept),
         "rows_skipped": {reason: skipped[reason] for reason in SKIP_REASONS if skipped[reason]},
+        "skipped_examples": {reason: examples[reason] for reason in SKIP_REASONS if reason in examples},
         "calls_by_label_source": {source: calls[source] for source in LABEL_SOURCES},
+        # The check against the crops the release ships (`data.converters.crop_disagreement`), per format: every kept
+        # call agreed; `rows_mismatched` rows were skipped (`crop_mismatch`).
+        "crop_check": {
+            "calls_checked": sum(t.crops_checked for t in kept),
+            "calls_checked_by_content": sum(t.content_checked for t in kept),
+            "rows_mismatched": skipped["crop_mismatch"],
+        },
+        "calls_failed_upstream": sum(t.failed_calls for t in kept),
     }
     return kept, stats
 

@@ -2,6 +2,14 @@
 
 Standard library only (`urllib`, a thread pool): one request per row, concurrent within a batch; a row the judge
 cannot score is None (TRL and `MAPOTrainer` then give it advantage 0).
+
+Two verdict modes (`JUDGE_VERDICT`). Ours (`correct_incorrect`, the default) asks for one word, CORRECT or INCORRECT, at
+temperature 0, and leaves an unreadable reply unscored. `deepeyes` reproduces DeepEyes' judge, to compare rewards or
+judged accuracy with its numbers: pointed at a template of its prompt (`JUDGE_PROMPT`; github.com/Visual-Agent/DeepEyes,
+`verl/utils/reward_score/vl_agent.py`, `get_prompt`, not copied here), it sends that prompt after the system message
+"You are a helpful assistant." at temperature 0.3 with no token limit, reads the reply as `compute_score` there does
+(`parse_deepeyes_verdict`: "Judgement: 1" / "Judgement: 0") and scores an unreadable reply 0. Their evaluation script
+(`eval/judge_result.py`) asks the same at temperature 0: set `JUDGE_TEMPERATURE=0` to compare judged accuracy.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import os
 import re
 import string
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +42,11 @@ JUDGE_ENV: dict[str, str] = {
     "JUDGE_TIMEOUT": "30",  # seconds per request; a request that takes longer leaves its row unscored
     "JUDGE_CONCURRENCY": "8",  # requests in flight at once for one batch
     "JUDGE_PROMPT": "",  # path to a text file with the prompt template; unset: JUDGE_TEMPLATE
+    "JUDGE_VERDICT": "correct_incorrect",  # how the reply is read, and the defaults below: a key of VERDICT_MODES
+    "JUDGE_TEMPERATURE": "",  # sampling temperature; unset: the verdict mode's
+    "JUDGE_MAX_TOKENS": "",  # the reply's token limit, or "none" (the request names none); unset: the mode's
+    "JUDGE_SYSTEM": "",  # a system message sent before the prompt; unset: the mode's (none for ours)
+    "JUDGE_UNREADABLE": "",  # a reply that is no verdict: "none" (the row is unscored) or "zero"; unset: the mode's
 }
 JUDGE_PLACEHOLDERS = ("{question}", "{answer}", "{prediction}")
 JUDGE_MAX_TOKENS = 16  # the reply is one word; a little room for punctuation or a trailing newline
@@ -48,6 +61,18 @@ Reply with exactly one word: CORRECT or INCORRECT."""
 
 
 @dataclass(frozen=True)
+class VerdictMode:
+    """How a verdict mode asks and reads: its reply parser and the defaults of its request settings."""
+
+    parse: Callable[[str], float | None]
+    temperature: float
+    max_tokens: int | None  # None: the request names no limit
+    system: str | None
+    unreadable_zero: bool  # a reply that is no verdict scores 0 (else the row is unscored)
+    needs_prompt: bool  # its prompt is upstream's, given as JUDGE_PROMPT
+
+
+@dataclass(frozen=True)
 class JudgeSettings:
     """The judge endpoint and how to ask it; see `JUDGE_ENV` and `judge_settings`."""
 
@@ -57,6 +82,11 @@ class JudgeSettings:
     timeout: float
     concurrency: int
     template: str
+    verdict: str = "correct_incorrect"
+    temperature: float = 0.0
+    max_tokens: int | None = JUDGE_MAX_TOKENS
+    system: str | None = None
+    unreadable_zero: bool = False
 
 
 def judge_settings(environ: Mapping[str, str]) -> JudgeSettings:
@@ -89,8 +119,39 @@ def judge_settings(environ: Mapping[str, str]) -> JudgeSettings:
         missing = [p for p in JUDGE_PLACEHOLDERS[1:] if p not in template]
         if missing:
             raise ValueError(f"JUDGE_PROMPT: the template {str(path)!r} lacks the placeholder(s) {missing}")
+    if env["JUDGE_VERDICT"] not in VERDICT_MODES:
+        raise ValueError(f"JUDGE_VERDICT must be one of {sorted(VERDICT_MODES)}, got {env['JUDGE_VERDICT']!r}")
+    mode = VERDICT_MODES[env["JUDGE_VERDICT"]]
+    if mode.needs_prompt and not env["JUDGE_PROMPT"]:
+        raise ValueError(
+            f"JUDGE_VERDICT={env['JUDGE_VERDICT']} reads the reply to DeepEyes' own prompt: set JUDGE_PROMPT to a "
+            "template of it (github.com/Visual-Agent/DeepEyes, verl/utils/reward_score/vl_agent.py, get_prompt: its "
+            "instructions, its in-context examples and the test block, with {question}, {answer} and {prediction} "
+            "where it puts question, ground_truth and predict_str)"
+        )
+    temperature = mode.temperature
+    if environ.get("JUDGE_TEMPERATURE"):
+        try:
+            temperature = float(env["JUDGE_TEMPERATURE"])
+        except ValueError:
+            temperature = math.nan
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"JUDGE_TEMPERATURE must be a number >= 0, got {env['JUDGE_TEMPERATURE']!r}")
+    max_tokens = mode.max_tokens
+    if environ.get("JUDGE_MAX_TOKENS"):
+        value = env["JUDGE_MAX_TOKENS"]
+        max_tokens = None if value.lower() == "none" else int(value) if value.isdigit() and int(value) > 0 else -1
+        if max_tokens == -1:
+            raise ValueError(f"JUDGE_MAX_TOKENS must be a positive integer or 'none', got {value!r}")
+    unreadable_zero = mode.unreadable_zero
+    if environ.get("JUDGE_UNREADABLE"):
+        if env["JUDGE_UNREADABLE"] not in ("none", "zero"):
+            raise ValueError(f"JUDGE_UNREADABLE must be 'none' or 'zero', got {env['JUDGE_UNREADABLE']!r}")
+        unreadable_zero = env["JUDGE_UNREADABLE"] == "zero"
+    system = env["JUDGE_SYSTEM"] or mode.system
     api_key = env["JUDGE_API_KEY"] or None
-    return JudgeSettings(base_url, env["JUDGE_MODEL"], api_key, timeout, concurrency, template)
+    return JudgeSettings(base_url, env["JUDGE_MODEL"], api_key, timeout, concurrency, template, env["JUDGE_VERDICT"],
+                         temperature, max_tokens, system, unreadable_zero)  # fmt: skip
 
 
 def parse_verdict(text: str) -> float | None:
@@ -98,6 +159,26 @@ def parse_verdict(text: str) -> float | None:
     punctuation allowed, e.g. "**Correct.**"), None for anything else: empty, both words, a sentence, garbage."""
     word = text.strip(string.whitespace + string.punctuation).lower()
     return {"correct": 1.0, "incorrect": 0.0}.get(word)
+
+
+def parse_deepeyes_verdict(text: str) -> float | None:
+    """DeepEyes' reading of its judge's reply (github.com/Visual-Agent/DeepEyes, `verl/utils/reward_score/vl_agent.py`,
+    `compute_score`; `eval/judge_result.py` reads the same): after the last "Judgement:", 1.0 if a "1" is in the rest,
+    else 0.0 if a "0" is; without "Judgement:", the reply must be exactly "1" or "0". None for anything else (DeepEyes
+    scores that 0: `JUDGE_UNREADABLE=zero`, the `deepeyes` mode's default)."""
+    reply = text.strip()
+    if "Judgement:" in reply:
+        rest = reply.split("Judgement:")[-1].strip()
+        return 1.0 if "1" in rest else 0.0 if "0" in rest else None
+    return {"1": 1.0, "0": 0.0}.get(reply)
+
+
+# The verdict modes, by `JUDGE_VERDICT`: ours, and DeepEyes' training judge (`compute_score`: its system message,
+# temperature 0.3, no max_tokens, an unreadable reply scored 0; its prompt is given as JUDGE_PROMPT).
+VERDICT_MODES = {
+    "correct_incorrect": VerdictMode(parse_verdict, 0.0, JUDGE_MAX_TOKENS, None, False, False),
+    "deepeyes": VerdictMode(parse_deepeyes_verdict, 0.3, None, "You are a helpful assistant.", True, True),
+}
 
 
 _PLACEHOLDER_RE = re.compile(r"\{(question|answer|prediction)\}")
@@ -122,8 +203,11 @@ def prompt_question(prompt: list[dict] | str | None) -> str:
 def ask_judge(settings: JudgeSettings, prompt: str) -> tuple[float | None, str | None]:
     """One chat request to the judge: (`parse_verdict` of its reply, None), or (None, why) when the request timed out,
     failed to connect, got an HTTP error or a malformed body, or the reply is no verdict. Never raises for these."""
-    messages = [{"role": "user", "content": prompt}]
-    body = {"model": settings.model, "messages": messages, "temperature": 0, "max_tokens": JUDGE_MAX_TOKENS}
+    messages = [{"role": "system", "content": settings.system}] if settings.system else []
+    messages.append({"role": "user", "content": prompt})
+    body = {"model": settings.model, "messages": messages, "temperature": settings.temperature}
+    if settings.max_tokens is not None:
+        body["max_tokens"] = settings.max_tokens
     headers = {"Content-Type": "application/json"}
     if settings.api_key:
         headers["Authorization"] = f"Bearer {settings.api_key}"
@@ -137,7 +221,9 @@ def ask_judge(settings: JudgeSettings, prompt: str) -> tuple[float | None, str |
     # without choices[0].message.content.
     except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError) as error:
         return None, f"{type(error).__name__}: {error}"
-    verdict = parse_verdict(content) if isinstance(content, str) else None
+    verdict = VERDICT_MODES[settings.verdict].parse(content) if isinstance(content, str) else None
+    if verdict is None and settings.unreadable_zero:  # DeepEyes' rule: a reply that is no verdict scores 0
+        return 0.0, None
     return verdict, None if verdict is not None else f"no verdict in the reply {content!r}"
 
 
@@ -149,10 +235,12 @@ def judge_reward(completions: list, answer: list[str], prompts: list | None = No
     The judge is an OpenAI-compatible chat endpoint (e.g. `vllm serve <judge model> --served-model-name judge`), asked
     with the prompt template (`{question}`: the last user turn of the row's prompt, TRL's `prompts`; `{answer}`: the
     ground truth; `{prediction}`: the extracted answer) at temperature 0; it replies CORRECT or INCORRECT
-    (`parse_verdict`). Settings, read from the environment at each call (`judge_settings`, `JUDGE_ENV`):
-    `JUDGE_BASE_URL` (default http://localhost:8000/v1), `JUDGE_MODEL` (default judge), `JUDGE_API_KEY` (optional,
-    sent as a Bearer token), `JUDGE_TIMEOUT` seconds (default 30), `JUDGE_CONCURRENCY` requests in flight (default 8),
-    `JUDGE_PROMPT` (path to a template file; default `JUDGE_TEMPLATE`).
+    (`parse_verdict`), or, with `JUDGE_VERDICT=deepeyes`, as DeepEyes' judge does (the module's docstring).
+    Settings, read from the environment at each call (`judge_settings`, `JUDGE_ENV`): `JUDGE_BASE_URL` (default
+    http://localhost:8000/v1), `JUDGE_MODEL` (default judge), `JUDGE_API_KEY` (optional, sent as a Bearer token),
+    `JUDGE_TIMEOUT` seconds (default 30), `JUDGE_CONCURRENCY` requests in flight (default 8), `JUDGE_PROMPT` (path to
+    a template file; default `JUDGE_TEMPLATE`), `JUDGE_VERDICT`, and the mode's `JUDGE_TEMPERATURE`,
+    `JUDGE_MAX_TOKENS`, `JUDGE_SYSTEM`, `JUDGE_UNREADABLE`.
 
     A completion with no extractable answer scores 0.0, and so does an answer of `MAX_ANSWER_CHARS` (1000) characters
     or more (DeepEyes' rule against answer-spraying), both without a request. A row whose request times out, fails or

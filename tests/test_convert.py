@@ -1,112 +1,66 @@
-"""`python -m data.convert` on sample files the tests write in each public dataset's layout, with a known target: every
-box composed into the original (relative, absolute, crop-of-crop, code literals), replayed by the real tool onto the
-target; bad rows skipped and counted by reason; a wrong `--format` failing at once; the derived labels; the preview
-(rendered in headless Chromium where it exists); and SFT training on a converted set."""
+"""`python -m data.convert` on small releases the tests write in each public dataset's published layout
+(`tests/release_fixtures.py`: each cites the upstream loader or card it follows, and its crops are made by a
+transcription of the project's own crop code): every box composed into the original (relative, absolute,
+crop-of-crop, padded, code read with `ast`), checked against the crops the release ships, replayed by the real tool
+onto the target; the defects of issue 29, one row each with its hand-worked box; bad rows skipped and counted by
+reason; a wrong convention caught as `crop_mismatch`; a wrong `--format` failing at once; the derived labels; the
+preview (rendered in headless Chromium where it exists); and SFT training on a converted set."""
 
-import base64
-import io
 import json
 import subprocess
 from pathlib import Path
 
 import datasets
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from PIL import Image, ImageDraw
+from PIL import Image
 from trl import ModelConfig, SFTConfig
 
 import sft
 from configs import ScriptArguments, TrajectoryArguments
 from data import convert
-from data.converters import EDGE_TOLERANCE, LayoutError, SkipRow, derive_label, relative_to_pixels, to_image_box
-from data.task import extract_answer
+from data.converters import (
+    EDGE_TOLERANCE,
+    CodeReader,
+    LayoutError,
+    SkipRow,
+    crop_disagreement,
+    derive_label,
+    relative_to_pixels,
+    to_image_box,
+)
+from data.task import build_prompt, extract_answer
 from data.trajectories import build_gold_trajectories, replay_calls
+from tests.release_fixtures import (
+    QUESTION,
+    SIZE,
+    TARGET,
+    cof_crop,
+    cof_record,
+    deepeyes_v2_record,
+    mini_o3_observation,
+    mini_o3_process_image,
+    mini_o3_row,
+    pixel_reasoner_crop,
+    pixel_reasoner_record,
+    pixel_reasoner_resize,
+    scene,
+    think,
+    thyme_record,
+    write_cof,
+    write_deepeyes_v2,
+    write_mini_o3,
+    write_pixel_reasoner,
+    write_thyme,
+)
 from tiny import stages
 from tools import ToolConfig, box_contains, make_environment_factory
 from utils.recipes import parse_args_and_record
 
-SIZE = (400, 300)
-TARGET = (250, 100, 290, 140)  # a red square on white: a crop shows it when it holds these pixels
-QUESTION = "What colour is the small square?"
 CHROMIUM = Path("/usr/bin/chromium")
-
-
-def scene() -> Image.Image:
-    image = Image.new("RGB", SIZE, "white")
-    ImageDraw.Draw(image).rectangle((TARGET[0], TARGET[1], TARGET[2] - 1, TARGET[3] - 1), fill=(220, 20, 30))
-    return image
-
-
-def png(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def think(text: str) -> str:
-    return f"<think>{text}</think>"
-
-
-# ------------------------------------------------------------------------------------------- sample writers
-def write_mini_o3(root: Path, rows: list[list[dict]]) -> Path:
-    """Parquet shard under data/, each row's `conversations` a JSON string, `images` the original as bytes."""
-    (root / "data").mkdir(parents=True)
-    table = pa.Table.from_pylist(
-        [
-            {
-                "conversations": json.dumps(turns),
-                "images": [{"bytes": png(scene()), "path": None}],
-                "image_names": ["original_image.jpg"],
-                "data_source": "visual_probe",
-                "sample_index": i,
-                "rollout_index": 0,
-            }
-            for i, turns in enumerate(rows)
-        ]
-    )
-    pq.write_table(table, root / "data" / "train-00000.parquet")
-    return root
-
-
-def mini_o3_turns(*calls: dict, answer: str = "red") -> list[dict]:
-    turns = [{"from": "system", "value": "..."}, {"from": "human", "value": f"<image>\n{QUESTION}"}]
-    for k, call in enumerate(calls):
-        grounding = f"<grounding>{json.dumps(call)}</grounding>"
-        turns.append({"from": "gpt", "value": think(f"Step {k}: I zoom in on the red square.") + grounding})
-        turns.append({"from": "human", "value": f"After the above Action {k}, here is the zoom-in image "
-                      f"(Observation {k + 1}):\n<image>.\nContinue your reasoning."})  # fmt: skip
-    turns.append({"from": "gpt", "value": think("It is red.") + f"<answer>{answer}</answer>"})
-    return turns
-
-
-def write_sharegpt(root: Path, file: str, records: list[dict]) -> Path:
-    (root / "images").mkdir(parents=True, exist_ok=True)
-    scene().save(root / "images" / "0.png")
-    (root / file).parent.mkdir(parents=True, exist_ok=True)
-    (root / file).write_text(json.dumps(records), encoding="utf-8")
-    return root
-
-
-def cof_record(*assistant: str, images=("./images/0.png",)) -> dict:
-    messages = [
-        {"role": "system", "content": "# Tools ..."},
-        {"role": "user", "content": f"<image> Question: {QUESTION}"},
-    ]
-    for k, text in enumerate(assistant):
-        if k:
-            messages.append({"role": "user", "content": "<image>\nThink in the mind first."})
-        messages.append({"role": "assistant", "content": text})
-    return {"messages": messages, "images": list(images)}
-
-
-def cof_call(box, label="the red square") -> str:
-    arguments = {"bbox_2d": box, "label": label}
-    return (
-        think("Too small; I zoom in.")
-        + f"<tool_call>{json.dumps({'name': 'image_zoom_in_tool', 'arguments': arguments})}</tool_call>"
-    )
+FIRST = {"bbox_2d": [0.5, 0.2, 0.8, 0.6], "source": "original_image"}  # (200, 60, 320, 180)
+SECOND = {"bbox_2d": [0.25, 0.2, 0.9, 0.8], "source": "observation_1"}  # inside FIRST's 120 x 120: (230, 84, 308, 156)
+SQUARE = [240, 90, 300, 150]  # the 60 px box around the target most rows zoom on
 
 
 def converted(tmp_path: Path, fmt: str, source: Path, preview: int = 0) -> tuple[datasets.Dataset, dict]:
@@ -114,6 +68,18 @@ def converted(tmp_path: Path, fmt: str, source: Path, preview: int = 0) -> tuple
     stats = convert.main(["--format", fmt, "--input", str(source), "--output", str(out), "--preview", str(preview)])
     assert json.loads((out / "stats.json").read_text()) == {k: v for k, v in stats.items() if k != "preview"}
     return datasets.load_from_disk(str(out))["train"], stats
+
+
+def conversion(tmp_path: Path, fmt: str, source: Path) -> tuple[datasets.Dataset | None, dict]:
+    """`converted`, also when no row converts (the CLI then exits): (the dataset or None, the stats)."""
+    trajectories, stats = convert.convert(fmt, source, ToolConfig())
+    if not trajectories:
+        return None, stats
+    return converted(tmp_path, fmt, source)
+
+
+def boxes(dataset: datasets.Dataset) -> list[list[list[int]]]:
+    return [[call["box"] for call in row["gold_calls"]] for row in dataset]
 
 
 def replayed_boxes(dataset: datasets.Dataset) -> list[list[tuple]]:
@@ -127,9 +93,9 @@ def replayed_boxes(dataset: datasets.Dataset) -> list[list[tuple]]:
 
 
 def assert_every_crop_shows_the_target(dataset):
-    for row, boxes in zip(dataset, replayed_boxes(dataset)):
-        assert boxes, row["id"]
-        for call, box in zip(row["gold_calls"], boxes):
+    for row, replayed in zip(dataset, replayed_boxes(dataset)):
+        assert replayed, row["id"]
+        for call, box in zip(row["gold_calls"], replayed):
             assert box_contains(call["box"], TARGET), (row["id"], call["box"])
             assert box_contains(box, TARGET), (row["id"], box)  # the tool's crop, mapped back from the seen frame
 
@@ -172,108 +138,320 @@ def test_no_label_is_invented_when_neither_names_a_thing():
     assert derive_label("Let me look at the top left.", "What is in the image?") is None
 
 
-# ------------------------------------------------------------------------------------------------------ formats
-def test_mini_o3_boxes_on_observations_compose_with_the_observation_s_box(tmp_path):
-    first = {"bbox_2d": [0.5, 0.2, 0.8, 0.6], "source": "original_image"}  # (200, 60, 320, 180)
-    second = {"bbox_2d": [0.25, 0.2, 0.9, 0.8], "source": "observation_1"}  # inside the first: (230, 84, 308, 156)
-    wrong = {"bbox_2d": [0.1, 0.1, 0.2, 0.2], "source": "observation_3"}  # an observation not made yet
-    rows = [mini_o3_turns(first, second), mini_o3_turns(first), mini_o3_turns(wrong), mini_o3_turns(first, answer="")]
+# ---------------------------------------------------------------------------------------------------- crop check
+def test_the_crop_check_accepts_upstream_crops_and_rejects_other_regions():
+    """The check against a release's own crops, on crops made by the upstream transcriptions: Mini-o3's truncated,
+    NEAREST-resized observation and PixelReasoner's padded, smart-resized crop agree with the converter's boxes; a
+    box shifted by a third of its side, one with x and y swapped, and CoF's 1.5x enlargement of the same box do not
+    (the first two by content at an equal aspect, the last by content)."""
+    image = scene()
+    shipped = mini_o3_process_image(mini_o3_observation([image], FIRST))
+    assert crop_disagreement(image, (200, 60, 320, 180), shipped) == (None, True)
+    padded = pixel_reasoner_resize(pixel_reasoner_crop(image, [0.6, 0.3, 0.75, 0.5]))  # (200, 60, 340, 180), 140x112
+    assert crop_disagreement(image, (200, 60, 340, 180), padded, resize_step=28) == (None, True)
+    why, content = crop_disagreement(image, (240, 50, 300, 110), image.crop(SQUARE))  # 40 px up
+    assert why.startswith("content correlation") and content
+    why, _ = crop_disagreement(image, (90, 240, 150, 300), image.crop(SQUARE))  # x and y swapped
+    assert why.startswith("content correlation")
+    why, _ = crop_disagreement(image, (200, 60, 320, 180), cof_crop(image, [200, 60, 320, 180], enlarge_factor=1.5))
+    assert why.startswith("content correlation")
+    why, content = crop_disagreement(image, (200, 60, 320, 120), image.crop((200, 60, 320, 180)))
+    assert why == "aspect 120x60 vs the release's 120x120 crop" and not content
+
+
+# ------------------------------------------------------------------------------------------------------ Mini-o3
+# A call their tool rejects although its box is valid for ours: 320 x 1 px, aspect over 200 (function_tools.py).
+REJECTED = {"bbox_2d": [0.1, 0.5, 0.9, 0.505], "source": "original_image"}
+
+
+def test_mini_o3_release(tmp_path):
+    """Mini-o3's parquet release. Boxes relative to their source compose through it; `observation_i` is the i-th image
+    the release shows, so a call their tool rejected (no image) does not shift it (issue 29, defect 5: the old reader
+    took REJECTED's box as observation 1); a crop cut with x and y swapped is caught by the check."""
+    on_missing = mini_o3_row([FIRST], index=4)
+    on_missing["conversations"] = on_missing["conversations"].replace("original_image", "observation_3")
+    rows = [
+        mini_o3_row([FIRST, SECOND], index=0),
+        mini_o3_row([REJECTED, FIRST, SECOND], index=1),  # observation_1 is FIRST's crop: (230, 84, 308, 156)
+        mini_o3_row([FIRST], answer="", index=2),
+        mini_o3_row([{"bbox_2d": [0.5, 0.2, 0.8, 0.8], "source": "original_image"}], plant="swap_xy", index=3),
+        on_missing,  # shows an image after a call on an observation that does not exist yet
+    ]
     dataset, stats = converted(tmp_path, "mini_o3_coldstart", write_mini_o3(tmp_path / "in", rows))
-    assert stats["rows_read"] == 4 and stats["rows_converted"] == 2
-    assert stats["rows_skipped"] == {"bad_source": 1, "empty_answer": 1}
-    assert [c["box"] for c in dataset[0]["gold_calls"]] == [[200, 60, 320, 180], [230, 84, 308, 156]]
+    assert stats["rows_read"] == 5 and stats["rows_converted"] == 2
+    assert stats["rows_skipped"] == {"bad_source": 1, "crop_mismatch": 1, "empty_answer": 1}
+    assert boxes(dataset) == [[[200, 60, 320, 180], [230, 84, 308, 156]]] * 2
+    assert stats["calls_failed_upstream"] == 1
+    assert stats["crop_check"] == {"calls_checked": 4, "calls_checked_by_content": 4, "rows_mismatched": 1}
     assert dataset[0]["gold_calls"][1]["thought"] == "Step 1: I zoom in on the red square."
-    assert {c["label"] for c in dataset[0]["gold_calls"]} == {"the red square"}
-    assert stats["calls_by_label_source"] == {"dataset": 0, "thought": 3, "question": 0}
+    # the failed step 0 is dropped with its thought
+    assert dataset[1]["gold_calls"][0]["thought"] == "Step 1: I zoom in on the red square."
+    assert stats["calls_by_label_source"] == {"dataset": 0, "thought": 4, "question": 0}
     assert dataset[0]["final_thought"] == "It is red." and dataset[0]["answer"] == "red"
-    assert dataset[0]["prompt"][-1]["content"].startswith(QUESTION)
+    assert dataset[0]["prompt"] == build_prompt(QUESTION)
+    assert "crop_mismatch" in stats["skipped_examples"] and "row 3" in stats["skipped_examples"]["crop_mismatch"][0]
     assert_every_crop_shows_the_target(dataset)
 
 
-def test_cof_absolute_boxes_keep_their_labels_and_bad_rows_are_counted(tmp_path):
-    good = cof_record(cof_call([240, 90, 300, 150]), think("Red.") + "<answer>red</answer>")
+# -------------------------------------------------------------------------------------------------------- CoF
+@pytest.mark.parametrize("layout", ["images_folder", "zip", "root"])
+def test_cof_images_are_found_where_the_release_puts_them(tmp_path, layout):
+    """Defect 6: CoF's paths are relative to `images/` (LLaMA-Factory's `dataset_dir`, the unzipped `images.zip`); the
+    old reader tried the folder only, so every row was `missing_image`. A zip not unzipped is read in place."""
+    root = write_cof(tmp_path / "in", [cof_record([(SQUARE, "the red square")])], layout=layout)
+    dataset, stats = converted(tmp_path, "cof_sft", root)
+    assert stats["rows_converted"] == 1 and boxes(dataset) == [[SQUARE]]
+
+
+def test_cof_release(tmp_path):
+    """CoF's absolute boxes keep their labels; the question loses CoF's instructions and its options go to `options`
+    (defect 7); a call their tool rejected adds no image; CoF's 1.5x enlargement, had the release's crops been cut
+    so, is caught by the check; bad rows are counted."""
+    good, files = cof_record([None, (SQUARE, "the red square")], question="Is the red square left or right?",
+                             options=["left", "right"], answer="B", image_name="0.png")  # fmt: skip
+    malformed, more = cof_record([(SQUARE, "the red square")], image_name="1.png")
+    malformed["messages"][2]["content"] = (
+        think("x") + '<tool_call>{"name": "image_zoom_in_tool", "arguments": {</tool_call>'
+    )
     records = [
-        good,
-        cof_record(
-            think("x") + '<tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [1, 2</tool_call>',
-            "<answer>red</answer>",
-        ),  # fmt: skip
-        cof_record(cof_call([240, 90, 300, 150]), "<answer>red</answer>", images=("./images/missing.png",)),
-        cof_record(cof_call([240, 90, 900, 150]), "<answer>red</answer>"),  # past the 400 px wide image
-        cof_record(cof_call([240, 90, 300, 150]), think("Red.") + "<answer> </answer>"),
-        cof_record(cof_call([240, 90, 300, 150], label=" ".join(["word"] * 13)), "<answer>red</answer>"),
+        (good, files),
+        (malformed, more),
+        cof_record([(SQUARE, "the red square")], image_name="2.png"),
+        cof_record([([240, 90, 900, 150], "the red square")], image_name="3.png"),  # past the 400 px wide image
+        cof_record([(SQUARE, "the red square")], answer=" ", image_name="4.png"),
+        cof_record([(SQUARE, " ".join(["word"] * 13))], image_name="5.png"),
+        cof_record([([200, 60, 320, 180], "the red square")], enlarge=1.5, image_name="6.png"),
     ]
-    dataset, stats = converted(tmp_path, "cof_sft", write_sharegpt(tmp_path / "in", "cof_sft_data.json", records))
-    assert stats["rows_read"] == 6 and stats["rows_converted"] == 1
-    assert stats["rows_skipped"] == {
-        "malformed_call": 1, "missing_image": 1, "box_outside_image": 1, "empty_answer": 1, "label_too_long": 1,
-    }  # fmt: skip
+    root = write_cof(tmp_path / "in", records)
+    (root / "images" / "2.png").unlink()
+    dataset, stats = converted(tmp_path, "cof_sft", root)
+    assert stats["rows_read"] == 7 and stats["rows_converted"] == 1
+    assert stats["rows_skipped"] == {"malformed_call": 1, "missing_image": 1, "box_outside_image": 1,
+                                     "crop_mismatch": 1, "empty_answer": 1, "label_too_long": 1}  # fmt: skip
     (call,) = dataset[0]["gold_calls"]
-    assert call == {"box": [240, 90, 300, 150], "thought": "Too small; I zoom in.", "label": "the red square",
+    assert call == {"box": SQUARE, "thought": "Too small; I zoom in.", "label": "the red square",
                     "label_source": "dataset"}  # fmt: skip
+    assert dataset[0]["prompt"] == build_prompt("Is the red square left or right?", ["left", "right"])
+    assert dataset[0]["options"] == ["left", "right"] and dataset[0]["answer"] == "B"
+    assert stats["calls_failed_upstream"] == 1
     assert dataset[0]["source"] == "cof" and dataset[0]["id"] == "cof_sft_data-0"  # part files never share an id
     assert_every_crop_shows_the_target(dataset)
 
 
-def test_pixel_reasoner_normalised_and_pixel_boxes_on_a_1_based_target_image(tmp_path):
-    def message(role, *parts):
-        return {"role": role, "content": list(parts)}
-
-    def call(box, target):
-        arguments = {"bbox_2d": box, "target_image": target}
-        return {"type": "text", "text": think("I zoom in on the red square.")
-                + f'<tool_call>{json.dumps({"name": "crop_image_normalized", "arguments": arguments})}</tool_call>'}  # fmt: skip
-
-    record = {
-        "qid": "q0",
-        "message_list": [
-            message("user", {"type": "image", "image": "images/0.png"}, {"type": "text", "text": QUESTION}),
-            # normalised on the original, padded 0.1 per side: (0.5, 0.2, 0.85, 0.6) -> (200, 60, 340, 180)
-            message("assistant", call([0.6, 0.3, 0.75, 0.5], 1)),
-            message("user", {"type": "image", "image": "crop1.png"}),
-            # pixels of image 2 (140 x 120): (40, 30, 100, 90) / its size, padded -> (226, 78, 314, 162)
-            message("assistant", call([40, 30, 100, 90], 2)),
-            message("assistant", {"type": "text", "text": think("Red.") + "The answer is \\boxed{red}."}),
-        ],
-    }
-    bad = {
-        "qid": "q1",
-        "message_list": [*record["message_list"][:2], message("assistant", call([0.1, 0.1, 0.2, 0.2], 5))],
-    }
-    root = write_sharegpt(tmp_path / "in", "pixel_reasoner.json", [record, bad])
+# ------------------------------------------------------------------------------------------------ PixelReasoner
+def test_pixel_reasoner_release(tmp_path):
+    """PixelReasoner: normalised and pixel boxes on a 1-based `target_image` over the images shown, padded by 0.1.
+    Defect 5: a pixel box on a crop is in the pixels of the crop as shown (140 x 112 after their smart_resize), not
+    of its extent in the original (140 x 120), and a rejected call adds no image. Defect 4: a video row is skipped on
+    its own reason. A release whose crops were cut with a 0-based target is caught by the check."""
+    # A (0.6, 0.3, 0.75, 0.5) on image 1, padded (0.5, 0.2, 0.85, 0.6): (200, 60, 340, 180), shown 140 x 112.
+    # B (40, 30, 100, 90) px of image 2 as shown: / (140, 112), padded, x (140, 120) + (200, 60): (226, 80, 314, 169)
+    # (the old reader divided by 140 x 120: (226, 78, 314, 162)).
+    pixel = pixel_reasoner_record([([0.6, 0.3, 0.75, 0.5], 1), ([40, 30, 100, 90], 2)], qid="pixel")
+    # C on image 2 is too small for their tool (28 px wide), so adds no image; D (0.55, 0.25, 0.7, 0.45) on image 1:
+    # (180, 45, 320, 165) is image 3; E (0.2, 0.2, 0.8, 0.8) on image 3, padded: (194, 57, 306, 153). The old reader
+    # counted C as image 3.
+    failed = pixel_reasoner_record([([0.6, 0.3, 0.75, 0.5], 1), ([0.5, 0.5, 0.5, 0.5], 2), ([0.55, 0.25, 0.7, 0.45], 1),
+                                    ([0.2, 0.2, 0.8, 0.8], 3)], qid="failed")  # fmt: skip
+    frames = [{"type": "video", "video": ["images/0.png", "images/0.png"]}, {"type": "text", "text": QUESTION}]
+    video = pixel_reasoner_record([([0.6, 0.3, 0.75, 0.5], 1)], qid="video", first_parts=frames)
+    # Its last call, on image 2 as written, was cut from image 3 (0-based): (0, 0, 160, 120), far from image 2.
+    planted = pixel_reasoner_record([([0.6, 0.3, 0.75, 0.5], 1), ([0.1, 0.1, 0.3, 0.3], 1), ([0.2, 0.2, 0.8, 0.8], 2)],
+                                    qid="zero_based", plant="zero_based")  # fmt: skip
+    root = write_pixel_reasoner(tmp_path / "in", [pixel, failed, video, planted], zipped=True)
     dataset, stats = converted(tmp_path, "pixel_reasoner_sft", root)
-    assert stats["rows_converted"] == 1 and stats["rows_skipped"] == {"bad_source": 1}
-    assert [c["box"] for c in dataset[0]["gold_calls"]] == [[200, 60, 340, 180], [226, 78, 314, 162]]
-    assert dataset[0]["answer"] == "red" and dataset[0]["id"] == "q0"
+    assert stats["rows_read"] == 4 and stats["rows_skipped"] == {"video": 1, "crop_mismatch": 1}
+    assert boxes(dataset) == [[[200, 60, 340, 180], [226, 80, 314, 169]],
+                              [[200, 60, 340, 180], [180, 45, 320, 165], [194, 57, 306, 153]]]  # fmt: skip
+    assert stats["calls_failed_upstream"] == 1 and dataset["id"] == ["pixel", "failed"]
+    assert dataset[0]["answer"] == "red"
     assert_every_crop_shows_the_target(dataset)
 
 
-def test_deepeyes_v2_pil_crop_code_and_thyme_numpy_slices_are_read_in_their_orders(tmp_path):
-    code = "<code>```python\ncrop = image_1.crop((240, 90, 300, 150))\ndisplay(crop)\n```</code>"
-    v2 = [cof_record(think("I examine the red square.") + code, think("Red.") + "<answer>red</answer>")]
-    dataset, stats = converted(
-        tmp_path, "deepeyes_v2_sft", write_sharegpt(tmp_path / "v2", "json/sft_part_0.json", v2)
+# ------------------------------------------------------------------------------------------ DeepEyesV2 code forms
+def v2_converted(tmp_path, *records, zipped=False):
+    return conversion(tmp_path, "deepeyes_v2_sft", write_deepeyes_v2(tmp_path / "in", list(records), zipped=zipped))
+
+
+# Defect 2: code forms their sandbox runs, each with the box it must give, worked by hand on the 400 x 300 scene.
+V2_FORMS = {
+    "tuple": ("crop = image_1.crop((240, 90, 300, 150))\ndisplay(crop)", [SQUARE]),
+    "list": ("crop = image_1.crop([240, 90, 300, 150])\ndisplay(crop)", [SQUARE]),
+    # w, h = 400, 300: (int(240.0), int(90.0), int(300.0), int(150.0)); a cell's last value is displayed
+    "size arithmetic": (
+        "w, h = image_1.size\nimage_1.crop((int(w * 0.6), int(h * 0.3), int(w * 0.75), h // 2))",
+        [SQUARE],
+    ),
+    # (200, 60) + (40, 30, 100, 90)
+    "crop of a crop": (
+        "c1 = image_1.crop((200, 60, 320, 180))\nc2 = c1.crop((40, 30, 100, 90))\ndisplay(c2)",
+        [SQUARE],
+    ),
+    "crop of an enhanced image": (
+        "from PIL import ImageEnhance\nsharp = ImageEnhance.Contrast(image_1).enhance(1.3)\n"
+        "display(sharp.crop((240, 90, 300, 150)))",
+        [SQUARE],
+    ),
+    # the 120 px crop at 240 px: half a pixel of the original per pixel, (200, 60) + (80, 60, 200, 180) / 2
+    "crop of a resized crop": (
+        "big = image_1.crop((200, 60, 320, 180)).resize((240, 240))\ndisplay(big.crop((80, 60, 200, 180)))",
+        [SQUARE],
+    ),
+    "two crops shown": (
+        "a = image_1.crop((240, 90, 300, 150))\nb = image_1.crop((200, 60, 320, 180))\ndisplay(a, b)",
+        [SQUARE, [200, 60, 320, 180]],
+    ),
+    "a guard": (
+        "img = image_1\nif img is None:\n    raise ValueError('no image')\ndisplay(img.crop((240, 90, 300, 150)))",
+        [SQUARE],
+    ),
+}
+
+
+@pytest.mark.parametrize("form", V2_FORMS)
+def test_deepeyes_v2_code_forms_are_evaluated(tmp_path, form):
+    code, expected = V2_FORMS[form]
+    dataset, stats = v2_converted(tmp_path, deepeyes_v2_record([code]))
+    assert stats["rows_skipped"] == {} and boxes(dataset) == [expected], stats
+    assert dataset[0]["gold_calls"][0]["label"] == "the red square"  # "I examine the red square."
+    assert_every_crop_shows_the_target(dataset)
+
+
+SHOW_THROUGH_A_DICT = "crop = image_1.crop((240, 90, 300, 150))\nshow = {'it': display}\nshow['it'](crop)"
+V2_SKIPS = {
+    # shown through a path the reader does not follow: the release shows an image after a turn it read no crop from
+    "unread_code": [SHOW_THROUGH_A_DICT],
+    "unsupported_code": ["for box in [(240, 90, 300, 150)]:\n    display(image_1.crop(box))"],
+    "unsupported_tool": ['<tool_call>{"name": "search", "arguments": {"query": "red square"}}</tool_call>'],
+    "whole image": ["from PIL import ImageEnhance\ndisplay(ImageEnhance.Contrast(image_1).enhance(1.5))"],
+    "rotation": ["display(image_1.rotate(90).crop((0, 0, 60, 60)))"],
+    "x and y swapped": ["display(image_1.crop((240, 90, 300, 170)))"],
+}
+V2_REASON = {"whole image": "unsupported_tool", "rotation": "unsupported_code", "x and y swapped": "crop_mismatch"}
+
+
+@pytest.mark.parametrize("case", V2_SKIPS)
+def test_deepeyes_v2_rows_whose_crops_cannot_be_read_are_skipped_never_kept_without_zoom(tmp_path, case):
+    """Defect 2: a code turn that cropped is never kept as a no-zoom row: code the reader cannot evaluate is skipped
+    on a reason, and where the release shows an image after a code turn from which no crop was read, the row is
+    `unread_code` (the old regex read nothing and kept the row). A search is another tool. The last case ships the
+    crop of (90, 240, 170, 300), x and y swapped, for the code's (240, 90, 300, 170)."""
+    cells = V2_SKIPS[case]
+    plant = ["display(image_1.crop((90, 240, 170, 300)))"] if case == "x and y swapped" else None
+    _, stats = v2_converted(tmp_path, deepeyes_v2_record(cells, plant_code=plant))
+    assert stats["rows_converted"] == 0 and stats["rows_skipped"] == {V2_REASON.get(case, case): 1}
+
+
+def test_deepeyes_v2_a_failed_cell_adds_no_image_and_names_persist(tmp_path):
+    """A cell that raised in their sandbox shows no image: it is dropped, and the next cell, which uses a name the
+    kernel kept from an earlier cell, is read with it. The release is left zipped."""
+    cells = ["c1 = image_1.crop((200, 60, 320, 180))", "c1.crop((40, 30, 100, 90)).no_such_method()",
+             "display(c1.crop((40, 30, 100, 90)))"]  # fmt: skip
+    dataset, stats = v2_converted(tmp_path, deepeyes_v2_record(cells), zipped=True)
+    assert stats["rows_converted"] == 1 and boxes(dataset) == [[SQUARE]]
+    assert stats["calls_failed_upstream"] == 1
+
+
+# ----------------------------------------------------------------------------------------------- Thyme code forms
+THYME_WRITE = "cv2.imwrite(os.path.join(temp_output_dir, 'c0.png'), crop)"
+THYME_FORMS = {
+    "slice": (f"img = cv2.imread(image_path)\ncrop = img[90:150, 240:300]\n{THYME_WRITE}", [SQUARE]),
+    "unpacked": (
+        f"image = cv2.imread(image_path)\nx1, y1, x2, y2 = 240, 90, 300, 150\ncrop = image[y1:y2, x1:x2]\n"
+        f"{THYME_WRITE}",
+        [SQUARE],
+    ),
+    "channel slice": (f"img = cv2.imread(image_path)\ncrop = img[90:150, 240:300, :]\n{THYME_WRITE}", [SQUARE]),
+    "named box": (
+        f"img = cv2.imread(image_path)\nbox = (240, 90, 300, 150)\ncrop = img[box[1]:box[3], box[0]:box[2]]\n"
+        f"{THYME_WRITE}",
+        [SQUARE],
+    ),
+    "size arithmetic": (
+        f"img = cv2.imread(image_path)\nh, w = img.shape[:2]\ncrop = img[int(0.3 * h):h // 2, "
+        f"int(0.6 * w):int(0.75 * w)]\n{THYME_WRITE}",
+        [SQUARE],
+    ),
+    # the 2x image: (480, 180, 600, 300) / 2
+    "crop of a resized image": (
+        f"img = cv2.imread(image_path)\nbig = cv2.resize(img, None, fx=2, fy=2)\n"
+        f"crop = big[180:300, 480:600]\n{THYME_WRITE}",
+        [SQUARE],
+    ),
+    "PIL": (
+        "im = Image.open(image_path)\ncrop = im.crop((240, 90, 300, 150))\n"
+        "crop.save(os.path.join(temp_output_dir, 'c0.png'))",
+        [SQUARE],
+    ),
+}
+
+
+def thyme_converted(tmp_path, *records, form="parquet"):
+    return conversion(tmp_path, "thyme_sft", write_thyme(tmp_path / "in", list(records), form=form))
+
+
+@pytest.mark.parametrize("form", THYME_FORMS)
+def test_thyme_code_forms_are_evaluated(tmp_path, form):
+    code, expected = THYME_FORMS[form]
+    dataset, stats = thyme_converted(tmp_path, thyme_record([("Let me crop the small square.", code)]))
+    assert stats["rows_skipped"] == {} and boxes(dataset) == [expected], stats
+    assert_every_crop_shows_the_target(dataset)
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_thyme_release_reads_parquet_shards_and_base64_images_with_clean_text(tmp_path, form):
+    """Defect 1: Thyme's release is parquet shards under data/ whose `image` cells are base64 (the old reader globbed
+    JSON only, and took a base64 string for a file name: every row `missing_image`). Defect 3: its code sits inside
+    one `<think>`, so neither a call's thought nor the final thought may keep a `<think>` or `</think>`, and the
+    question loses the sandbox's path, size and output-format lines. Two code blocks share the sandbox's names."""
+    blocks = [
+        (
+            "Let me crop the small square.",
+            f"img = cv2.imread(image_path)\ncrop = img[60:180, 200:320]\n{THYME_WRITE}",
+        ),
+        ("Closer still.", "crop = crop[30:90, 40:100]\ncv2.imwrite(os.path.join(temp_output_dir, 'c1.png'), crop)"),
+    ]
+    dataset, stats = thyme_converted(tmp_path, thyme_record(blocks), form=form)
+    assert stats["rows_converted"] == 1 and boxes(dataset) == [[[200, 60, 320, 180], SQUARE]]
+    calls = dataset[0]["gold_calls"]
+    assert [c["thought"] for c in calls] == ["Let me crop the small square.", "Closer still."]
+    assert (calls[0]["label"], calls[0]["label_source"]) == ("the small square", "thought")
+    assert dataset[0]["final_thought"] == "The crop shows it is red."
+    assert dataset[0]["prompt"] == build_prompt(QUESTION) and dataset[0]["answer"] == "red"
+    assert_every_crop_shows_the_target(dataset)
+
+
+def test_thyme_rows_whose_crops_cannot_be_read_or_disagree_are_skipped(tmp_path):
+    """An image written through a path the reader does not follow is `unread_code`; a crop the release cut with x and
+    y swapped (`img[x1:x2, y1:y2]` run, `img[y1:y2, x1:x2]` written) is `crop_mismatch`; a block that failed in the
+    sandbox (no image) is dropped, the row kept."""
+    read = "img = cv2.imread(image_path)\n"
+    unread = (
+        read
+        + "crop = img[90:150, 240:300]\nsavers = {'png': cv2.imwrite}\nsavers['png'](temp_output_dir + '/c.png', crop)"
     )
-    assert stats["rows_converted"] == 1 and dataset[0]["gold_calls"][0]["box"] == [240, 90, 300, 150]
-    assert dataset[0]["gold_calls"][0]["label"] == "the red square"
-    assert_every_crop_shows_the_target(dataset)
-
-    image64 = base64.b64encode(png(scene())).decode()
-    question = f'### User Image Path:** "/abs/orig.jpg"\n### User Image Size:** "400x300"\n{QUESTION}'
-    response = (think("Let me crop the small square.") + "<code>\nimport cv2\nimage = cv2.imread(path)\n"
-                "crop = image[90:150, 240:300]\ncv2.imwrite('c.jpg', crop)\n</code><sandbox_output><image>"
-                "</sandbox_output>" + think("It is red.") + "<answer>red</answer>")  # fmt: skip
-    thyme = tmp_path / "thyme"
-    thyme.mkdir()
-    (thyme / "train.json").write_text(json.dumps([{"image": [image64], "question": question, "response": response}]))
-    dataset, stats = converted(tmp_path, "thyme_sft", thyme)
-    (call,) = dataset[0]["gold_calls"]
-    assert call["box"] == [240, 90, 300, 150]  # numpy order y1:y2, x1:x2 read back to x1, y1, x2, y2
-    assert (call["label"], call["label_source"]) == ("the small square", "thought")
-    assert dataset[0]["prompt"][-1]["content"].startswith(QUESTION) and dataset[0]["final_thought"] == "It is red."
-    assert_every_crop_shows_the_target(dataset)
+    swapped = read + f"crop = img[240:300, 90:150]\n{THYME_WRITE}"
+    good = read + f"crop = img[90:160, 240:300]\n{THYME_WRITE}"
+    failing = read + f"crop = img[90:150, 240:300]\ncrop.no_such_method()\n{THYME_WRITE}"
+    records = [thyme_record([("Crop.", unread)]), thyme_record([("Crop.", good)], plant_code=[swapped]),
+               thyme_record([("Crop.", failing), ("Again.", f"crop = img[90:150, 240:300]\n{THYME_WRITE}")])]  # fmt: skip
+    dataset, stats = thyme_converted(tmp_path, *records)
+    assert stats["rows_skipped"] == {"unread_code": 1, "crop_mismatch": 1}
+    assert boxes(dataset) == [[SQUARE]] and dataset[0]["gold_calls"][0]["thought"] == "Again."
+    assert stats["calls_failed_upstream"] == 1
 
 
+def test_the_code_reader_reports_what_it_cannot_evaluate():
+    reader = CodeReader(SIZE, {}, "display", original_as="image_1")
+    with pytest.raises(SkipRow, match=r"unsupported_code: line 1: the name 'box', not defined before"):
+        reader.run("display(image_1.crop(box))")
+    with pytest.raises(SkipRow, match=r"unsupported_code: line 2: a crop box the reader cannot compute"):
+        reader.run("box = [10] * 4\ndisplay(image_1.crop(box))")
+    with pytest.raises(SkipRow, match=r"malformed_call: code does not parse"):
+        reader.run("display(image_1.crop((1, 2, 3, 4))")
+
+
+# ------------------------------------------------------------------------------------------------------ shared
 # A final turn that answers twice: blue, then red on second thought.
 TWO_ANSWERS = think("Blue, at first sight.") + "<answer>blue</answer>" + think("No: red.") + "<answer>red</answer>"
 
@@ -285,12 +463,14 @@ def test_a_turn_with_two_answers_is_read_by_its_last_in_conversion_as_in_evaluat
     score."""
     assert extract_answer(TWO_ANSWERS) == "red"
     if fmt == "cof_sft":
-        root = write_sharegpt(
-            tmp_path / "in", "cof_sft_data.json", [cof_record(cof_call([240, 90, 300, 150]), TWO_ANSWERS)]
-        )
+        record, files = cof_record([(SQUARE, "the red square")])
+        record["messages"][-1]["content"] = TWO_ANSWERS
+        root = write_cof(tmp_path / "in", [(record, files)])
     else:
-        turns = mini_o3_turns({"bbox_2d": [0.5, 0.2, 0.8, 0.6], "source": "original_image"})
-        root = write_mini_o3(tmp_path / "in", [[*turns[:-1], {"from": "gpt", "value": TWO_ANSWERS}]])
+        row = mini_o3_row([FIRST])
+        turns = json.loads(row["conversations"])
+        turns[-1]["value"] = TWO_ANSWERS
+        root = write_mini_o3(tmp_path / "in", [{**row, "conversations": json.dumps(turns)}])
     dataset, stats = converted(tmp_path, fmt, root)
     assert stats["rows_converted"] == 1
     assert dataset[0]["answer"] == extract_answer(TWO_ANSWERS) == "red"
@@ -300,28 +480,29 @@ def test_label_limits_are_the_tool_s_unless_the_command_line_says_otherwise(tmp_
     """`--max_label_words` / `--max_label_chars` default to `ToolConfig`'s and override them."""
     args = convert.parse_args(["--format", "cof_sft", "--input", "i", "--output", "o"])
     assert (args.max_label_words, args.max_label_chars) == (ToolConfig().max_label_words, ToolConfig().max_label_chars)
-    answer = think("Red.") + "<answer>red</answer>"
-    records = [cof_record(cof_call(TARGET, label=label), answer) for label in ("the red square", "the square")]
-    root = write_sharegpt(tmp_path / "in", "cof_sft_data.json", records)
+    records = [cof_record([(SQUARE, label)], image_name=f"{i}.png") for i, label in
+               enumerate(("the red square", "the square"))]  # fmt: skip
+    root = write_cof(tmp_path / "in", records)
     argv = ["--format", "cof_sft", "--input", str(root), "--output", str(tmp_path / "out"), "--max_label_words", "2"]
     stats = convert.main(argv)
     assert stats["rows_converted"] == 1 and stats["rows_skipped"] == {"label_too_long": 1}  # 3 words over 2
 
 
 def test_a_wrong_format_fails_at_once_naming_what_it_expected_and_found(tmp_path):
-    root = write_mini_o3(tmp_path / "in", [mini_o3_turns({"bbox_2d": [0.5, 0.2, 0.8, 0.6]})])
-    with pytest.raises(LayoutError, match=r"--format cof_sft: no cof_sft_data.json under .* \(found: \['data'\]\)"):
+    root = write_mini_o3(tmp_path / "in", [mini_o3_row([FIRST])])
+    with pytest.raises(LayoutError, match=r"--format cof_sft: no cof_sft_data\*.json under .* \(found: \['data'\]\)"):
         convert.main(["--format", "cof_sft", "--input", str(root), "--output", str(tmp_path / "out")])
-    sharegpt = write_sharegpt(tmp_path / "pr", "x.json", [{"messages": [], "images": []}])
+    sharegpt = write_cof(tmp_path / "pr", [cof_record([(SQUARE, "the red square")])])
+    (sharegpt / "cof_sft_data.json").rename(sharegpt / "x.json")
     with pytest.raises(LayoutError, match=r"expected fields \['message_list'\], found \['images', 'messages'\]"):
         convert.main(["--format", "pixel_reasoner_sft", "--input", str(sharegpt), "--output", str(tmp_path / "o")])
+    with pytest.raises(LayoutError, match=r"expected fields \['image', 'question', 'response'\], found \['conversat"):
+        convert.main(["--format", "thyme_sft", "--input", str(root), "--output", str(tmp_path / "t")])
 
 
 # ------------------------------------------------------------------------------------------- preview and SFT
 def test_the_preview_writes_the_original_the_replayed_crops_and_a_page(tmp_path):
-    first = {"bbox_2d": [0.5, 0.2, 0.8, 0.6], "source": "original_image"}
-    second = {"bbox_2d": [0.25, 0.2, 0.9, 0.8], "source": "observation_1"}
-    root = write_mini_o3(tmp_path / "in", [mini_o3_turns(first, second), mini_o3_turns(first)])
+    root = write_mini_o3(tmp_path / "in", [mini_o3_row([FIRST, SECOND]), mini_o3_row([FIRST], index=1)])
     _, stats = converted(tmp_path, "mini_o3_coldstart", root, preview=1)
     preview = Path(stats["preview"]).parent
     assert sorted(p.name for p in (preview / "0").iterdir()) == [
@@ -340,9 +521,10 @@ def test_the_preview_writes_the_original_the_replayed_crops_and_a_page(tmp_path)
     assert 'src="0/crop_2.png"' in page and "the red square" in page
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium package (/usr/bin/chromium)")
 def test_the_preview_page_renders_in_headless_chromium(tmp_path):
-    root = write_mini_o3(tmp_path / "in", [mini_o3_turns({"bbox_2d": [0.5, 0.2, 0.8, 0.6]})])
+    root = write_mini_o3(tmp_path / "in", [mini_o3_row([FIRST])])
     _, stats = converted(tmp_path, "mini_o3_coldstart", root, preview=1)
     shot = tmp_path / "shot.png"
     subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
@@ -355,8 +537,7 @@ def test_the_preview_page_renders_in_headless_chromium(tmp_path):
 
 @pytest.mark.slow
 def test_sft_trains_on_a_converted_set_by_name(tiny_kit, tmp_path):
-    first = {"bbox_2d": [0.5, 0.2, 0.8, 0.6], "source": "original_image"}
-    root = write_mini_o3(tmp_path / "in", [mini_o3_turns(first)] * 4)
+    root = write_mini_o3(tmp_path / "in", [mini_o3_row([FIRST], index=i) for i in range(4)])
     out = tmp_path / "converted"
     convert.main(["--format", "mini_o3_coldstart", "--input", str(root), "--output", str(out)])
     argv = ["--config", str(stages.REPO / "recipes/tiny/sft/config_sft.yaml"), "--dataset_name", str(out),

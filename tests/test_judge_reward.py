@@ -16,6 +16,7 @@ from rewards.judge import (
     fill_judge_prompt,
     judge_reward,
     judge_settings,
+    parse_deepeyes_verdict,
     parse_verdict,
     prompt_question,
 )
@@ -30,6 +31,10 @@ REPLIES = {
     "green": (TIMEOUT + 1.0, "CORRECT"),  # too late: the client gave up
     "grey": (0.0, "maybe?"),
     "slow": (0.0, "Correct."),  # held until a second request is in flight: the concurrency test
+    # replies to DeepEyes' prompt (JUDGE_VERDICT=deepeyes)
+    "pink": (0.0, "Judgement: 1"),
+    "teal": (0.0, "The two differ.\nJudgement: 0"),
+    "mauve": (0.0, "They might be the same."),
 }
 OVERLAP_WAIT = TIMEOUT / 2  # how long a "slow" request waits for a second one (a serial client never sends it)
 
@@ -97,7 +102,9 @@ def judge(monkeypatch):
         "JUDGE_CONCURRENCY": "4",
     }.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.delenv("JUDGE_PROMPT", raising=False)
+    for name in ("JUDGE_PROMPT", "JUDGE_VERDICT", "JUDGE_TEMPERATURE", "JUDGE_MAX_TOKENS", "JUDGE_SYSTEM",
+                 "JUDGE_UNREADABLE"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
     yield server
     server.shutdown()
     server.server_close()
@@ -164,6 +171,33 @@ def test_a_custom_prompt_file_is_used(judge, monkeypatch, tmp_path):
     assert text == 'Grade {"json": "braces stay"}.\nQ: Which?\nGold: navy\nSaid: blue'
 
 
+# A stand-in for a template of DeepEyes' prompt (its text is theirs, not copied here): the test block's shape.
+DEEPEYES_LIKE = "[Question]: {question}\n[Standard Answer]: {answer}\nModel's answer: {prediction}\nJudgement:"
+
+
+def test_the_deepeyes_mode_asks_and_reads_as_deepeyes_judge(judge, monkeypatch, tmp_path):
+    """JUDGE_VERDICT=deepeyes: the system message, temperature 0.3 and no token limit of DeepEyes' `compute_score`,
+    "Judgement: 1/0" read as it reads them, an unreadable reply scored 0 (ours would leave it unscored); a request
+    that fails is still unscored. JUDGE_TEMPERATURE=0 gives their evaluation script's setting."""
+    template = tmp_path / "deepeyes.txt"
+    template.write_text(DEEPEYES_LIKE)
+    monkeypatch.setenv("JUDGE_PROMPT", str(template))
+    assert judge_reward([completion(p) for p in ("pink", "teal", "mauve")], answer=["x"] * 3) == [None] * 3
+    monkeypatch.setenv("JUDGE_VERDICT", "deepeyes")
+    scores = judge_reward([completion(p) for p in ("pink", "teal", "mauve", "green")], answer=["x"] * 4)
+    assert scores == [1.0, 0.0, 0.0, None]  # green: too late, no reply to read
+    # The batch's requests run concurrently, so they reach the server in any order: pick green's by its content.
+    (body,) = [
+        r["body"] for r in judge.requests[3:] if r["body"]["messages"][-1]["content"].endswith("green\nJudgement:")
+    ]
+    assert body["temperature"] == 0.3 and "max_tokens" not in body
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    assert body["messages"][0]["content"] == "You are a helpful assistant."
+    assert body["messages"][1]["content"].endswith("Model's answer: green\nJudgement:")
+    monkeypatch.setenv("JUDGE_TEMPERATURE", "0")
+    assert judge_reward([completion("pink")], answer=["x"]) == [1.0] and judge.requests[-1]["body"]["temperature"] == 0
+
+
 def test_an_unreachable_judge_leaves_rows_unscored(judge):
     judge.shutdown()
     judge.server_close()  # nothing listens on the port any more: connection refused
@@ -200,6 +234,43 @@ def test_parse_verdict(text, score):
     assert parse_verdict(text) == score
 
 
+@pytest.mark.parametrize(
+    ("text", "score"),
+    [
+        ("Judgement: 1", 1.0),
+        ("Judgement: 0", 0.0),
+        ("The answers agree.\nJudgement: 1", 1.0),
+        ("Judgement: 1\nJudgement: 0", 0.0),  # the last "Judgement:" counts
+        ("Judgement: 10", 1.0),  # a "1" after it, as DeepEyes reads it
+        ("1", 1.0),
+        (" 0\n", 0.0),
+        ("Judgement: yes", None),
+        ("10", None),  # without "Judgement:", exactly "1" or "0"
+        ("CORRECT", None),
+        ("", None),
+    ],
+)
+def test_parse_deepeyes_verdict(text, score):
+    assert parse_deepeyes_verdict(text) == score
+
+
+def test_the_deepeyes_mode_needs_their_prompt_and_has_their_defaults(tmp_path):
+    template = tmp_path / "deepeyes.txt"
+    template.write_text(DEEPEYES_LIKE)
+    with pytest.raises(ValueError, match=r"JUDGE_VERDICT=deepeyes .* set JUDGE_PROMPT .*vl_agent.py"):
+        judge_settings({"JUDGE_VERDICT": "deepeyes"})
+    settings = judge_settings({"JUDGE_VERDICT": "deepeyes", "JUDGE_PROMPT": str(template)})
+    assert (settings.temperature, settings.max_tokens, settings.system, settings.unreadable_zero) == (
+        0.3, None, "You are a helpful assistant.", True)  # fmt: skip
+    ours = judge_settings({})
+    assert (ours.verdict, ours.temperature, ours.max_tokens, ours.system, ours.unreadable_zero) == (
+        "correct_incorrect", 0.0, 16, None, False)  # fmt: skip
+    overridden = judge_settings({"JUDGE_VERDICT": "deepeyes", "JUDGE_PROMPT": str(template), "JUDGE_TEMPERATURE": "0",
+                                 "JUDGE_MAX_TOKENS": "64", "JUDGE_UNREADABLE": "none", "JUDGE_SYSTEM": "Judge."})  # fmt: skip
+    assert (overridden.temperature, overridden.max_tokens, overridden.unreadable_zero, overridden.system) == (
+        0.0, 64, False, "Judge.")  # fmt: skip
+
+
 def test_the_question_is_the_last_user_turn_in_either_content_form():
     system, user = build_prompt("How many cats?", ["1", "2"])
     parts = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user["content"]}]}  # TRL's form
@@ -231,6 +302,10 @@ def test_settings_defaults_and_empty_values_mean_unset():
         ({"JUDGE_CONCURRENCY": "two"}, "JUDGE_CONCURRENCY"),
         ({"JUDGE_BASE_URL": "localhost:8000/v1"}, "JUDGE_BASE_URL"),
         ({"JUDGE_PROMPT": "/nonexistent/judge.txt"}, "JUDGE_PROMPT"),
+        ({"JUDGE_VERDICT": "yes_no"}, "JUDGE_VERDICT"),
+        ({"JUDGE_TEMPERATURE": "-1"}, "JUDGE_TEMPERATURE"),
+        ({"JUDGE_MAX_TOKENS": "0"}, "JUDGE_MAX_TOKENS"),
+        ({"JUDGE_UNREADABLE": "one"}, "JUDGE_UNREADABLE"),
     ],
 )
 def test_a_bad_setting_names_its_variable(environ, variable):

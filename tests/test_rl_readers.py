@@ -15,9 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from data import DATASETS, get_dataset, load_split
+from data import DATASETS, convert, get_dataset, load_split
 from data.benchmarks import BENCHMARKS, BadRowError, load_benchmark, read_benchmark
 from data.task import SYSTEM_PROMPT, USER_SUFFIX, build_prompt
+from tests import release_fixtures
+from tests.release_fixtures import cof_record, cof_user_turn, mini_o3_row, write_mini_o3
+from tools import ToolConfig
 
 # CoF's own system turn carries its tool schema; the reader must replace it with ours, as DeepEyes' is replaced
 COF_SYSTEM = (
@@ -300,3 +303,53 @@ def test_missing_column_is_a_bad_row_of_every_row(cof_parquet):
     assert (caught.value.row, caught.value.field) == (0, "reward_model.ground_truth")
     with pytest.raises(ValueError, match=r"no usable cof_rl rows \(3 skipped\)"):
         read_benchmark("cof_rl", cof_parquet, skip_bad_rows=True)
+
+
+# ------------------------------------------------------------------------------------------- the same words as SFT
+SFT_RL_QUESTIONS = [
+    ("What colour is the small square?", []),
+    ("Is the red square left or right of the bar?", ["left", "right"]),
+]
+
+
+@pytest.mark.parametrize(("question", "options"), SFT_RL_QUESTIONS)
+@pytest.mark.parametrize("field", ["extra_info.question", "prompt"])
+def test_cof_sft_and_rl_ask_the_same_question(tmp_path, question, options, field):
+    """Issue 29, defect 7: the `cof_sft` converter and the `cof_rl` reader give one CoF question the same prompt and
+    options (the SFT reader used to keep CoF's options block and its "Think in the mind first" line). Both user turns
+    are CoF's (`prepare_zoomin_data.py`: "<image> Question: ..." + an answer instruction + its tool instruction)."""
+    record, files = cof_record([([240, 90, 300, 150], "the red square")], question=question, options=options,
+                               answer="A" if options else "red")  # fmt: skip
+    sft_release = release_fixtures.write_cof(tmp_path / "sft", [(record, files)])
+    sft_rows, _ = convert.convert("cof_sft", sft_release, ToolConfig())
+    rl_row = {
+        "data_source": "cof", "prompt": [{"role": "system", "content": COF_SYSTEM},
+                                         {"role": "user", "content": cof_user_turn(question, options)}],
+        "images": [{"image": png_bytes((64, 48))}], "reward_model": {"ground_truth": "A" if options else "red"},
+        "extra_info": {"question": question + "".join(f"\n({chr(65 + j)}) {o}" for j, o in enumerate(options))
+                       if field == "extra_info.question" else None},
+    }  # fmt: skip
+    pq.write_table(pa.Table.from_pylist([rl_row]), tmp_path / "train.parquet")
+    rl = load_benchmark("cof_rl", tmp_path / "train.parquet")
+    (sft_row,) = [convert.as_row(t) for t in sft_rows]
+    assert sft_row["prompt"] == rl[0]["prompt"] == build_prompt(question, options)
+    assert sft_row["options"] == rl[0]["options"] == options
+
+
+@pytest.mark.parametrize(("question", "options"), SFT_RL_QUESTIONS)
+def test_mini_o3_cold_start_and_rl_ask_the_same_question(tmp_path, question, options):
+    """Mini-o3's cold-start human turn and its RL `problem` are the same text ("<image>\\n" + the question, V*-style
+    options and instruction after it): one question, one prompt, for SFT and RL."""
+    text = question + "".join(f"\n({chr(65 + j)}) {o}" for j, o in enumerate(options))
+    if options:
+        text += "\nAnswer with the option's letter from the given choices directly."
+    answer = "A" if options else "red"
+    sft_rows, _ = convert.convert("mini_o3_coldstart", write_mini_o3(tmp_path / "sft", [mini_o3_row(
+        [{"bbox_2d": [0.5, 0.2, 0.8, 0.6], "source": "original_image"}], question=text, answer=answer)]), ToolConfig())  # fmt: skip
+    folder = tmp_path / "rl" / "VisualProbe_train"
+    png(folder / "images" / "0.png", (40, 30))
+    record = {"images": ["images/0.png"], "doc_id": 1, "problem": f"<image>\n{text}", "solution": answer}
+    (folder / "train.json").write_text(json.dumps([record]))
+    rl = load_benchmark("mini_o3", folder / "train.json")
+    (sft_row,) = [convert.as_row(t) for t in sft_rows]
+    assert sft_row["prompt"] == rl[0]["prompt"] == build_prompt(question, options)
