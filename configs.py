@@ -149,6 +149,19 @@ class MAPOConfig(GRPOConfig):
         },
     )
 
+    mask_over_turn: bool = field(
+        default=False,
+        metadata={
+            "help": "Leave out of the loss every rollout that ends on a tool call that never ran (over-turn): it "
+            "reached max_tool_calling_iterations still calling the tool, or TRL dropped its tool response for "
+            "overflowing max_completion_length or the context. Such a rollout has no answer, and its low reward "
+            "would push the policy to stop exploring early. Not in the MAPO paper: Mini-o3's `ignore_exceed`, done "
+            "the same way: the rollout still counts, with its reward, in its group's statistics (mean and std, R_sem "
+            "included; HPO's clouds), and only its own tokens leave the loss and its normaliser. Its fraction is "
+            "logged either way as tools/over_turn_frac.",
+        },
+    )
+
     hpo_omega: float = field(
         default=0.5, metadata={"help": "omega of HPO eq. 17: A = (A_E + omega * A_S) / (1 + omega) (paper: 0.5)."}
     )

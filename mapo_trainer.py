@@ -25,9 +25,9 @@ from utils.checks import check_vllm_server
 from utils.diagnostics import GradientVariance, GradientVarianceProbe, advantage_statistics
 from utils.models import context_length, pixel_budget
 from utils.resume import ExactResume
-from utils.rollout import ban_placeholder_tokens, check_token_budget
+from utils.rollout import ban_placeholder_tokens, check_token_budget, over_turn
 from utils.tool_rounds import AgreedToolRounds
-from utils.vllm_images import VLLMImagePlaceholders, colocate_engine_options
+from utils.vllm_images import VLLMImagePlaceholders, colocate_engine_options, reset_encoder_cache_after_sync
 
 # What users import from here, wherever it is defined.
 __all__ = [
@@ -58,10 +58,14 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
       verifier, the R_sem reward column, the
       gradient-variance callback (`gradient_variance_batches`: `utils.diagnostics.GradientVariance`); a
       colocated vLLM engine built with the recipe's pixel budget and `vllm_dtype` (`utils.vllm_images`); generation
-      in either backend kept from sampling image and video placeholders (`utils.rollout.ban_placeholder_tokens`); a
-      vLLM server that cannot be reached, serves another model or another pixel budget fails naming the fields;
-    - `_calculate_rewards`: R_sem withheld where the outcome is unscorable; group-level metrics;
-    - `_generate_and_score_completions`: HPO's per-token advantages; advantage and gradient-variance diagnostics;
+      in either backend kept from sampling image and video placeholders (`utils.rollout.ban_placeholder_tokens`);
+      every vLLM weight sync followed by a reset of vLLM's encoder cache
+      (`utils.vllm_images.reset_encoder_cache_after_sync`); a vLLM server that cannot be reached, serves another
+      model or another pixel budget fails naming the fields;
+    - `_calculate_rewards`: R_sem withheld where the outcome is unscorable; group-level metrics; which rollouts ended
+      on a tool call that never ran (`utils.rollout.over_turn`, logged as `tools/over_turn_frac`);
+    - `_generate_and_score_completions`: HPO's per-token advantages; with `mask_over_turn`, over-turn rollouts out of
+      the loss (Mini-o3's `ignore_exceed`); advantage and gradient-variance diagnostics;
     - `_tool_call_loop` (`utils.tool_rounds.AgreedToolRounds`): with several processes, every one takes part in
       every generation round of the tool loop, so ZeRO-3/FSDP's synchronized generation and vLLM's gathers cannot
       hang or mismatch on unequal tool depth (trl#6673);
@@ -120,6 +124,8 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
                 "the server's start."
             ) from err
         ban_placeholder_tokens(self)
+        if self.use_vllm:  # TRL resets only the prefix cache: image embeddings of old weights would be reused
+            reset_encoder_cache_after_sync(self.vllm_generation)
         if self.use_vllm and self.vllm_mode == "server" and self.accelerator.is_main_process:
             check_vllm_server(self.vllm_generation.vllm_client, self.model.name_or_path, processing_class)
         self.tool_config = tool_config.resolved(budget)
@@ -143,6 +149,7 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         if self.args.gradient_variance_batches > 0:
             self.add_callback(GradientVariance(self.args.gradient_variance_batches, self._record_train_metrics))
         self._outcome: torch.Tensor | None = None  # the last batch's R_out, gathered: HPO's success signal
+        self._over_turn: torch.Tensor | None = None  # this process's rollouts of the last batch that ended over-turn
         weight = self.args.semantic_beta if self.args.uses_semantic else 0.0
         self.reward_funcs.append(self._semantic_reward)
         self.reward_func_names.append(SEMANTIC_REWARD_NAME)
@@ -222,6 +229,10 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         metrics that need the rewards gathered across processes."""
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         mode = "train" if self.model.training else "eval"
+        # Rollouts that ended on a tool call that never ran (this process's rows; masked later if mask_over_turn).
+        self._over_turn = torch.tensor([over_turn(c) for c in completions], device=self.accelerator.device)
+        over = self.accelerator.gather(self._over_turn.float())
+        self._metrics[mode]["tools/over_turn_frac"].append(over.mean().item())
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         # Everything below is gathered over processes, so groups split across ranks are seen whole.
         # TRL treats a row as unscorable only when every column is NaN, and R_sem is never NaN: a row whose outcome
@@ -259,9 +270,22 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
                 process_index=self.accelerator.process_index,
             )
             self._logs["extra"]["turn_advantages"].extend(turn_values)
+        if self.args.mask_over_turn:  # after HPO, whose clouds keep the rollout, as its group's statistics do
+            self._mask_over_turn(out)
         metrics |= advantage_statistics(out, lambda t: self.accelerator.reduce(t, reduction="sum"))
         if mode == "train" and self.probe is not None:
             metrics |= self.probe(self, out)
         for name, value in metrics.items():
             self._metrics[mode][name].append(value)
         return out
+
+    def _mask_over_turn(self, out: dict) -> None:
+        """Take this process's over-turn rollouts (`_calculate_rewards`) out of the loss, as Mini-o3's `ignore_exceed`
+        zeroes their response mask: their `tool_mask` rows (the loss mask is `completion_mask * tool_mask`; attention
+        keeps `completion_mask`) and their tokens in `num_items_in_batch`, the normaliser TRL computed before. Their
+        rewards stay in their groups' statistics, and their advantages are computed, unused."""
+        keep = (~self._over_turn).to(out["completion_mask"].dtype).unsqueeze(1)
+        tool_mask = out.get("tool_mask")
+        out["tool_mask"] = keep * (torch.ones_like(out["completion_mask"]) if tool_mask is None else tool_mask)
+        loss_mask = out["completion_mask"] * out["tool_mask"]
+        out["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()

@@ -5,6 +5,8 @@
         --lora_target_modules q_proj k_proj v_proj o_proj
     python -m scripts.memory --model_config recipes/model_configs/Qwen3-VL-8B-Instruct --zero_stage 3 --num_gpus 8
     python -m scripts.memory --recipe recipes/Qwen2.5-VL-3B-Instruct/rl/config_mapo_qlora.yaml --accelerate single_gpu
+    python -m scripts.memory --recipe recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo_lora.yaml --accelerate single_gpu \
+        --vllm_colocate 0.3 --vllm_enable_sleep_mode
 """
 
 from __future__ import annotations
@@ -13,7 +15,16 @@ import argparse
 from collections.abc import Sequence
 
 from utils.lora import check_lora_targets, normalise_target_modules
-from utils.memory import DTYPE_BYTES, OPTIMIZER_STATES, estimate_memory, estimate_recipe, format_table, parameter_count
+from utils.memory import (
+    DEFAULT_GPU_GIB,
+    DTYPE_BYTES,
+    OPTIMIZER_STATES,
+    estimate_memory,
+    estimate_recipe,
+    format_table,
+    parameter_count,
+    with_colocated_vllm,
+)
 from utils.models import build_on_meta
 
 
@@ -55,9 +66,33 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--logit_tokens", type=int, default=None, help="tokens with logits (GRPO: completion length)")
     parser.add_argument("--no_gradient_checkpointing", action="store_true")
     parser.add_argument("--no_fused_lm_head", action="store_true", help="full logits (a loss outside TRL's trainers)")
+    parser.add_argument(
+        "--vllm_colocate",
+        type=float,
+        default=None,
+        metavar="UTILIZATION",
+        help="add a colocated vLLM engine taking this fraction of the GPU (vllm_gpu_memory_utilization); --recipe: "
+        "a recipe in vllm_mode colocate already has one, at its own value",
+    )
+    parser.add_argument(
+        "--vllm_enable_sleep_mode",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the engine sleeps during training (its share leaves the training peak); --recipe: the recipe's value",
+    )
+    parser.add_argument(
+        "--gpu_memory_gib", type=float, default=DEFAULT_GPU_GIB, help="memory of one GPU, which the engine shares"
+    )
     args = parser.parse_args(argv)
     if args.recipe:
-        estimate, setup = estimate_recipe(args.recipe, args.accelerate, args.num_gpus)
+        estimate, setup = estimate_recipe(
+            args.recipe,
+            args.accelerate,
+            args.num_gpus,
+            gpu_gib=args.gpu_memory_gib,
+            vllm_colocate=args.vllm_colocate,
+            vllm_sleep_mode=args.vllm_enable_sleep_mode,
+        )
         print(format_table(estimate, f"{args.recipe} on {args.accelerate}: {setup}"))
         return estimate
     if not args.model_config:
@@ -91,6 +126,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         f"{', 4-bit base' if args.load_in_4bit else ''}, {args.optimizer}, ZeRO-{args.zero_stage} x {args.num_gpus} GPU, "
         f"batch {args.micro_batch} x {args.seq_len} tokens (per GPU)"
     )
+    if args.vllm_colocate is not None:
+        sleep = bool(args.vllm_enable_sleep_mode)
+        estimate = with_colocated_vllm(
+            estimate, gpu_memory_utilization=args.vllm_colocate, gpu_gib=args.gpu_memory_gib, sleep_mode=sleep
+        )
+        title += f", colocated vLLM at {args.vllm_colocate:g} of {args.gpu_memory_gib:g} GiB{', sleep mode' * sleep}"
     print(format_table(estimate, title))
     return estimate
 

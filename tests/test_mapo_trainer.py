@@ -227,6 +227,53 @@ def test_unscorable_outcome_rows_get_zero_advantage_as_in_stock_grpo(tiny_kit, t
     assert logged["mapo/frac_unscorable"] == 0.25
 
 
+DEEPER = "deeper still"  # the label of the rollouts scripted to call the tool past max_tool_calling_iterations
+
+
+def test_over_turn_rollouts_leave_the_loss_but_stay_in_their_groups(tiny_kit, train_dataset, tmp_path):
+    """`mask_over_turn`, as Mini-o3's `ignore_exceed`: half the rollouts (those whose first call is labelled DEEPER)
+    keep calling the tool, so after max_tool_calling_iterations = 2 rounds their last turn is a call that never ran.
+    Their tokens leave the loss and its normaliser; their rewards still make their groups' statistics."""
+    trainer = make_trainer(
+        tiny_kit,
+        train_dataset,
+        tmp_path,
+        max_steps=1,
+        mask_over_turn=True,
+        script={"labels": ("red circle", DEEPER), "depth": lambda context: 3 if DEEPER in context else 1},
+    )
+    batches = []
+    generate_and_score = trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: batches.append(generate_and_score(inputs)) or batches[-1]
+    trainer.train()
+
+    batch, tokenizer = batches[-1], trainer.processing_class.tokenizer
+    loss_mask = batch["completion_mask"] * batch["tool_mask"]
+    over = []
+    for ids, keep in zip(batch["completion_ids"], batch["completion_mask"]):
+        text = tokenizer.decode(ids[keep.bool()])
+        over.append(DEEPER in text)
+        if DEEPER in text:  # two calls ran, the third was never executed: the iteration limit, not the budget
+            assert text.count("<tool_call>") == 3 and text.count("<tool_response>") == 2 and "<answer>" not in text
+        else:
+            assert text.count("<tool_call>") == 1 and "<answer>" in text
+    assert over == [False, True, False, True]  # one over-turn rollout in each group of 2
+    assert [int(row.sum()) for row in loss_mask[torch.tensor(over)]] == [0, 0]  # out of the loss
+    assert all(row.sum() > 0 for row in loss_mask[~torch.tensor(over)])
+    assert int(batch["num_items_in_batch"]) == int(loss_mask.sum())  # the normaliser counts trained tokens only
+    assert all(row.sum() > 0 for row in batch["completion_mask"])  # attention still sees the whole rollout
+
+    # The group statistics still count the over-turn rollouts (Mini-o3 keeps them in its group mean and std).
+    outcome = torch.tensor(list(trainer._logs["rewards"]["outcome_reward"])[-4:])
+    fmt = torch.tensor(list(trainer._logs["rewards"]["format_reward"])[-4:])
+    semantic = torch.tensor(list(trainer._logs["rewards"][SEMANTIC_REWARD_NAME])[-4:])
+    expected = mapo_advantages(outcome + fmt, semantic, num_generations=2, beta=0.4)
+    assert list(trainer._logs["advantages"])[-4:] == pytest.approx(expected.tolist(), abs=1e-5)
+    assert all(abs(a) > 1e-6 for a in expected[~torch.tensor(over)].tolist())  # the answered rollouts learn from it
+    logged = [e for e in trainer.state.log_history if "tools/over_turn_frac" in e][-1]
+    assert logged["tools/over_turn_frac"] == 0.5
+
+
 # ----------------------------------------------------------------------------------------------- recipes
 REAL_RECIPES = sorted(str(p) for p in Path("recipes").glob("*/rl/*.yaml") if p.parts[1] != "tiny")  # every model's
 RECIPES = ["recipes/tiny/rl/config_mapo.yaml", *REAL_RECIPES]

@@ -1,5 +1,6 @@
 """`memory.py` and the shipped architecture configs: offline, on the meta device, no weights."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -294,3 +295,69 @@ def test_a_recipe_generates_its_micro_batch_with_zero3_gathering_the_weights():
         is None
     )
     assert memory.recipe_workload("recipes/Qwen2.5-VL-7B-Instruct/sft/config_sft.yaml", "zero3").generation is None
+
+
+# ------------------------------------------------------------------------------------------ a colocated vLLM engine
+def test_a_colocated_engine_takes_its_share_beside_training_unless_it_sleeps():
+    """By hand: a 0.3 share of an 80 GiB GPU is 24 GiB. Awake, it stays through the backward pass (training's peak
+    grows by it); asleep (TRL's level 2 after every generation), it is only there while generating."""
+    training = {"parameters": 2.0, "gradients": 1.0, "optimizer_states": 4.0, "activations": 10.0, "total": 17.0}
+    awake = memory.with_colocated_vllm(training, gpu_memory_utilization=0.3, gpu_gib=80, sleep_mode=False)
+    assert awake["vllm_engine"] == 24.0
+    assert awake["total"] == 17.0 + 24.0  # the engine keeps its memory while training steps
+    assert awake["generation_total"] == 2.0 + 1.0 + 4.0 + 24.0  # activations are freed between steps
+    asleep = memory.with_colocated_vllm(training, gpu_memory_utilization=0.3, gpu_gib=80, sleep_mode=True)
+    assert asleep["total"] == 17.0 and asleep["generation_total"] == awake["generation_total"]
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        memory.with_colocated_vllm(training, gpu_memory_utilization=0.0, gpu_gib=80, sleep_mode=False)
+
+
+def test_a_colocate_recipe_is_estimated_with_its_engine():
+    """A recipe in colocate mode brings its `vllm_gpu_memory_utilization` and sleep mode; the server recipe brings no
+    engine; `vllm_colocate` adds one to a recipe that generates with transformers, and then it has no transformers
+    generation phase."""
+    recipe = "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo_lora.yaml"
+    plain, _ = memory.estimate_recipe(recipe, "single_gpu")
+    colocated, setup = memory.estimate_recipe(recipe, "single_gpu", vllm_colocate=0.25, gpu_gib=141)
+    assert colocated["vllm_engine"] == 0.25 * 141 and "colocated vLLM at 0.25 of 141 GiB" in setup
+    resident = plain["parameters"] + plain["gradients"] + plain["optimizer_states"]
+    assert colocated["generation_total"] == pytest.approx(resident + 0.25 * 141)
+    assert colocated["total"] == pytest.approx(plain["total"] + 0.25 * 141)
+    assert "generation_kv_cache" not in colocated  # vLLM's KV cache lives in its share
+    sleeping, setup = memory.estimate_recipe(recipe, "single_gpu", vllm_colocate=0.25, vllm_sleep_mode=True)
+    assert sleeping["total"] == plain["total"] and setup.endswith("sleep mode")
+    server = memory.recipe_workload("recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo_vllm_server.yaml", "zero3")
+    assert server.engine is None and server.generation is None
+    assert memory.recipe_workload(recipe, "single_gpu").engine is None
+
+
+def test_a_recipe_in_colocate_mode_reads_its_engine_fields(tmp_path):
+    recipe = tmp_path / "rl" / "config.yaml"
+    recipe.parent.mkdir()
+    base = (REPO_ROOT / "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo_lora.yaml").resolve()
+    recipe.write_text(
+        f"base: {base}\nmodel_name_or_path: Qwen/Qwen2.5-VL-7B-Instruct\nuse_vllm: true\n"
+        "vllm_gpu_memory_utilization: 0.4\nvllm_enable_sleep_mode: true\n"
+    )
+    workload = memory.recipe_workload(recipe, "single_gpu")
+    assert workload.engine == {"gpu_memory_utilization": 0.4, "sleep_mode": True}  # vllm_mode's default: colocate
+    assert memory.recipe_workload(recipe, "single_gpu", vllm_sleep_mode=False).engine["sleep_mode"] is False
+
+
+def readme_colocate_rows() -> list[tuple[list[str], float, float]]:
+    """(scripts.memory arguments, generation GiB, training GiB) of recipes/README.md's colocated-engine table."""
+    rows = []
+    pattern = r"`python -m scripts\.memory ([^`]+--vllm_colocate[^`]*)` \| ([\d.]+) \| ([\d.]+)"
+    for line in (REPO_ROOT / "recipes" / "README.md").read_text().splitlines():
+        if found := re.search(pattern, line):
+            rows.append((found[1].split(), float(found[2]), float(found[3])))
+    return rows
+
+
+def test_the_readme_colocate_rows_are_memory_py_estimates(capsys):
+    rows = readme_colocate_rows()
+    assert len(rows) == 6 and sum("--vllm_enable_sleep_mode" in args for args, _, _ in rows) == 3
+    for args, generation, training in rows:
+        estimate = memory_cli.main(args)
+        assert estimate["generation_total"] == pytest.approx(generation, abs=0.01), args
+        assert estimate["total"] == pytest.approx(training, abs=0.01), args

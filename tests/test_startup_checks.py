@@ -9,6 +9,8 @@ import pytest
 import torch
 from accelerate.utils import DistributedType
 from peft import LoraConfig, get_peft_model
+from transformers import Qwen2VLImageProcessor
+from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 from trl import ModelConfig
 from trl.trainer.utils import RepeatSampler
 
@@ -16,7 +18,12 @@ from configs import ScriptArguments
 from data import load_split
 from mapo_trainer import MAPOConfig
 from tools import ToolConfig
-from utils.checks import check_master_weights, check_planned_master_weights, planned_distributed_type
+from utils.checks import (
+    check_master_weights,
+    check_planned_master_weights,
+    check_vllm_server,
+    planned_distributed_type,
+)
 from utils.models import load_model, load_processor
 from utils.recipes import parse_args_and_record
 from utils.resume import EpochSeededRepeatSampler, resume_checkpoint
@@ -216,3 +223,45 @@ def test_a_recipe_sets_the_synthetic_world(tmp_path):
     for row in rows:  # the object is a tenth of the short side: the target box is about that wide
         x1, y1, x2, y2 = row["target_bbox"]
         assert max(x2 - x1, y2 - y1) >= 0.09 * min(row["image"].size)
+
+
+# ---------------------------------------------------------------------------------------- the vLLM server's budget
+class Server:
+    """TRL's `VLLMClient` as `check_vllm_server` reads it: the model it serves, and the image features it makes of
+    each prompt's images, sized by the server's own pixel budget (`smart_resize`, as vLLM's Qwen2-VL processor)."""
+
+    base_url = "http://vllm:8000"
+
+    def __init__(self, min_pixels: int, max_pixels: int, model: str = "policy"):
+        self.model, self.min_pixels, self.max_pixels = model, min_pixels, max_pixels
+
+    def image_features(self, images):
+        out = []
+        for row in images:
+            lengths = []
+            for image in row:
+                h, w = smart_resize(image.height, image.width, 28, self.min_pixels, self.max_pixels)
+                lengths.append(h * w // 28**2)
+            out.append({"mm_placeholders": {"image": [{"offset": 0, "length": n} for n in lengths]}})
+        return out
+
+
+def test_the_server_check_probes_both_ends_of_the_pixel_budget():
+    """A server started with another min_pixels resizes every image below it otherwise (small crops): the check
+    fails naming the flag, as it does for max_pixels, and passes a server with the recipe's budget."""
+    processor = SimpleNamespace(
+        image_processor=Qwen2VLImageProcessor(size={"shortest_edge": 3136, "longest_edge": 1003520})
+    )
+    check_vllm_server(Server(3136, 1003520), "policy", processor)
+    with pytest.raises(
+        ValueError,
+        match=r"makes 1 image tokens of a 28x28 image, the trainer's processor 4: the server's min_pixels differs "
+        r"from the recipe's min_pixels=3136.*--mm-processor-kwargs '\{\"min_pixels\": 3136, \"max_pixels\": 1003520\}'",
+    ):
+        check_vllm_server(Server(784, 1003520), "policy", processor)
+    with pytest.raises(
+        ValueError, match=r"of a 4096x4096 image, the trainer's processor 1225: the server's max_pixels"
+    ):
+        check_vllm_server(Server(3136, 12845056), "policy", processor)
+    with pytest.raises(ValueError, match="serves 'other', but model_name_or_path is 'policy'"):
+        check_vllm_server(Server(3136, 1003520, model="other"), "policy", processor)

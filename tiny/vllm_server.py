@@ -5,7 +5,12 @@ transfer backend without CUDA (nccl, sparse_nccl and nccl_m2n use NCCL, ipc CUDA
 streams). `disk_weight_transfer` replaces that transport, and only that: TRL still walks and gathers the parameters
 (`VLLMGeneration.sync_weights`), and the server still loads them into its running engine, from a safetensors file
 through its own `reload_weights` (the dev-mode `/collective_rpc` endpoint `trl vllm-serve` enables). Everything else
-(the image features, generation, the prefix-cache reset) goes to the real server as on a GPU node.
+(the image features, generation, the prefix-cache reset, and the encoder-cache reset `MAPOTrainer` makes after every
+sync, `utils.vllm_images.reset_encoder_cache_after_sync`) goes to the real server as on a GPU node.
+
+The stand-in does not reset the encoder cache itself: `reload_weights` clears the worker's encoder cache but not the
+scheduler's, so without the production reset the next request holding an already-seen image kills the engine
+("Encoder cache miss"), and the server tests fail.
 """
 
 from __future__ import annotations
@@ -39,12 +44,10 @@ def disk_weight_transfer(directory: str | Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         save_file({name: p.detach().cpu().contiguous() for name, p in named_params}, directory / "model.safetensors")
         reload = {"method": "reload_weights", "kwargs": {"weights_path": str(directory)}}
-        # reload_weights clears the worker's encoder cache but not the scheduler's: without the reset the next request
-        # with an already-seen image kills the engine ("Encoder cache miss").
-        for endpoint, body in (("collective_rpc", reload), ("reset_encoder_cache", None)):
-            response = self.session.post(f"{self.base_url}/{endpoint}", json=body)
-            if response.status_code != 200:
-                raise RuntimeError(f"/{endpoint} failed: {response.status_code} {response.text[:500]}")
+        # No /reset_encoder_cache here: the trainer's own call after the sync must make it (module docstring).
+        response = self.session.post(f"{self.base_url}/collective_rpc", json=reload)
+        if response.status_code != 200:
+            raise RuntimeError(f"/collective_rpc failed: {response.status_code} {response.text[:500]}")
         self._pushes += 1
 
     VLLMClient.init_communicator = init_communicator

@@ -207,8 +207,10 @@ def check_vllm_server(client, model_name_or_path: str, processor) -> None:
 
     In server mode vLLM computes every image's features itself, prompt images and tool crops alike, with the model and
     pixel budget it was started with (`trl vllm-serve --model ... --mm-processor-kwargs ...`); the trainer places them
-    on the image tokens its own processor counted. A probe image larger than any budget asks the server how many
-    feature rows it makes of it, against the processor's count. `client`: TRL's `VLLMClient` (main process only).
+    on the image tokens its own processor counted. Two probe images ask the server how many feature rows it makes of
+    each, against the processor's count: one larger than any budget (resized down to `max_pixels`) and one of a single
+    `factor x factor` block (resized up to `min_pixels`; at or below one block, `min_pixels` changes nothing).
+    `client`: TRL's `VLLMClient` (main process only).
     """
     served = client.model
     same = served == model_name_or_path or (
@@ -222,15 +224,19 @@ def check_vllm_server(client, model_name_or_path: str, processor) -> None:
             f"{model_name_or_path!r}: restart it with `trl vllm-serve --model {model_name_or_path}` (the weights it "
             "starts from are the ones the first rollouts are sampled with)."
         )
-    probe = Image.new("RGB", (4096, 4096), "gray")
-    grid = processor.image_processor(images=[probe], return_tensors="pt")["image_grid_thw"][0]
-    ours = int(grid.prod()) // processor.image_processor.merge_size**2
-    features = client.image_features([[probe]])[0]
-    theirs = sum(p["length"] for p in features["mm_placeholders"]["image"])
-    if theirs != ours:
-        budget = pixel_budget(processor)
-        raise ValueError(
-            f"The vLLM server at {client.base_url} makes {theirs} image tokens of a 4096x4096 image, the trainer's "
-            f"processor {ours} (min_pixels={budget.min_pixels}, max_pixels={budget.max_pixels}): start it with "
-            f"""--mm-processor-kwargs '{{"min_pixels": {budget.min_pixels}, "max_pixels": {budget.max_pixels}}}'."""
-        )
+    budget = pixel_budget(processor)
+    probes = {"max_pixels": (4096, 4096), "min_pixels": (budget.factor, budget.factor)}
+    images = [Image.new("RGB", size, "gray") for size in probes.values()]
+    grids = processor.image_processor(images=images, return_tensors="pt")["image_grid_thw"]
+    ours = [int(grid.prod()) // processor.image_processor.merge_size**2 for grid in grids]
+    features = client.image_features([[image] for image in images])
+    theirs = [sum(p["length"] for p in f["mm_placeholders"]["image"]) for f in features]
+    for (end, (width, height)), mine, served_tokens in zip(probes.items(), ours, theirs, strict=True):
+        if served_tokens != mine:
+            raise ValueError(
+                f"The vLLM server at {client.base_url} makes {served_tokens} image tokens of a {width}x{height} "
+                f"image, the trainer's processor {mine}: the server's {end} differs from the recipe's {end}="
+                f"{getattr(budget, end)} (min_pixels={budget.min_pixels}, max_pixels={budget.max_pixels}). Start it "
+                f"""with --mm-processor-kwargs '{{"min_pixels": {budget.min_pixels}, "max_pixels": """
+                f"""{budget.max_pixels}}}'."""
+            )

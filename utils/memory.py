@@ -8,7 +8,8 @@ rough model (see `activation_bytes`). Sizes are GiB (2**30 bytes), per GPU. Not 
 allocator fragmentation (`torch.cuda.max_memory_allocated` does not see them either), DDP's gradient buckets,
 DeepSpeed's communication buckets, and models living beside the policy (the CLIP verifier, a reference model when
 `beta > 0`). Generation is its own phase (`generation_bytes`, `with_generation`): it runs before the backward pass,
-not beside it. `recipes/model_configs/README.md` compares an estimate with a measured peak.
+not beside it. A colocated vLLM engine holds its own share of the GPU instead (`with_colocated_vllm`), beside
+training unless it sleeps. `recipes/model_configs/README.md` compares an estimate with a measured peak.
 """
 
 from __future__ import annotations
@@ -207,6 +208,34 @@ def with_generation(training: dict[str, float], generation: dict[str, float]) ->
     return training | parts | {"generation_total": resident + sum(parts.values())}
 
 
+DEFAULT_GPU_GIB = 80.0  # the recipes' GPU class (A100/H100 80 GB), which a colocated engine takes its share of
+
+
+def with_colocated_vllm(
+    training: dict[str, float], *, gpu_memory_utilization: float, gpu_gib: float, sleep_mode: bool
+) -> dict[str, float]:
+    """`training` (GiB, from `estimate_memory`) with a colocated vLLM engine (`vllm_mode: colocate`) on each GPU.
+
+    vLLM sizes itself by `gpu_memory_utilization` (TRL's `vllm_gpu_memory_utilization`, default 0.3): at start it
+    takes that fraction of the GPU's memory for its weights, its profiled activation peak and a KV cache filling the
+    rest, so its share is `gpu_memory_utilization * gpu_gib` whatever the rollouts. Added:
+    - `vllm_engine`: that share;
+    - `generation_total`: the generation phase, what training keeps resident (weights, gradient buffers, optimizer
+      states: activations are freed) plus the engine's share;
+    - `total`: training's peak plus the engine's share, since the engine keeps its memory through the backward pass;
+      with `sleep_mode` (`vllm_enable_sleep_mode`) TRL puts it to sleep at level 2 after every generation (weights
+      and KV cache released, woken for the next weight sync and generation), so training's peak is left as it was.
+    Not counted: what a sleeping engine keeps (its CUDA context, CUDA graphs, allocator pools), as the CUDA context is
+    not counted elsewhere.
+    """
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    engine = gpu_memory_utilization * gpu_gib
+    resident = training["parameters"] + training["gradients"] + training["optimizer_states"]
+    total = training["total"] if sleep_mode else training["total"] + engine
+    return training | {"vllm_engine": engine, "generation_total": resident + engine, "total": total}
+
+
 def estimate_memory(
     model: nn.Module,
     *,
@@ -338,7 +367,8 @@ class RecipeWorkload:
     model_config: str
     stage: str  # "rl" or "sft"
     kwargs: dict
-    generation: dict | None = None  # `generation_bytes`' arguments; None: no generation on the trainer's GPUs
+    generation: dict | None = None  # `generation_bytes`' arguments; None: no transformers generation
+    engine: dict | None = None  # a colocated vLLM engine: `gpu_memory_utilization`, `sleep_mode`; None: none
 
     def describe(self) -> str:
         k = self.kwargs
@@ -381,7 +411,12 @@ def deepspeed_zero3(accelerate: str | os.PathLike) -> bool:
 
 
 def recipe_workload(
-    recipe: str | os.PathLike, accelerate: str | os.PathLike, num_gpus: int | None = None
+    recipe: str | os.PathLike,
+    accelerate: str | os.PathLike,
+    num_gpus: int | None = None,
+    *,
+    vllm_colocate: float | None = None,
+    vllm_sleep_mode: bool | None = None,
 ) -> RecipeWorkload:
     """The worst-case step of `recipe` (its bases merged) on the hardware of `accelerate`, per GPU.
 
@@ -392,6 +427,10 @@ def recipe_workload(
       vision tower sees the prompt image and `max_tool_calling_iterations` full-size crops.
     - SFT: the longest gold conversation, the image and 2 crops (`call_mix` allows 0-2 calls) plus
       `SFT_TEXT_TOKENS`, every token through the LM head (conservative: the loss keeps only the assistant's).
+    - Generation: with transformers (`use_vllm: false`), `generation_bytes`' arguments; in vLLM colocate mode the
+      engine's `vllm_gpu_memory_utilization` and `vllm_enable_sleep_mode` (`with_colocated_vllm`); in server mode
+      none (the server has GPUs of its own). `vllm_colocate` estimates an RL recipe as if it generated with a
+      colocated engine of that utilization, and `vllm_sleep_mode` overrides the recipe's sleep mode.
     """
     values = load_recipe(recipe).values
     source = resolve_config_path(values["model_name_or_path"])
@@ -431,7 +470,14 @@ def recipe_workload(
         "load_in_4bit": bool(values.get("load_in_4bit")),
         "nested_quant": bool(values.get("use_bnb_nested_quant")),
     }
-    if stage == "rl" and not values.get("use_vllm"):  # vLLM generates in its own memory (its own GPU in server mode)
+    engine = None
+    colocated = values.get("use_vllm") and values.get("vllm_mode", "colocate") == "colocate"
+    if stage == "rl" and (colocated or vllm_colocate is not None):
+        engine = {
+            "gpu_memory_utilization": vllm_colocate or values.get("vllm_gpu_memory_utilization", 0.3),
+            "sleep_mode": bool(values.get("vllm_enable_sleep_mode") if vllm_sleep_mode is None else vllm_sleep_mode),
+        }
+    elif stage == "rl" and not values.get("use_vllm"):  # the server generates on GPUs of its own
         steps_per_generation = values.get("steps_per_generation") or values.get("gradient_accumulation_steps", 1)
         rollouts = values["per_device_train_batch_size"] * steps_per_generation  # TRL's default generation batch
         if values.get("generation_batch_size"):
@@ -443,21 +489,35 @@ def recipe_workload(
             "dtype": kwargs["dtype"],
             "gather_full_weights": deepspeed_zero3(accelerate) and values.get("ds3_gather_for_generation", True),
         }
-    return RecipeWorkload(source, stage, kwargs, generation)
+    return RecipeWorkload(source, stage, kwargs, generation, engine)
 
 
 def estimate_recipe(
-    recipe: str | os.PathLike, accelerate: str | os.PathLike, num_gpus: int | None = None
+    recipe: str | os.PathLike,
+    accelerate: str | os.PathLike,
+    num_gpus: int | None = None,
+    *,
+    gpu_gib: float = DEFAULT_GPU_GIB,
+    vllm_colocate: float | None = None,
+    vllm_sleep_mode: bool | None = None,
 ) -> tuple[dict[str, float], str]:
     """`estimate_memory` for a recipe on an accelerate config (`recipe_workload`; `num_gpus` overrides the config's
     `num_processes`), and the setup in words. The model is built on the meta device: its LoRA targets are checked.
-    An RL recipe that generates with transformers also gets its generation phase (`with_generation`)."""
-    workload = recipe_workload(recipe, accelerate, num_gpus)
+    An RL recipe that generates with transformers also gets its generation phase (`with_generation`); one with a
+    colocated vLLM engine (or `vllm_colocate`), the engine's share of a `gpu_gib` GPU (`with_colocated_vllm`)."""
+    workload = recipe_workload(
+        recipe, accelerate, num_gpus, vllm_colocate=vllm_colocate, vllm_sleep_mode=vllm_sleep_mode
+    )
     model = build_on_meta(workload.model_config)
     estimate = estimate_memory(model, **workload.kwargs)
     if workload.generation is not None:
         estimate = with_generation(estimate, generation_bytes(model, **workload.generation))
-    return estimate, workload.describe()
+    setup = workload.describe()
+    if workload.engine is not None:
+        estimate = with_colocated_vllm(estimate, gpu_gib=gpu_gib, **workload.engine)
+        sleeping = ", sleep mode" if workload.engine["sleep_mode"] else ""
+        setup += f"; colocated vLLM at {workload.engine['gpu_memory_utilization']:g} of {gpu_gib:g} GiB{sleeping}"
+    return estimate, setup
 
 
 def parameter_count(model: nn.Module) -> int:

@@ -57,8 +57,9 @@ def ban_placeholder_tokens(trainer) -> None:
 
     transformers: `suppress_tokens` (TRL's own mechanism, extended to the video token). vLLM: `bad_words`, which the
     engine and the server both accept (a banned token's logit is set to -inf). vLLM then reports logprobs of the
-    renormalised distribution, lower than the policy's by log(1 - p(placeholders)) per token: negligible for a trained
-    model, about 1e-3 for a random tiny one, which shows in `sampling/sampling_logp_difference`.
+    renormalised distribution p / (1 - p_banned), higher than the policy's by -log(1 - p_banned) per token, p_banned
+    being the placeholders' probability at that position: negligible for a trained model, about 1e-3 for a random tiny
+    one, which shows in `sampling/sampling_logp_difference`.
     """
     tokens = placeholder_tokens(trainer.processing_class)
     if trainer.use_vllm:
@@ -70,6 +71,22 @@ def ban_placeholder_tokens(trainer) -> None:
     suppress = list(dict.fromkeys([*(trainer.generation_config.suppress_tokens or []), *ids]))
     trainer.generation_config.suppress_tokens = suppress
     trainer.generation_kwargs["suppress_tokens"] = suppress
+
+
+def over_turn(completion) -> bool:
+    """Whether a rollout ended on a tool call that never ran: its last message (TRL's parsed turns) is an assistant
+    turn that calls a tool.
+
+    TRL 1.16's `_tool_call_loop` leaves a rollout so in two ways: it reached `max_tool_calling_iterations` and the
+    turn generated after the last round calls the tool again (never executed), or the tool's response would have
+    overflowed `max_completion_length` or the context and was rolled back. Either way the rollout has no answer.
+    Mini-o3 flags both alike (`exceed`: a tool call at the turn or image limit, or a context over its budget). A
+    rollout whose last turn was cut mid-way (no EOS) is not this: TRL's `mask_truncated_completions` covers it.
+    """
+    if not isinstance(completion, list) or not completion:  # plain-text completions carry no parsed turns
+        return False
+    last = completion[-1]
+    return isinstance(last, dict) and last.get("role") == "assistant" and bool(last.get("tool_calls"))
 
 
 def tool_suffix_ids(processor: ProcessorMixin, tool_messages: list[dict]) -> list[int]:

@@ -12,16 +12,27 @@ collective that every process must enter the same number of times:
 
 `AgreedToolRounds` makes the processes agree, at each round, on the largest number of prompts any of them
 generates (one all-reduce of a scalar). A process with nothing left takes part with a filler: the first prompt of
-its own batch (image included, so the vision tower runs wherever it runs elsewhere), one new token under
-transformers generation, its output discarded and its sampling drawn on a forked RNG, so its rollouts and its random
-stream are exactly those of a run without fillers. Under vLLM every process pads its round to the agreed count with
-copies of the filler, so TRL's equal-count gather and slice are right. The loop ends when no process has a prompt
-left. One process: nothing changes.
+its own batch (image included, so the vision tower runs wherever it runs elsewhere), its output discarded. Under vLLM
+every process pads its round to the agreed count with copies of the filler, so TRL's equal-count gather and slice
+are right. The loop ends when no process has a prompt left. One process: nothing changes.
+
+The filler and the random stream:
+- transformers generation: the filler is one new token, sampled on a forked RNG (the CPU generator and this
+  process's CUDA device), so after it this process's random stream is exactly what it was before it, and its later
+  rollouts are those it would have drawn had it not joined the round. Only this process samples from that stream.
+- vLLM: no rewind. The filler is a request like any other, and what it draws is the engine's: under vLLM's V1 model
+  runner sampling draws from the device's default generator, which the engines of a tensor-parallel group
+  (`vllm_tensor_parallel_size` > 1) must advance identically, so a process that rewound it after its filler would
+  diverge from its partners (mismatched collectives or garbage); under the V2 runner (vLLM 0.31's default where
+  Triton runs, so on CUDA) each request's seed comes from numpy's global random state, which a torch rewind does not
+  reach. A process's later vLLM samples therefore depend on the fillers it generated, as they depend on its other
+  requests.
 """
 
 from __future__ import annotations
 
 import copy
+from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
@@ -94,9 +105,12 @@ class AgreedToolRounds:
         if not self.use_vllm:
             self.generation_config = copy.copy(saved)
             self.generation_config.max_new_tokens = 1  # synced generation keeps it stepping until all are done
+        # transformers: the rank's own stream, rewound after the filler; vLLM: the engine's, never rewound (module
+        # docstring: a tensor-parallel group's engines must sample in lockstep).
         devices = [self.accelerator.device] if self.accelerator.device.type == "cuda" else []
+        rewind = nullcontext() if self.use_vllm else torch.random.fork_rng(devices=devices)
         try:
-            with torch.random.fork_rng(devices=devices):
+            with rewind:
                 super()._generate_single_turn(
                     [ids] * rows, None if images is None else [images] * rows, fields, 1, has_images
                 )

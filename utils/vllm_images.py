@@ -25,10 +25,17 @@ without `mm_processor_kwargs`, so vLLM would resize by the checkpoint's saved pr
 (vLLM runs a float32 checkpoint in bf16). `colocate_engine_options` adds them to that one call, and on vLLM's CPU
 build keeps the engine's weights loadable by TRL's sync (`loadable_cpu_weights`).
 
+After every weight sync, vLLM's encoder cache is reset (`reset_encoder_cache_after_sync`): TRL 1.16 resets only the
+prefix cache, and vLLM keeps the vision tower's embeddings of an image after its request ends, so an image seen again
+after an optimizer step would be generated from the old weights' embeddings, silently (the vision tower trains).
+
 Server mode keeps the expanded ids on purpose: there TRL computes image features itself (`VLLMClient.image_features`)
 and `VLLMGeneration._place_features` places them on the runs of image tokens of the *expanded* ids, one run per image,
-which is already right (and needs vLLM >= 0.30 on the server, `utils.checks.MIN_VLLM_MULTIMODAL_SERVER`). The ids
-vLLM answers for are still checked: TRL's gather and slice hand them back to each process.
+which is already right (and needs vLLM >= 0.30 on the server, `utils.checks.MIN_VLLM_MULTIMODAL_SERVER`). The same
+check runs there, on something else: with images, `VLLMClient` returns TRL's own echo of the ids it sent (the server
+generates from the ids and the features TRL placed; it answers with no prompt ids of its own), so the check catches
+a wrong slice of TRL's gather (another process's rollouts, trl#6673), not vLLM's expansion, which in server mode is
+the features' and is checked once at start against the processor's (`utils.checks.check_vllm_server`).
 """
 
 from __future__ import annotations
@@ -68,13 +75,14 @@ def collapse_image_runs(ids: Sequence[int], image_token_id: int) -> list[int]:
 
 class VLLMImagePlaceholders:
     """Mixin for a `GRPOTrainer` subclass: in vLLM colocate mode, every image reaches vLLM with one placeholder; in
-    both vLLM modes, the prompt ids vLLM answers for are checked against the trainer's.
+    both vLLM modes, the prompt ids `VLLMGeneration.generate` returns are checked against the trainer's.
 
     Overrides `_generate_single_turn` only (see the module docstring for the bug and why this hook). With vLLM it runs
     TRL's vLLM branch of that method itself (sync the weights when the step changed, generate, keep the sampled
     tokens' logprobs), keeping the prompt ids vLLM returns. Colocate: vLLM's own expansion of the images, which must
-    be the processor's. Server: the ids this process sent, echoed back through TRL's gather and slice, which must be
-    this process's own (trl#6673: unequal counts across processes hand a process another's rollouts).
+    be the processor's. Server: the ids this process sent, echoed back by TRL's client (not the server's expansion)
+    through TRL's gather and slice, which must be this process's own (trl#6673: unequal counts across processes hand a
+    process another's rollouts).
     """
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
@@ -112,8 +120,12 @@ class VLLMImagePlaceholders:
 def check_expansion(
     engine_ids: Sequence[Sequence[int]], trainer_ids: Sequence[Sequence[int]], image_token_id: int, budget: PixelBudget
 ) -> None:
-    """Raise unless vLLM's prompt ids equal the trainer's, rollout by rollout: same images, same token counts, same
-    places. The trainer's ids are the processor's expansion, the frame the policy's boxes and the loss live in."""
+    """Raise unless the engine's prompt ids equal the trainer's, rollout by rollout: same images, same token counts,
+    same places. The trainer's ids are the processor's expansion, the frame the policy's boxes and the loss live in.
+
+    Colocate: `engine_ids` are vLLM's own expansion of the one-placeholder ids. Server mode with images: TRL's echo of
+    what this process sent, after its gather and slice, so only a wrong slice can fail (vLLM's expansion is checked at
+    start, `utils.checks.check_vllm_server`)."""
     for row, (engine, trainer) in enumerate(zip(engine_ids, trainer_ids, strict=True)):
         if list(engine) == list(trainer):
             continue
@@ -132,6 +144,47 @@ def check_expansion(
             f"against {len(trainer)} tokens): the engine generated from another context than the loss is computed on "
             "(in server mode: another process's rollout, trl#6673)."
         )
+
+
+def reset_encoder_cache(vllm_generation) -> None:
+    """Drop vLLM's cached encoder outputs (the vision tower's image embeddings), through vLLM's own call.
+
+    vLLM asks for this whenever the weights change (`LLMEngine.reset_encoder_cache`): its encoder cache outlives the
+    requests that filled it, so the next request holding an already-seen image (a prompt image of an earlier step, the
+    same crop) would reuse embeddings of the old weights. Colocate: the engine of this process (every process of a
+    tensor-parallel group resets its own). Server: the dev-mode endpoint `/reset_encoder_cache` (`trl vllm-serve` runs
+    the server in dev mode, as TRL's own `/reset_prefix_cache` needs), from the main process, which alone holds the
+    client, as TRL's prefix-cache reset does.
+    """
+    if vllm_generation.mode == "colocate":
+        vllm_generation.llm.llm_engine.reset_encoder_cache()
+    elif vllm_generation.mode == "server" and vllm_generation.accelerator.is_main_process:
+        client = vllm_generation.vllm_client
+        response = client.session.post(f"{client.base_url}/reset_encoder_cache")
+        if response.status_code != 200:
+            raise RuntimeError(
+                f"The vLLM server at {client.base_url} refused /reset_encoder_cache ({response.status_code}: "
+                f"{response.text[:300]}): it must run in dev mode (VLLM_SERVER_DEV_MODE=1, which `trl vllm-serve` "
+                "sets)."
+            )
+
+
+def reset_encoder_cache_after_sync(vllm_generation) -> None:
+    """Make every weight sync of TRL's `VLLMGeneration` (this instance) reset vLLM's encoder cache after it.
+
+    TRL 1.16's `sync_weights` pushes the weights and resets only the prefix cache. Wrapping it on the instance covers
+    every sync: the one `VLLMImagePlaceholders._generate_single_turn` makes when the step changed, and the one TRL's
+    `generate` makes itself to refill an engine put to sleep (`vllm_enable_sleep_mode`).
+    """
+    sync = vllm_generation.sync_weights
+
+    @functools.wraps(sync)
+    def sync_weights(*args, **kwargs):
+        out = sync(*args, **kwargs)
+        reset_encoder_cache(vllm_generation)
+        return out
+
+    vllm_generation.sync_weights = sync_weights
 
 
 @contextmanager
