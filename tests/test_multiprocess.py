@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 
 TOLERANCE = {"rel": 1e-5, "abs": 1e-6}
-LAUNCH_TIMEOUT_S = 300  # a 2-process run takes ~40 s on 2 idle cores
+LAUNCH_TIMEOUT_S = 900  # the launch of all 4 runs takes ~2 min on 2 idle cores
 # Wall-clock metrics, not functions of the batch.
 TIMINGS = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
 
@@ -50,14 +50,14 @@ def without_addresses(texts: list[str]) -> list[str]:
     return [re.sub(r" at 0x[0-9a-fA-F]+", "", text) for text in texts]
 
 
-def launch_two(tmp: Path, name: str, **extra) -> dict:
-    """`tests/scripts/two_process_mapo.py` under `accelerate launch` with 2 gloo processes; what its main process
-    logged. A hang (the bug `AgreedToolRounds` prevents) fails at the timeout instead of blocking the suite."""
-    result = tmp / name / "two.json"
-    result.parent.mkdir(parents=True)
+def launch_two(tmp: Path, runs: dict[str, dict]) -> dict[str, dict]:
+    """`tests/scripts/two_process_mapo.py` under one `accelerate launch` with 2 gloo processes, training each of
+    `runs` in turn; what its main process logged, by run. A hang (the bug `AgreedToolRounds` prevents) fails at the
+    timeout instead of blocking the suite."""
+    result = tmp / "two.json"
     cmd = [sys.executable, "-m", "accelerate.commands.launch"]
     cmd += ["--config_file", "recipes/accelerate_configs/multi_cpu.yaml", "--main_process_port", str(free_port())]
-    cmd += ["tests/scripts/two_process_mapo.py", str(result), "2", json.dumps(extra)]
+    cmd += ["tests/scripts/two_process_mapo.py", str(result), "2", json.dumps(runs)]
     # Prepend: replacing PYTHONPATH would drop packages a machine installs on it (seen on a GPU machine).
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": pythonpath, "OMP_NUM_THREADS": "1"}
@@ -69,37 +69,48 @@ def launch_two(tmp: Path, name: str, **extra) -> dict:
     except subprocess.TimeoutExpired as err:
         os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both ranks: a hung rank must not outlive the test
         proc.communicate()
-        raise AssertionError(f"2-process run {extra} did not finish in {LAUNCH_TIMEOUT_S} s (a hang?)") from err
+        raise AssertionError(f"2-process runs {list(runs)} did not finish in {LAUNCH_TIMEOUT_S} s (a hang?)") from err
     assert proc.returncode == 0, f"{stdout[-2000:]}\n{stderr[-4000:]}"
     return json.loads(result.read_text())
 
 
-@pytest.fixture(scope="module")
-def runs(tiny_kit, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("multiprocess")
-    two = launch_two(tmp, "equal")
-    one = run(tmp / "one", per_device=4, kit_dir=tiny_kit["policy"].parent)
-    return one, two
+# Every 2-process run of this module, trained in turn by ONE launch:
+# - equal: the plain setup;
+# - synced / plain: rank 0's rollouts zoom in twice, rank 1's once, with synchronized generation (as ZeRO-3/FSDP turn
+#   it on) and without;
+# - split: groups of 4 rollouts, 2 on each process: every group is split across the ranks.
+TWO_PROCESS_RUNS = {
+    "equal": {},
+    "synced": {"unequal_depth": True, "synced_gpus": True},
+    "plain": {"unequal_depth": True},
+    "split": {"num_generations": 4},
+}
 
 
 @pytest.fixture(scope="module")
-def unequal_depth_runs(tiny_kit, tmp_path_factory):
-    """Rank 0's rollouts zoom in twice, rank 1's once: with synchronized generation (as ZeRO-3/FSDP turn it on)
-    and without, against one process with the same global batch."""
-    tmp = tmp_path_factory.mktemp("unequal_depth")
-    synced = launch_two(tmp, "synced", unequal_depth=True, synced_gpus=True)
-    plain = launch_two(tmp, "plain", unequal_depth=True)
-    one = run(tmp / "one", per_device=4, kit_dir=tiny_kit["policy"].parent, unequal_depth=True)
-    return one, plain, synced
+def two_process(tmp_path_factory) -> dict[str, dict]:
+    return launch_two(tmp_path_factory.mktemp("two_process"), TWO_PROCESS_RUNS)
+
+
+def one_process(tiny_kit, tmp_path_factory, name: str, **config) -> dict:
+    """The same run in this process, with the same global batch (1 x 4)."""
+    return run(tmp_path_factory.mktemp(name), per_device=4, kit_dir=tiny_kit["policy"].parent, **config)
 
 
 @pytest.fixture(scope="module")
-def split_group_runs(tiny_kit, tmp_path_factory):
-    """Groups of 4 rollouts, 2 on each process: every group is split across the ranks."""
-    tmp = tmp_path_factory.mktemp("split_group")
-    two = launch_two(tmp, "split", num_generations=4)
-    one = run(tmp / "one", per_device=4, kit_dir=tiny_kit["policy"].parent, num_generations=4)
-    return one, two
+def runs(tiny_kit, tmp_path_factory, two_process):
+    return one_process(tiny_kit, tmp_path_factory, "one_equal"), two_process["equal"]
+
+
+@pytest.fixture(scope="module")
+def unequal_depth_runs(tiny_kit, tmp_path_factory, two_process):
+    one = one_process(tiny_kit, tmp_path_factory, "one_unequal", unequal_depth=True)
+    return one, two_process["plain"], two_process["synced"]
+
+
+@pytest.fixture(scope="module")
+def split_group_runs(tiny_kit, tmp_path_factory, two_process):
+    return one_process(tiny_kit, tmp_path_factory, "one_split", num_generations=4), two_process["split"]
 
 
 def assert_sliced_like_one_process(one: dict, two: dict) -> None:

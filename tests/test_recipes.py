@@ -337,6 +337,7 @@ def make_dry_run(*args: str) -> str:
     return out.strip().splitlines()[-1]
 
 
+@pytest.mark.process
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 def test_make_keeps_offline_to_the_tiny_kit_and_forwards_multi_node_flags():
     assert make_dry_run("rl").startswith("HF_HUB_OFFLINE=1 ")  # the tiny recipe
@@ -352,6 +353,7 @@ def test_make_keeps_offline_to_the_tiny_kit_and_forwards_multi_node_flags():
     assert sft.endswith("sft.py --config recipes/Qwen3-VL-8B-Instruct/sft/config_sft.yaml")
 
 
+@pytest.mark.process
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 def test_make_builds_the_tiny_kit_for_tiny_recipes_only():
     def builds_kit(*args: str) -> bool:

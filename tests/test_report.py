@@ -99,6 +99,7 @@ def test_report_shows_a_capped_number_of_samples(tiny_processor):
     assert len(outline.cards) == 2 and "(first 2 of 3)" in page
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium package (/usr/bin/chromium)")
 @pytest.mark.parametrize(
     ("fragment", "visible"), [("", ["s0", "s1", "s2"]), ("#wrong", ["s1", "s2"]), ("#gap", ["s0"])]

@@ -10,10 +10,10 @@ What each figure proves, and the tolerances (measured on 2 CPU cores; docs/vllm.
 - TRL's `sampling/sampling_logp_difference/mean` at step 1: vLLM's logprobs of the sampled tokens against the
   trainer's recomputation on the same multi-image context, the end-to-end proof that image features sit on the right
   tokens. Measured 0.0014 (max 0.0026): the engine runs in float32 like the trainer, and what is left is the
-  placeholder ban (vLLM reports the renormalised distribution: log(1 - p(placeholders)) per token, ~1e-3 for a random
-  policy; without the ban, 0.0065, from rollouts that sampled a placeholder). Stock TRL's pads expanded twice: the
-  prompt-id check stops the run at its first call (by hand, TRL 1.16 as shipped with a bfloat16 engine: mean 0.051,
-  max 0.15; docs/vllm.md).
+  placeholder ban (vLLM reports the renormalised distribution, higher than the policy's by -log(1 - p_banned) per
+  token, ~1e-3 for a random policy; without the ban, 0.0065, from rollouts that sampled a placeholder). Stock TRL's
+  pads expanded twice: the prompt-id check stops the run at its first call (by hand, TRL 1.16 as shipped with a
+  bfloat16 engine: mean 0.051, max 0.15; docs/vllm.md).
 - The same at step 2, after an optimizer step at lr 1e-3: the engine generates with the new weights. Measured 0.0016;
   with the weight sync skipped, 0.048 (max 0.17); 0.068 with a bfloat16 engine, whose norm weights cannot take it.
 """
@@ -44,11 +44,13 @@ SERVER_RECIPE = "recipes/tiny/rl/config_mapo_vllm_server.yaml"
 SERVER_START_TIMEOUT_S = 300  # ~1 min on 2 idle cores
 RUN_TIMEOUT_S = 1500  # engine start ~60 s and 2 steps ~90 s each on 2 idle cores
 STEP_LOGP_DIFFERENCE = 5e-3  # mean over the step's sampled tokens; see the module docstring
+STEP_2_LARGEST_LOGP_DIFFERENCE = 8e-3  # ~3x the largest token's difference measured at step 2; stale embeddings: 0.014
 
 
 def vllm_env() -> dict[str, str]:
     # A port of its own: torch.distributed's default 29500 may be held by another test's process.
-    return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "2", "MASTER_PORT": str(free_port())}
+    # OMP_NUM_THREADS as conftest.py sets it: the cores this pytest worker may use.
+    return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "MASTER_PORT": str(free_port())}
 
 
 def free_port() -> int:
@@ -65,7 +67,8 @@ def launch(argv: list[str], summary: Path, processes: int = 1, fails: bool = Fal
     if processes > 1:
         cmd += ["--main_process_port", str(free_port())]
     cmd += ["-m", "scripts.rl_forced", *argv]
-    env = vllm_env() | {"GPU_CHECK_JSON": str(summary), "OMP_NUM_THREADS": str(2 // processes)} | env
+    threads = max(1, int(os.environ["OMP_NUM_THREADS"]) // processes)
+    env = vllm_env() | {"GPU_CHECK_JSON": str(summary), "OMP_NUM_THREADS": str(threads)} | env
     proc = subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
@@ -89,6 +92,9 @@ def colocate(tiny_kit, tmp_path_factory) -> dict:
     argv = ["--config", COLOCATE_RECIPE, "--model_name_or_path", str(tiny_kit["policy"])]
     argv += ["--clip_model", str(tiny_kit["clip"]), "--output_dir", str(out / "rl")]
     argv += ["--max_pixels", str(saved.max_pixels // 2)]  # not the checkpoint's: the engine must be told
+    # Two prompts: step 2 sees step 1's images again (and the same scripted crops), which vLLM's encoder cache still
+    # holds unless it is reset after the weight sync: stale embeddings would show in step 2's logprobs.
+    argv += ["--num_samples", "2"]
     result = launch(argv, out / "summary.json")
     result["max_image_tokens"] = saved.max_pixels // 2 // (saved.factor**2)
     return result
@@ -119,8 +125,12 @@ def test_vllm_logprobs_match_the_trainers_on_multi_image_contexts(colocate):
 
 
 def test_after_an_optimizer_step_the_engine_generates_with_the_new_weights(colocate):
+    """Step 2 reuses step 1's images, so this also fails when vLLM's encoder cache is not reset after the weight sync
+    (`utils.vllm_images.reset_encoder_cache_after_sync`): the vision tower trains, and cached embeddings of the old
+    weights would be reused. Measured (2 CPU cores): with the reset, mean 0.0011 and max 0.0024; without it (planted),
+    mean 0.0024 and max 0.014, which only the bound on the max sees."""
     mean, largest = colocate["sampling_logp_difference_mean"], colocate["sampling_logp_difference_max"]
-    assert mean[1] < STEP_LOGP_DIFFERENCE and largest[1] < 4 * STEP_LOGP_DIFFERENCE
+    assert mean[1] < STEP_LOGP_DIFFERENCE and largest[1] < STEP_2_LARGEST_LOGP_DIFFERENCE
 
 
 # --------------------------------------------------------------------------------------------------- server mode

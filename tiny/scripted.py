@@ -23,6 +23,10 @@ from utils.vllm_images import image_runs
 
 DEFAULT_LABELS = ("red circle", "blue square")  # alternated over rows, so z_t differs within a group
 DEFAULT_BOX = (8, 8, 80, 80)  # inside the seen frame of any image at the tiny kit's pixel budget
+# The real generation under a scripted turn runs this many tokens: its code path, its RNG use and, across processes,
+# its synchronized decoding steps all run, and decoding the random policy up to max_completion_length (most of a tiny
+# run's time, for tokens thrown away) does not.
+REAL_TOKENS = 4
 
 
 def tool_call_turn(label: str, box: Sequence[float] = DEFAULT_BOX, think: str = "look closer") -> str:
@@ -54,7 +58,7 @@ def force_tool_calls(
     scripts: list[str] = []
 
     def generate(*args, **kwargs):
-        original(*args, **kwargs)  # the real generation runs; its tokens are then replaced
+        original(*args, **(kwargs | {"max_new_tokens": REAL_TOKENS}))  # the real generation runs; its tokens are replaced
         input_ids = kwargs["input_ids"]
         rows = []
         for i, ids in enumerate(input_ids):

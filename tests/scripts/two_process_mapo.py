@@ -1,10 +1,11 @@
 """The tiny MAPO run that tests/test_multiprocess.py compares across process counts: 2 steps with forced tool calls.
 
 Run as `accelerate launch --config_file recipes/accelerate_configs/multi_cpu.yaml --num_processes 2 <this> OUT.json
-PER_DEVICE` (two gloo processes on CPU) or in-process through `run()` (one process). The global batch is
-`PER_DEVICE x processes`; the test picks 2 x 2 against 1 x 4. The main process writes, per step, what TRL and
-`MAPOTrainer` logged: every reward column (gathered), the advantages, the completions, the crops each process scored,
-and the step's logged metrics.
+PER_DEVICE RUNS` (two gloo processes on CPU) or in-process through `run()` (one process). RUNS is a JSON object
+`{name: {run()'s keyword arguments}}`: one launch trains every named run in turn, so the launch's start (imports,
+process group) is paid once. The global batch is `PER_DEVICE x processes`; the test picks 2 x 2 against 1 x 4. The
+main process writes, per run and per step, what TRL and `MAPOTrainer` logged: every reward column (gathered), the
+advantages, the completions, the crops each process scored, and the step's logged metrics.
 """
 
 from __future__ import annotations
@@ -135,11 +136,12 @@ def run(
     return {"num_processes": state.num_processes, "processes": processes, "steps": snapshot.steps, "log": logged}
 
 
-if __name__ == "__main__":  # OUT.json PER_DEVICE [JSON of more MAPOConfig fields]
-    extra = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
-    result = run(Path(sys.argv[1]).parent / "run", per_device=int(sys.argv[2]), **extra)
-    if result is not None:
-        Path(sys.argv[1]).write_text(json.dumps(result, indent=1))
+if __name__ == "__main__":  # OUT.json PER_DEVICE RUNS
+    out = Path(sys.argv[1])
+    runs = json.loads(sys.argv[3])
+    results = {name: run(out.parent / name, per_device=int(sys.argv[2]), **extra) for name, extra in runs.items()}
+    if PartialState().is_main_process:
+        out.write_text(json.dumps(results, indent=1))
     # Everything is written: leave without the interpreter's teardown. In 2 of 5 fresh-clone CI runs one rank
     # aborted there ("terminate called without an active exception", exit -6: a C++ thread still joinable when
     # static destructors ran), once even after destroying the process group; the results were complete both times.
