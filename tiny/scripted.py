@@ -58,7 +58,9 @@ def force_tool_calls(
     scripts: list[str] = []
 
     def generate(*args, **kwargs):
-        original(*args, **(kwargs | {"max_new_tokens": REAL_TOKENS}))  # the real generation runs; its tokens are replaced
+        original(
+            *args, **(kwargs | {"max_new_tokens": REAL_TOKENS})
+        )  # the real generation runs; its tokens are replaced
         input_ids = kwargs["input_ids"]
         rows = []
         for i, ids in enumerate(input_ids):
