@@ -20,13 +20,15 @@ from utils.recipes import parse_args_and_record
 from utils.resume import resume_checkpoint
 
 
-def main(
+def build_trainer(
     script_args: ScriptArguments,
     training_args: MAPOConfig,
     model_args: ModelConfig,
     tool_config: ToolConfig,
     trainer_cls: type[MAPOTrainer] = MAPOTrainer,
 ) -> MAPOTrainer:
+    """The trainer `main` trains: the recipe's train split checked against the columns its rewards and verifier
+    read, the policy and its processor, and `trainer_cls` (`MAPOTrainer`, or a subclass) built on them."""
     set_seed(training_args.seed)
     dataset = load_split(script_args, script_args.dataset_train_split)
     reward_funcs = get_reward_funcs(script_args.reward_funcs)
@@ -48,10 +50,21 @@ def main(
     )
     keep_adapters_in_fp32(trainer.model)  # QLoRA: TRL casts the adapters to bf16
     check_master_weights(trainer.model.named_parameters(), trainer.accelerator.distributed_type)
+    return trainer
+
+
+def main(
+    script_args: ScriptArguments,
+    training_args: MAPOConfig,
+    model_args: ModelConfig,
+    tool_config: ToolConfig,
+    trainer_cls: type[MAPOTrainer] = MAPOTrainer,
+) -> MAPOTrainer:
+    trainer = build_trainer(script_args, training_args, model_args, tool_config, trainer_cls)
     trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
     save_outputs(
         trainer,
-        processor,
+        trainer.processing_class,
         trainer.tool_config.as_record(),
         max_completion_length=training_args.max_completion_length,
         max_tool_calling_iterations=training_args.max_tool_calling_iterations,

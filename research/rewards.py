@@ -42,10 +42,26 @@ def reader_draw(row_id: str, step: int, rollout: int) -> float:
     return float(np.random.default_rng(seed).random())
 
 
-def _target_seen(completions: list, environments: list, target_bbox: list) -> list[bool]:
+def target_seen(completions: list, environments: list, target_bbox: list) -> list[bool]:
+    """Per rollout, whether one of its calls `target_in_view`."""
     return [
         any(target_in_view(call, target, env.image.size) for call in executed_calls(env, completion))
         for completion, env, target in zip(completions, environments, target_bbox)
+    ]
+
+
+def reader_outcome(
+    well_formed: Sequence[float],
+    seen: Sequence[bool],
+    draws: Sequence[float],
+    hit_p: float = READER_HIT_P,
+    miss_p: float = READER_MISS_P,
+) -> list[float]:
+    """The simulated reader's outcome per rollout: 1.0 when the rollout is well formed and its uniform draw falls
+    under `hit_p` (a valid call framed the target: `seen`) or `miss_p` (it did not), else 0.0. The same draws at other
+    `hit_p` give the same rollouts read by a more or less reliable reader (common random numbers)."""
+    return [
+        float(ok) * float(u < (hit_p if hit else miss_p)) for ok, hit, u in zip(well_formed, seen, draws, strict=True)
     ]
 
 
@@ -59,17 +75,13 @@ def simulated_reader_reward(
     policy's is on a real benchmark, and depends only on where the policy looked. Needs the rows' `target_bbox` and
     `id` (the synthetic data has both). The draw is `reader_draw(id, global_step, position in the batch)`."""
     step = trainer_state.global_step if trainer_state is not None else 0
-    seen = _target_seen(completions, environments, target_bbox)
-    well_formed = format_reward(completions)
-    return [
-        ok * float(reader_draw(row_id, step, i) < (READER_HIT_P if hit else READER_MISS_P))
-        for i, (ok, hit, row_id) in enumerate(zip(well_formed, seen, id))
-    ]
+    draws = [reader_draw(row_id, step, i) for i, row_id in enumerate(id)]
+    return reader_outcome(format_reward(completions), target_seen(completions, environments, target_bbox), draws)
 
 
 @reads_columns("target_bbox")
 def target_in_view_reward(completions: list, environments: list, target_bbox: list, **kwargs) -> list[float]:
     """The simulated reader without its noise, for positive controls: 1.0 when every turn is well formed and a valid
     zoom-in call framed the target (`target_in_view`), else 0.0."""
-    seen = _target_seen(completions, environments, target_bbox)
+    seen = target_seen(completions, environments, target_bbox)
     return [ok * float(hit) for ok, hit in zip(format_reward(completions), seen)]

@@ -29,9 +29,10 @@ RUNNABLE_RESEARCH = {
     "research.localization_probe",
     "research.zoom_necessity",
     "research.hpo_solvers",
+    "research.gradient_claims",
 }
-# The one runnable that imports an entry script: it is `rl.py` run unchanged but for its trainer class.
-ALLOWED_RUNNABLE_IMPORTS = {("scripts.rl_forced", "rl")}
+# The runnables that import an entry script: each builds `rl.py`'s trainer unchanged but for its trainer class.
+ALLOWED_RUNNABLE_IMPORTS = {("scripts.rl_forced", "rl"), ("research.gradient_claims", "rl")}
 
 
 # ----------------------------------------------------------------------------------------------------- the rules

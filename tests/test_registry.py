@@ -121,8 +121,10 @@ def test_gate_figures_on_a_hand_made_score_matrix():
     assert result.best_constant == "c" and result.best_constant_z == pytest.approx(1.7 / 3)
     assert result.constant_wins == pytest.approx(1 / 3)
     assert not result.passed  # AUC 0.58 < 0.75, and the constant pays more than the right label
-    good = gate(torch.eye(3, dtype=torch.float64), [0, 1, 2], ["a", "b", "c"], "cosine")
-    assert good.auc == 1.0 and good.mean_rank == 1.0 and good.passed
+    # passing also needs the walk axis: each right label higher on its framing crop than on its miss crop
+    walk = (torch.ones(3), torch.zeros(3))
+    good = gate(torch.eye(3, dtype=torch.float64), [0, 1, 2], ["a", "b", "c"], "cosine", walk)
+    assert good.auc == 1.0 and good.mean_rank == 1.0 and good.walk_auc == 1.0 and good.passed
 
 
 # ------------------------------------------------------------------------------------------- gradient variance

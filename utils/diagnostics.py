@@ -33,14 +33,45 @@ def advantage_statistics(out: dict, reduce_sum: Callable[[torch.Tensor], torch.T
     return {"adv/variance": square / count - (total / count) ** 2, "adv/zero_frac": zero / count}
 
 
+def rollout_rows(out: dict, rows: int | None = None) -> list[dict]:
+    """The first `rows` rollouts (all by default) of a generation batch `out` (`_generate_and_score_completions`'s
+    output), one batch-of-one dict each, pixel values split by image grid as TRL splits them."""
+    batch = split_pixel_values_by_grid({k: v for k, v in out.items() if v is not None})
+    split = split_tensor_dict(batch, len(out["prompt_ids"]))
+    return [unsplit_pixel_values_by_grid(row) for row in split[:rows]]
+
+
+def completion_logps(trainer, row: dict) -> torch.Tensor:
+    """(1, T) log-probabilities of one rollout's completion tokens (`rollout_rows`) under `trainer.model`, through
+    TRL's own forward (`_get_per_token_logps_and_entropies`), with autograd on."""
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(
+        trainer.model,
+        torch.cat([row["prompt_ids"], row["completion_ids"]], dim=1),
+        torch.cat([row["prompt_mask"], row["completion_mask"]], dim=1),
+        row["completion_ids"].size(1),
+        pixel_values=row.get("pixel_values"),
+        image_grid_thw=row.get("image_grid_thw"),
+        num_images=row.get("num_images"),
+        mm_token_type_ids=row.get("mm_token_type_ids"),
+    )
+    return logps
+
+
+def policy_gradient_loss(logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """-sum_t A_t log pi(a_t) / |tau| over the trained tokens (`mask`) of one rollout: the trainer's loss term for
+    `loss_type: grpo` (a sequence mean), whose gradient at the sampling policy is the clipped surrogate's. `advantages`
+    is (1,) for an episode advantage or (1, T) per token (HPO)."""
+    advantages = advantages if advantages.dim() == 2 else advantages[:, None]
+    return -(advantages * logps * mask).sum() / mask.sum().clamp(min=1)
+
+
 class GradientVarianceProbe:
     """Every `every` steps: per-sample policy-gradient norms on a fixed batch, and their variance.
 
     The fixed batch is the first `rows` rollouts of the first generation batch, with the advantages the run's
     estimator gave them; so the probe compares estimators on the same rollouts (the first batch is drawn before any
     update, hence identical across estimators for the same seed). The per-sample gradient is that of
-    -sum_t A_t log pi(a_t) / |tau| (the clipped surrogate's gradient at the sampling policy), taken with
-    `torch.autograd.grad`, so the optimizer's gradients are untouched.
+    `policy_gradient_loss`, taken with `torch.autograd.grad`, so the optimizer's gradients are untouched.
     """
 
     def __init__(self, every: int, rows: int):
@@ -57,9 +88,7 @@ class GradientVarianceProbe:
             self._off = True
             return {}
         if self._batch is None:
-            batch = split_pixel_values_by_grid({k: v for k, v in out.items() if v is not None})
-            rows = split_tensor_dict(batch, len(out["prompt_ids"]))
-            self._batch = [unsplit_pixel_values_by_grid(r) for r in rows[: self.rows]]
+            self._batch = rollout_rows(out, self.rows)
         step = trainer.state.global_step
         if step % self.every or step == self._done_at:
             return {}
@@ -67,19 +96,7 @@ class GradientVarianceProbe:
         params = [p for p in trainer.model.parameters() if p.requires_grad]
         norms = []
         for row in self._batch:
-            mask = trained_token_mask(row)
-            logps, _, _ = trainer._get_per_token_logps_and_entropies(
-                trainer.model,
-                torch.cat([row["prompt_ids"], row["completion_ids"]], dim=1),
-                torch.cat([row["prompt_mask"], row["completion_mask"]], dim=1),
-                row["completion_ids"].size(1),
-                pixel_values=row.get("pixel_values"),
-                image_grid_thw=row.get("image_grid_thw"),
-                num_images=row.get("num_images"),
-                mm_token_type_ids=row.get("mm_token_type_ids"),
-            )
-            advantages = row["advantages"] if row["advantages"].dim() == 2 else row["advantages"][:, None]
-            loss = -(advantages * logps * mask).sum() / mask.sum().clamp(min=1)
+            loss = policy_gradient_loss(completion_logps(trainer, row), row["advantages"], trained_token_mask(row))
             grads = torch.autograd.grad(loss, params, allow_unused=True)
             norms.append(torch.sqrt(sum(g.float().square().sum() for g in grads if g is not None)))
         norms = trainer.accelerator.gather(torch.stack(norms)).double()
