@@ -36,13 +36,13 @@ is_tiny      = $(if $(filter-out recipes/tiny/% outputs/tiny% ./outputs/tiny%,$(
 tiny_only    = $(if $(call is_tiny,$(1)),$(OFFLINE))
 # The tiny kit is built for tiny recipes and models only: a real recipe's run needs just the installed stack.
 tiny_kit_for = $(if $(call is_tiny,$(1)),tiny,$(STAMP))
-tiny demo test test-fast bench clip experiment: export HF_HUB_OFFLINE ?= 1
-tiny demo test test-fast bench clip experiment: export TRANSFORMERS_OFFLINE ?= 1
-tiny demo test test-fast bench clip experiment: export HF_DATASETS_OFFLINE ?= 1
+tiny demo test test-fast bench clip experiment experiment-curves: export HF_HUB_OFFLINE ?= 1
+tiny demo test test-fast bench clip experiment experiment-curves: export TRANSFORMERS_OFFLINE ?= 1
+tiny demo test test-fast bench clip experiment experiment-curves: export HF_DATASETS_OFFLINE ?= 1
 export TRL_EXPERIMENTAL_SILENCE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: help install vllm-cpu resolve tiny demo experiment sft rl eval clip test test-fast lint bench clean
+.PHONY: help install vllm-cpu resolve tiny demo experiment experiment-curves sft rl eval clip test test-fast lint bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -78,12 +78,15 @@ $(TINY)/.built: $(STAMP) tiny/kit.py data/task.py tools/zoom_in.py
 	$(PY) -m scripts.build_tiny_kit --output_dir $(TINY)
 	touch $@
 
-tiny: $(TINY)/.built ## Build the tiny offline models (Qwen2.5-VL, tokenizer, CLIP, text encoder) into outputs/tiny
+tiny: $(TINY)/.built ## Build the tiny offline models (Qwen2.5-VL, Qwen3-VL, tokenizer, CLIP, text encoder) into outputs/tiny
 
 demo: tiny ## The main job on tiny models, CPU: train CLIP verifier, SFT, MAPO RL, evaluate before/after (outputs/demo)
 	$(PY) -m scripts.demo $(ARGS)
 
-experiment: tiny ## Research (research/): does MAPO's signal act? Controlled arms vs GRPO, tiny, CPU (docs/experiment.md)
+experiment: tiny ## Research (research/): MAPO's gradient claims at a fixed tiny policy, ~30 min CPU (docs/experiment.md)
+	$(PY) -m research.gradient_claims $(ARGS)
+
+experiment-curves: tiny ## Research: the learning-curve route, RL arms vs GRPO over seeds (docs/experiment_curves.md)
 	$(PY) -m research.experiment $(ARGS)
 
 sft: $(call tiny_kit_for,$(SFT_RECIPE)) ## SFT cold start: SFT_RECIPE=<recipe.yaml> ACCELERATE=<cpu|multi_cpu|single_gpu|ddp|zero2|zero3|fsdp2> ARGS="--field value ..."; N nodes: NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, NUM_PROCESSES

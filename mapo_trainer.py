@@ -17,6 +17,7 @@ import torch
 from trl import GRPOTrainer
 
 from configs import MAPOConfig
+from data import prompts_in_box_convention
 from hpo import HPOAdvantages, kantorovich_potentials
 from mapo import groups_outcome_all_equal, mapo_advantages, scale_similarity, semantic_reward
 from rewards.verifiers import ClipVerifier, Scene, build_verifier
@@ -54,8 +55,8 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
 
     Methods it overrides from TRL's `GRPOTrainer` and transformers' `Trainer`, its mixins included (a test checks
     this list against the class hierarchy):
-    - `__init__`: the token-budget check (before any engine or verifier loads), the zoom-in environment, the
-      verifier, the R_sem reward column, the
+    - `__init__`: the datasets' prompts in `tool_config.box_convention` (`data.prompts_in_box_convention`), the
+      token-budget check (before any engine or verifier loads), the zoom-in environment, the verifier, the R_sem reward column, the
       gradient-variance callback (`gradient_variance_batches`: `utils.diagnostics.GradientVariance`); a
       colocated vLLM engine built with the recipe's pixel budget and `vllm_dtype` (`utils.vllm_images`); generation
       in either backend kept from sampling image and video placeholders (`utils.rollout.ban_placeholder_tokens`);
@@ -82,6 +83,8 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         if "environment_factory" in kwargs or "tools" in kwargs:
             raise ValueError("MAPOTrainer builds its zoom-in environment from `tool_config`; pass that instead.")
         tool_config = tool_config or ToolConfig()
+        for name in ("train_dataset", "eval_dataset"):  # the system turn says the frame the tool reads boxes in
+            kwargs[name] = prompts_in_box_convention(kwargs.get(name), tool_config.box_convention)
         budget = pixel_budget(processing_class)
         for name in ("min_pixels", "max_pixels"):
             wanted = getattr(tool_config, name)

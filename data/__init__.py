@@ -2,7 +2,8 @@
 
 Every builder returns a `datasets.Dataset` with the columns the trainers and evaluation read: `prompt`
 (conversational, from `data.task.build_prompt`), `image`, `answer`, `options` (empty for open questions),
-`target_bbox`, `target_label`, `source` and `id`. `load_split` is how the entry scripts read a recipe's data.
+`target_bbox`, `target_label`, `source` and `id`. `load_split` is how the entry scripts read a recipe's data;
+`prompts_in_box_convention` gives its prompts the system turn of the run's box convention.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import datasets
 
 from data.benchmarks import load_benchmark, load_saved_split
 from data.synthetic import build_synthetic
+from data.task import in_box_convention
 
 DATASETS: dict[str, Callable[..., datasets.Dataset]] = {
     "synthetic": build_synthetic,
@@ -57,3 +59,25 @@ def load_split(script_args: Any, split: str) -> datasets.Dataset:
             name, n=script_args.num_samples, seed=script_args.dataset_seed, split=split, **synthetic_world(script_args)
         )
     return get_dataset(name, path=script_args.dataset_path, split=split)
+
+
+def prompts_in_box_convention(dataset: Any, box_convention: str) -> Any:
+    """`dataset` with each row's `prompt` saying `box_convention`'s frame in its system turn (`data.task.
+    in_box_convention`): datasets store the `pixels` prompt, and the convention is the model's (`ToolConfig`).
+
+    A `datasets.Dataset` has only its `prompt` column read and replaced (its images are not rewritten); an
+    `IterableDataset` is mapped lazily; a dict of them (TRL's several eval sets), each; None, or a dataset without a
+    `prompt` column, is returned as it is.
+    """
+    if isinstance(dataset, dict):
+        return {name: prompts_in_box_convention(split, box_convention) for name, split in dataset.items()}
+    if dataset is None or "prompt" not in (dataset.column_names or ()):
+        return dataset
+    if isinstance(dataset, datasets.Dataset):
+        prompts = list(dataset["prompt"])
+        converted = [in_box_convention(prompt, box_convention) for prompt in prompts]
+        if converted == prompts:
+            return dataset
+        feature = dataset.features["prompt"]
+        return dataset.remove_columns("prompt").add_column("prompt", converted, feature=feature)
+    return dataset.map(lambda prompt: {"prompt": in_box_convention(prompt, box_convention)}, input_columns="prompt")

@@ -12,8 +12,11 @@ composed into the original image's pixels), and writes to DIR:
   the crop check against the crops the release ships (`crop_check`), and the calls dropped because the release shows
   they failed upstream (`calls_failed_upstream`);
 - with `--preview N`, for the first N rows `preview/<i>/image.png`, `crop_<k>.png` (the tool's crops on replay, at
-  the real recipes' pixel budget unless `--max_pixels` says otherwise), `trajectory.json`, and `preview/index.html`
-  showing them all.
+  the real recipes' pixel budget unless `--max_pixels` says otherwise), `trajectory.json` (each call's `bbox_2d` in
+  the model's frame, `--box_convention`: what SFT will train it to write), and `preview/index.html` showing them all.
+
+The dataset itself holds no convention: boxes are original pixels and the prompt is the `pixels` one; SFT maps each
+box into the frame of the recipe's `box_convention` and says that frame in the system turn.
 
 A row that cannot be converted is skipped and counted (`data.converters.SKIP_REASONS`); an input that is not in the
 format's layout fails at once, naming what was expected and found.
@@ -22,6 +25,7 @@ format's layout fails at once, naming what was expected and found.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import html
 import json
 import logging
@@ -30,14 +34,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import datasets
-import yaml
 
 from data.converters import FORMATS, LABEL_SOURCES, SKIP_REASONS, SkipRow, Trajectory
 from data.synthetic import ROW_FEATURES
-from data.task import build_prompt
+from data.task import build_prompt, in_box_convention
 from data.trajectories import replay_calls
-from tools import ToolConfig, make_environment_factory
+from tools import BOX_CONVENTIONS, ToolConfig, make_environment_factory
 from tools.config import PixelBudget
+from utils.recipes import real_recipe_budget
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +61,6 @@ TRAJECTORY_FEATURES = datasets.Features(
         "final_thought": datasets.Value("string"),
     }
 )
-# The preview replays calls at the budgets the real RL recipes share, so its crops are those training will show.
-RECIPE_BUDGETS = Path(__file__).resolve().parent.parent / "recipes" / "mapo_paper.yaml"
-QWEN_MIN_PIXELS, QWEN_FACTOR = 56 * 56, 28  # Qwen2.5-VL's image processor: min_pixels, patch 14 x merge 2
 
 
 def as_row(trajectory: Trajectory) -> dict:
@@ -121,12 +122,9 @@ def convert(fmt: str, source: Path, tool: ToolConfig) -> tuple[list[Trajectory],
 
 
 def preview_budget(max_pixels: int | None) -> tuple[ToolConfig, PixelBudget]:
-    """The tool and pixel budget the preview replays with: the real recipes' (`recipes/mapo_paper.yaml`) unless
-    `max_pixels` is given, at Qwen2.5-VL's min pixels and factor."""
-    recipe = yaml.safe_load(RECIPE_BUDGETS.read_text(encoding="utf-8"))
-    pixels = max_pixels or recipe["max_pixels"]
-    tool = ToolConfig(max_pixels=pixels, crop_max_pixels=min(recipe["crop_max_pixels"], pixels))
-    return tool, PixelBudget(QWEN_MIN_PIXELS, pixels, QWEN_FACTOR)
+    """The tool and pixel budget the preview replays with, so its crops are those training will show: the real RL
+    recipes' (`utils.recipes.real_recipe_budget`) unless `max_pixels` is given."""
+    return real_recipe_budget(max_pixels)
 
 
 def write_preview(rows: Sequence[dict], out: Path, tool: ToolConfig, budget: PixelBudget) -> Path:
@@ -143,11 +141,19 @@ def write_preview(rows: Sequence[dict], out: Path, tool: ToolConfig, budget: Pix
         record = {
             "id": row["id"],
             "source": row["source"],
-            "messages": [{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
+            "messages": [
+                {"role": m["role"], "content": m["content"]}
+                for m in in_box_convention(row["prompt"], env.box_convention)
+            ],
             "answer": row["answer"],
             "final_thought": row["final_thought"],
             "calls": [
-                {**gold, "bbox_2d": seen["bbox_2d"], "seen_size": list(env.seen_size)}
+                {
+                    **gold,
+                    "bbox_2d": seen["bbox_2d"],
+                    "seen_size": list(env.seen_size),
+                    "box_frame": list(env.box_frame),
+                }
                 for gold, seen in zip(row["gold_calls"], calls)
             ],
         }
@@ -201,6 +207,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output", required=True, type=Path)
     parser.add_argument("--preview", type=int, default=0, help="write a preview of the first N converted rows")
     parser.add_argument("--max_pixels", type=int, default=None, help="preview budget (default: the RL recipes')")
+    parser.add_argument(
+        "--box_convention", choices=BOX_CONVENTIONS, default="pixels", help="the preview's frame of bbox_2d"
+    )
     tool = ToolConfig()  # the label limits: the tool's, unless given here
     parser.add_argument("--max_label_words", type=int, default=tool.max_label_words)
     parser.add_argument("--max_label_chars", type=int, default=tool.max_label_chars)
@@ -219,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     (args.output / "stats.json").write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
     if args.preview:
         tool, budget = preview_budget(args.max_pixels)
+        tool = dataclasses.replace(tool, box_convention=args.box_convention)
         rows = [as_row(t) for t in trajectories[: args.preview]]
         stats["preview"] = str(write_preview(rows, args.output / "preview", tool, budget))
     print(json.dumps(stats, indent=1))

@@ -2,10 +2,13 @@
 
 One definition of each, shared by SFT, RL and evaluation, so the three see the same words and score the same way.
 
-- `SYSTEM_PROMPT` states the output format. The tool's JSON schema is *not* written here: the chat template renders
-  it from the tool's signature (`tools=[...]`), exactly as TRL does during RL.
+- `SYSTEM_PROMPTS` state the output format, one per box convention (`tools.ToolConfig.box_convention`: the frame
+  `bbox_2d` is written in); `SYSTEM_PROMPT` is the `pixels` one. The tool's JSON schema is *not* written here: the
+  chat template renders it from the tool's signature (`tools=[...]`), exactly as TRL does during RL.
 - `build_prompt` makes the conversational `prompt` column (system + user question); the image is attached by TRL
-  (`prepare_multimodal_messages`) from the dataset's `image` column.
+  (`prepare_multimodal_messages`) from the dataset's `image` column. Datasets are stored with the `pixels` prompt
+  (the convention is the model's, not the data's); `in_box_convention` rewrites its system turn for the run's
+  convention where SFT, RL and evaluation read the prompt.
 - `extract_answer`, `is_correct` and `is_well_formed_turn` read a completion; the rewards built on them are in
   `rewards/outcome.py`.
 """
@@ -16,13 +19,23 @@ import re
 import string
 from collections.abc import Sequence
 
-SYSTEM_PROMPT = (
-    "You are a visual search agent. The image you see is downscaled, so small details may be unreadable.\n"
-    "Reason inside <think>...</think>. To look closer, call image_zoom_in_tool with bbox_2d = [x1, y1, x2, y2] "
-    "in pixels of the image you see, and label = a few words naming what you expect to see in that box. "
-    "You may zoom several times. When you are sure, give the final answer inside <answer>...</answer>: "
-    "the option letter for multiple choice, otherwise a short phrase."
-)
+# Where the system prompt says in which frame `bbox_2d` is written, by `ToolConfig.box_convention`.
+BOX_WORDS = {
+    "pixels": "in pixels of the image you see",
+    "relative_1000": "on a 0-1000 grid over the image you see ((0, 0) its top-left, (1000, 1000) its bottom-right "
+    "corner)",
+}
+SYSTEM_PROMPTS = {
+    convention: (
+        "You are a visual search agent. The image you see is downscaled, so small details may be unreadable.\n"
+        "Reason inside <think>...</think>. To look closer, call image_zoom_in_tool with bbox_2d = [x1, y1, x2, y2] "
+        f"{words}, and label = a few words naming what you expect to see in that box. "
+        "You may zoom several times. When you are sure, give the final answer inside <answer>...</answer>: "
+        "the option letter for multiple choice, otherwise a short phrase."
+    )
+    for convention, words in BOX_WORDS.items()
+}
+SYSTEM_PROMPT = SYSTEM_PROMPTS["pixels"]  # what datasets store (`build_prompt`), Qwen2.5-VL's convention
 
 USER_SUFFIX = (
     "Think first, call image_zoom_in_tool if needed, then answer. Format strictly as: "
@@ -43,11 +56,27 @@ def format_question(question: str, options: Sequence[str] = ()) -> str:
     return "\n".join(lines)
 
 
-def build_prompt(question: str, options: Sequence[str] = ()) -> list[dict]:
-    """The conversational `prompt` column: system prompt, then the user question (the image is added by TRL)."""
+def build_prompt(question: str, options: Sequence[str] = (), box_convention: str = "pixels") -> list[dict]:
+    """The conversational `prompt` column: system prompt (of `box_convention`), then the user question (the image is
+    added by TRL)."""
     return [
-        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "system", "content": SYSTEM_PROMPTS[box_convention]},
         {"role": "user", "content": format_question(question, options)},
+    ]
+
+
+def in_box_convention(prompt: Sequence[dict], box_convention: str) -> list[dict]:
+    """`prompt` (a conversational prompt) with its system turn saying `box_convention`'s frame, when that turn is one
+    of `SYSTEM_PROMPTS` (every prompt `build_prompt` made); a prompt with a system turn of its own is the dataset
+    author's, and is returned as it is."""
+    if box_convention not in SYSTEM_PROMPTS:
+        raise ValueError(f"box_convention must be one of {tuple(SYSTEM_PROMPTS)}; got {box_convention!r}")
+    known = set(SYSTEM_PROMPTS.values())
+    return [
+        {**message, "content": SYSTEM_PROMPTS[box_convention]}
+        if message.get("role") == "system" and isinstance(message.get("content"), str) and message["content"] in known
+        else message
+        for message in prompt
     ]
 
 

@@ -3,9 +3,13 @@
 A gold trajectory is what the RL policy should learn to produce on the same row, turn for turn:
 
     system, user (image + question)
-    assistant  <think>...</think> + image_zoom_in_tool(bbox_2d=<target box in the frame the model sees>, label=...)
+    assistant  <think>...</think> + image_zoom_in_tool(bbox_2d=<target box in the model's frame>, label=...)
     tool       the crop and text the real `ZoomInEnv` returns for that call
     assistant  <think>...</think><answer>...</answer>
+
+The model's frame is the tool's (`ZoomInEnv.box_frame`, by `ToolConfig.box_convention`): pixels of the resized
+image it sees, or the 0-1000 relative grid; every gold box, planned or converted, is written in it, and the system
+turn says which (`data.task.in_box_convention`).
 
 Variants, mixed by `call_mix`: no call (think, then answer) and two calls (a first miss, a box of the same size away
 from the target, then the correct call). Choices are drawn from a generator seeded by (seed, row id), so a row's
@@ -35,6 +39,7 @@ import datasets
 import numpy as np
 
 from data.synthetic import region_cell, region_of
+from data.task import in_box_convention
 from tools import TOOL_NAME, ToolError, ZoomInEnv, boxes_overlap, crop_box, validate_label
 
 logger = logging.getLogger(__name__)
@@ -73,18 +78,21 @@ class TrajectoryArguments:
     gold_box: str = field(
         default="tight",
         metadata={
-            "help": "The box of a gold call, in the frame the model sees. 'tight': the target box, rounded outwards. "
-            "'grid': a gold_box_size-pixel square centred on the gold_box_grid-pixel grid cell that holds the "
+            "help": "The box of a gold call, in the model's frame (pixels of the image it sees, or thousandths of it "
+            "with box_convention relative_1000). 'tight': the target box, rounded outwards. "
+            "'grid': a gold_box_size-unit square centred on the gold_box_grid-unit grid cell that holds the "
             "target's centre (grown if the target sticks out): a few distinct boxes a small policy can learn to "
             "choose between, at a fixed zoom factor. 'region': the cell of the image's 3x3 grid that holds the "
             "target's centre, grown by gold_box_margin (the cell a `region_hint` question names).",
             "choices": list(GOLD_BOXES),
         },
     )
-    gold_box_grid: int = field(default=14, metadata={"help": "'grid' gold boxes: cell side, in seen pixels."})
-    gold_box_size: int = field(default=28, metadata={"help": "'grid' gold boxes: box side, in seen pixels."})
+    gold_box_grid: int = field(
+        default=14, metadata={"help": "'grid' gold boxes: cell side, in units of the model's frame."}
+    )
+    gold_box_size: int = field(default=28, metadata={"help": "'grid' gold boxes: box side, in units of the frame."})
     gold_box_margin: int = field(
-        default=6, metadata={"help": "'region' gold boxes: seen pixels added to each side of the cell."}
+        default=6, metadata={"help": "'region' gold boxes: units of the model's frame added to each side of the cell."}
     )
 
     def __post_init__(self):
@@ -111,8 +119,8 @@ class SynthesisStats:
 
 
 def grid_box(target: Sequence[int], frame: tuple[int, int], grid: int, size: int) -> list[int]:
-    """A `size`-pixel square centred on the centre of the `grid`-pixel cell that holds the centre of `target` (all in
-    the seen frame), shifted to lie inside `frame` (width, height), then grown to hold all of `target`."""
+    """A `size`-unit square centred on the centre of the `grid`-unit cell that holds the centre of `target` (all in
+    the model's frame), shifted to lie inside `frame` (width, height), then grown to hold all of `target`."""
     box = []
     for axis, (lo, hi) in enumerate(((target[0], target[2]), (target[1], target[3]))):
         limit = frame[axis]
@@ -126,7 +134,7 @@ def grid_box(target: Sequence[int], frame: tuple[int, int], grid: int, size: int
 def region_box(target: Sequence[int], frame: tuple[int, int], margin: int) -> list[int]:
     """The cell of the 3x3 grid of `frame` (width, height) that holds the centre of `target` (`data.synthetic`'s
     `region_of`, the cell a `region_hint` question names), grown by `margin` on each side and cut to `frame`, then
-    grown to hold all of `target` (all in the seen frame)."""
+    grown to hold all of `target` (all in the model's frame)."""
     width, height = frame
     x1, y1, x2, y2 = region_cell(region_of(target, width, height), width, height)
     return [
@@ -138,9 +146,9 @@ def region_box(target: Sequence[int], frame: tuple[int, int], margin: int) -> li
 
 
 def seen_box(box: Sequence[int], image_size: tuple[int, int], seen: tuple[int, int]) -> list[int]:
-    """A box in original pixels mapped into the frame the model sees, rounded outwards, so the crop the tool maps it
-    back to always holds the whole box. Integer products divided once: exact, so a box touching the image's edge maps
-    onto the seen frame's edge."""
+    """A box in original pixels mapped into the model's frame `seen` (`ZoomInEnv.box_frame`: the image it sees, or
+    the 1000 x 1000 relative grid), rounded outwards, so the crop the tool maps it back to always holds the whole box.
+    Integer products divided once: exact, so a box touching the image's edge maps onto the frame's edge."""
     (width, height), (seen_w, seen_h) = image_size, seen
     return [
         math.floor(box[0] * seen_w / width),
@@ -152,7 +160,8 @@ def seen_box(box: Sequence[int], image_size: tuple[int, int], seen: tuple[int, i
 
 def replay_calls(row: dict, env: ZoomInEnv) -> list[dict]:
     """The calls of a converted trajectory (`row["gold_calls"]`, boxes in original pixels: `data.convert`) in the
-    frame the model sees (`seen_box`), each replayed through the tool and kept with the dataset's own thought.
+    model's frame (`seen_box` into `env.box_frame`), each replayed through the tool and kept with the dataset's own
+    thought.
 
     Raises:
         ToolError: the tool rejects a call (a label over its limits, a box it cannot crop).
@@ -160,7 +169,7 @@ def replay_calls(row: dict, env: ZoomInEnv) -> list[dict]:
     env.reset(**row)
     calls = []
     for call in row["gold_calls"]:
-        bbox = seen_box(call["box"], env.image.size, env.seen_size)
+        bbox = seen_box(call["box"], env.image.size, env.box_frame)
         env.image_zoom_in_tool(bbox_2d=bbox, label=call["label"])
         if not env.calls[-1].ok:
             raise ToolError(env.calls[-1].error)
@@ -176,10 +185,10 @@ def plan_calls(
     rng: np.random.Generator,
     args: TrajectoryArguments | None = None,
 ) -> list[dict]:
-    """The gold zoom-in calls of `row` (`bbox_2d` in the frame the model sees), at most `num_calls` of them.
+    """The gold zoom-in calls of `row` (`bbox_2d` in the model's frame, `env.box_frame`), at most `num_calls` of them.
 
-    The target box is scaled from original pixels into the seen frame and rounded outwards, so the crop the tool
-    maps it back to always contains the whole target; with `args.gold_box` "grid" or "region" that box is replaced by
+    The target box is scaled from original pixels into that frame and rounded outwards, so the crop the tool maps it
+    back to always contains the whole target; with `args.gold_box` "grid" or "region" that box is replaced by
     its `grid_box` or `region_box`. With `num_calls=2` a miss of the same size comes first, placed where its crop
     does not touch the target; when the target leaves no such place, the row gets one call.
 
@@ -187,10 +196,10 @@ def plan_calls(
         ToolError: `row["target_bbox"]` is missing or unusable (the tool itself would reject it).
     """
     env.reset(**row)
-    seen_w, seen_h = env.seen_size
+    seen_w, seen_h = env.box_frame
     # min_side=0: the target as given, clamped to the image; the tool expands small boxes itself when it crops.
     target = crop_box(env.image.size, row.get("target_bbox"), min_side=0, max_aspect=env.config.max_aspect)
-    gold = seen_box(target, env.image.size, env.seen_size)
+    gold = seen_box(target, env.image.size, env.box_frame)
     args = args or TrajectoryArguments()
     if args.gold_box == "grid":
         gold = grid_box(gold, (seen_w, seen_h), args.gold_box_grid, args.gold_box_size)
@@ -206,7 +215,7 @@ def plan_calls(
         seen = crop_box(
             env.image.size,
             miss,
-            seen_size=env.seen_size,
+            seen_size=env.box_frame,
             min_side=env.config.min_side,
             max_aspect=env.config.max_aspect,
         )
@@ -279,7 +288,7 @@ class GoldTrajectoryRenderer:
     def messages(self, row: dict) -> list[dict]:
         """The row's prompt followed by its gold completion (assistant and tool turns, as TRL's tool loop writes them)."""
         self.env.reset(**row)
-        messages = list(row["prompt"])
+        messages = in_box_convention(row["prompt"], self.env.box_convention)
         for call in row["calls"]:
             arguments = {"bbox_2d": call["bbox_2d"], "label": call["label"]}
             tool_call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}

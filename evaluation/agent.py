@@ -4,8 +4,9 @@ An episode is built exactly as `GRPOTrainer` builds a rollout with `environment_
 `_generate_single_turn`, `_tool_call_loop`, `_get_tool_suffix_ids`), so a checkpoint is scored on the interface it was
 trained on, and the tests check the agent's token ids against TRL's own on the same scripted turns:
 
-- the prompt is the row's `prompt` column (`data.task.build_prompt`) with the image inserted by TRL's
-  `prepare_multimodal_messages`, rendered by the processor's chat template with the environment's tools;
+- the prompt is the row's `prompt` column (`data.task.build_prompt`), its system turn in the tool's box convention
+  as training's (`data.task.in_box_convention`), with the image inserted by TRL's `prepare_multimodal_messages`,
+  rendered by the processor's chat template with the environment's tools;
 - a turn ends at an EOS token (TRL's `eos_token_ids`) or when the rollout's one `max_completion_length` budget,
   shared by every turn and every tool response, is spent: there is no stop at `</tool_call>`;
 - each turn is parsed by TRL's `parse_response` (tool calls; `<think>` moves to `reasoning_content`); *every* call of a
@@ -40,7 +41,7 @@ from transformers import GenerationConfig, PreTrainedModel, ProcessorMixin
 from trl.chat_template_utils import add_response_schema, parse_response
 from trl.data_utils import prepare_multimodal_messages
 
-from data.task import extract_answer, final_text
+from data.task import extract_answer, final_text, in_box_convention
 from tools import ToolConfig, ZoomCall, ZoomInEnv, environment_tools, executed_calls, make_environment_factory
 from utils.models import context_length, pixel_budget
 from utils.rollout import (
@@ -70,7 +71,7 @@ class Episode:
 
     id: str
     image: Image.Image | None = None  # the original image
-    seen_size: tuple[int, int] | None = None  # the frame the model's coordinates live in
+    seen_size: tuple[int, int] | None = None  # the resized image the model saw (its coordinates: `env.box_frame`)
     env: ZoomInEnv | None = None
     prompt_ids: list[int] = field(default_factory=list)
     completion_ids: list[int] = field(default_factory=list)  # turns and tool responses, as TRL trains on them
@@ -314,7 +315,8 @@ class ZoomAgent:
             image = open_image(row["image"])
             env = self.make_env()
             env.reset(image=image)
-            prompt = prepare_multimodal_messages(list(row["prompt"]), images=[env.image])
+            prompt = in_box_convention(row["prompt"], env.box_convention)  # the system turn says the tool's frame
+            prompt = prepare_multimodal_messages(prompt, images=[env.image])
             ids = prompt_ids(self.processor, prompt, env)
         except Exception as err:  # noqa: BLE001
             episode.failure = f"image could not be processed: {type(err).__name__}: {err}"

@@ -90,6 +90,8 @@ def episode_record(
         "completion_tokens": len(episode.completion_ids),
         "image_size": list(episode.image.size) if episode.image else None,
         "seen_size": list(episode.seen_size) if episode.seen_size else None,
+        # the frame of the calls' bbox_2d (the seen size in pixels, or 1000 x 1000: `ToolConfig.box_convention`)
+        "box_frame": list(episode.env.box_frame) if episode.env is not None else None,
         "target_bbox": row.get("target_bbox"),
         "target_label": row.get("target_label"),
         "messages": messages,

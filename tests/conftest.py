@@ -62,6 +62,13 @@ def tiny_processor(tiny_kit):
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen3_vl_processor(tiny_kit):
+    """The tiny Qwen3-VL's processor (16-pixel patches), loaded as the recipes load it. Shared: copy it before
+    mutating it."""
+    return models.load_processor(tiny_kit["qwen3_vl"])
+
+
+@pytest.fixture(scope="session")
 def tiny_clip(tiny_kit):
     """`(model, preprocess, tokenizer)` of the tiny CLIP verifier, loaded through `models.load_clip`."""
     return models.load_clip(tiny_kit["clip"])

@@ -15,18 +15,19 @@ from PIL import Image
 from trl import GRPOTrainer
 from trl.data_utils import prepare_multimodal_messages
 
+import evaluate
 from configs import EvalArguments
 from data.benchmarks import mme_choice, score_answer
 from data.synthetic import TASK_FEATURES, build_synthetic
-from data.task import build_prompt
+from data.task import SYSTEM_PROMPTS, build_prompt
 from evaluate import parse_args
 from evaluation import run as evaluation_run
 from evaluation.agent import TransformersBackend, ZoomAgent
 from evaluation.metrics import compute_metrics
 from evaluation.run import read_samples, run_evaluation
 from mapo_trainer import MAPOTrainer
-from tiny.scripted import DEFAULT_LABELS, force_tool_calls, tiny_trainer
-from tools import TOOL_NAME, ToolConfig, executed_calls, make_environment_factory, write_record
+from tiny.scripted import DEFAULT_BOX, DEFAULT_LABELS, force_tool_calls, tiny_trainer
+from tools import TOOL_NAME, ToolConfig, crop_box, executed_calls, make_environment_factory, write_record
 from utils.models import load_model, load_processor, pixel_budget
 from utils.rollout import eos_token_ids, prompt_ids, tool_suffix_ids, until_eos
 
@@ -485,6 +486,54 @@ def test_hrbench_run_reports_categories_and_skipped_rows(tiny_kit, tmp_path):
     assert (metrics["n"], metrics["skipped_rows"], metrics["n_failed"]) == (2, 1, 0)
     assert (metrics["single"], metrics["cross"], metrics["mean"]) == (1.0, 0.0, 0.5)
     assert metrics["accuracy_by_source"] == {"hrbench_4k/cross": 0.0, "hrbench_4k/single": 1.0}
+
+
+def test_evaluate_runs_the_tiny_qwen3_vl_in_its_own_box_convention(tiny_kit, synthetic_dir, tmp_path):
+    """evaluate.py on the tiny Qwen3-VL (turns scripted), its tool in Qwen3-VL's 0-1000 frame: the model is prompted
+    in that frame (system turn and tool description), each scripted box is cropped where the grid puts it, and the
+    samples record the frame."""
+    prompts, original = [], evaluation_run.load_model
+
+    def load_model(name_or_path, **kwargs):
+        model = original(name_or_path, **kwargs)
+        tokenizer = load_processor(name_or_path).tokenizer
+        force_tool_calls(model, tokenizer)
+        scripted = model.generate
+
+        def generate(*args, **kw):
+            prompts.append(tokenizer.decode(kw["input_ids"][0]))
+            return scripted(*args, **kw)
+
+        model.generate = generate
+        return model
+
+    out = tmp_path / "qwen3"
+    argv = ["--model_name_or_path", str(tiny_kit["qwen3_vl"]), "--benchmark", "synthetic"]
+    argv += ["--data_path", str(synthetic_dir), "--output_dir", str(out), "--clip_model", str(tiny_kit["clip"])]
+    argv += [
+        "--box_convention",
+        "relative_1000",
+        "--max_pixels",
+        str(32 * 32 * 16),
+        "--crop_max_pixels",
+        str(32 * 32 * 4),
+    ]
+    argv += ["--max_completion_length", "320", "--max_tool_calling_iterations", "2", "--limit", "2", "--device", "cpu"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(evaluation_run, "load_model", load_model)
+        evaluate.main(argv)
+    assert SYSTEM_PROMPTS["relative_1000"] in prompts[0] and "on a 0-1000 grid over the image you see" in prompts[0]
+    records = read_samples(out / "samples.jsonl")
+    assert len(records) == 2
+    for record in records:
+        assert record["box_frame"] == [1000, 1000] and record["failure"] is None
+        (call,) = record["calls"]
+        assert call["arguments"]["bbox_2d"] == list(DEFAULT_BOX)
+        box = crop_box(
+            tuple(record["image_size"]), list(DEFAULT_BOX), seen_size=(1000, 1000), min_side=28, max_aspect=100
+        )
+        assert call["box"] == list(box)
+    assert json.loads((out / "eval_args.json").read_text())["tool"]["box_convention"] == "relative_1000"
 
 
 def test_cli_reads_flags_and_yaml_config(tmp_path, caplog):

@@ -20,14 +20,15 @@ import rl
 import utils.policy
 from configs import ScriptArguments, TrajectoryArguments
 from data.synthetic import build_synthetic
-from data.task import normalize
+from data.task import SYSTEM_PROMPTS, normalize
 from data.trajectories import plan_calls
 from mapo_trainer import SEMANTIC_REWARD_NAME, MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
 from research import rewards as world
 from rewards import get_reward_funcs
+from scripts.rl_forced import ForcedMAPOTrainer
+from tiny.scripted import DEFAULT_BOX, tiny_trainer, tool_call_turn
 from tiny.scripted import DEFAULT_LABELS as LABELS
-from tiny.scripted import tiny_trainer, tool_call_turn
-from tools import ToolConfig, ZoomInEnv, read_record
+from tools import ToolConfig, ZoomInEnv, crop_box, read_record
 from utils.models import load_model, load_processor, pixel_budget
 from utils.recipes import load_recipe, parse_args_and_record
 from utils.resume import resume_checkpoint
@@ -319,6 +320,31 @@ def test_rl_entry_point_trains_and_saves(tiny_kit, tmp_path):
     assert trainer.state.global_step == 1
     assert (tmp_path / "model.safetensors").exists() and (tmp_path / "chat_template.jinja").exists()
     assert any("rewards/semantic/mean" in e for e in trainer.state.log_history)
+
+
+def test_rl_entry_point_trains_the_tiny_qwen3_vl_in_its_own_box_convention(tiny_kit, tmp_path):
+    """rl.py with transformers generation on the tiny Qwen3-VL, its tool in Qwen3-VL's 0-1000 frame (the zoom-in calls
+    scripted, `scripts.rl_forced`): the prompts' system turn says that frame, each scripted box is cropped where the
+    grid puts it, the crops are scored, and the checkpoint records the convention and its processor's budget."""
+    argv = ["--config", RECIPES[0], "--output_dir", str(tmp_path), "--max_steps", "1", "--num_samples", "2"]
+    argv += ["--model_name_or_path", str(tiny_kit["qwen3_vl"]), "--clip_model", str(tiny_kit["clip"])]
+    argv += ["--box_convention", "relative_1000"]
+    trainer = rl.main(*parse_args_and_record(PARSER_TYPES, argv), trainer_cls=ForcedMAPOTrainer)
+    assert trainer.state.global_step == 1
+    assert all(row["prompt"][0]["content"] == SYSTEM_PROMPTS["relative_1000"] for row in trainer.train_dataset)
+    last = [e for e in trainer.state.log_history if "tools/zoom_calls_per_rollout" in e][-1]
+    assert last["tools/zoom_calls_per_rollout"] == 1.0 and last["tools/zoom_error_rate"] == 0.0
+    assert not math.isnan(last["rewards/semantic/mean"])
+    envs = [env for env in trainer._environment_pool[None] if env.calls]  # the last batch's rollouts
+    assert len(envs) == 4
+    for env in envs:
+        assert env.box_frame == (1000, 1000)
+        (call,) = env.calls
+        assert call.box == crop_box(
+            env.image.size, list(DEFAULT_BOX), seen_size=(1000, 1000), min_side=28, max_aspect=100
+        )
+    record = read_record(tmp_path)["tool"]
+    assert record["box_convention"] == "relative_1000" and record["max_pixels"] == 32 * 32 * 16
 
 
 class StopAt(TrainerCallback):

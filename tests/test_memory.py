@@ -251,6 +251,27 @@ def test_cli_estimates_a_recipe_on_an_accelerate_config(capsys):
     assert two_nodes["optimizer_states"] == pytest.approx(one_node["optimizer_states"] / 2)
 
 
+def test_a_qwen3_vl_is_read_by_the_fields_it_states(tiny_kit, tmp_path):
+    """The tiny Qwen3-VL of the kit, built from its folder: the estimator reads its stated head size (2 KV heads of
+    32, not hidden_size / heads = 16), its ungated vision MLP, and its 16-pixel patches merged 2 x 2 (a recipe's
+    budgets in 32^2-pixel tokens: the 8B's 980 per image and 392 per crop); the deepstack mergers are counted."""
+    model = memory.build_on_meta(tiny_kit["qwen3_vl"])
+    assert memory.kv_width(model) == 2 * 32
+    assert memory.generation_bytes(model, rollouts=2, context_len=100)["kv_cache"] == 2 * 100 * 2 * 2 * (2 * 32) * 2
+    # 16 merged image tokens are 64 patches through 2 checkpointed vision blocks (hidden 32, MLP 64 ungated), bf16
+    vision = memory.activation_bytes(model, micro_batch=1, seq_len=100, image_tokens=16)["vision"]
+    assert vision == 2 * (2 * 64 * 32 + 64 * (6 * 32 + 3 * 32 + 2 * 64))
+    assert any("deepstack_merger_list" in name for name, _ in model.named_parameters())
+    recipe = tmp_path / "config_mapo.yaml"
+    base = REPO_ROOT / "recipes" / "mapo_paper.yaml"
+    recipe.write_text(f"base: {base}\nmodel_name_or_path: {tiny_kit['qwen3_vl']}\noutput_dir: {tmp_path}\n")
+    workload = memory.recipe_workload(recipe, "zero3")
+    assert workload.model_config == str(tiny_kit["qwen3_vl"])
+    assert workload.generation["image_tokens"] == 980 + 5 * 392
+    estimate, _ = memory.estimate_recipe(recipe, "zero3")
+    assert 0 < estimate["total"] < 1  # GiB: a tiny model's weights at the 8B recipe's lengths
+
+
 # ------------------------------------------------------------------------------------------------------ generation
 def test_generation_bytes_by_hand(meta_models):
     """Qwen2.5-VL-7B: 28 layers, 4 KV heads of 128, hidden 3584, MLP 18944, vocab 152064; vision hidden 1280, MLP

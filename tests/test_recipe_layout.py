@@ -3,6 +3,7 @@ recipes/mapo_paper.yaml (the paper's MAPO values); the SFT recipes and the tiny 
 recipes must share (the pixel budgets SFT and RL agree on, precision, the LoRA block) is written in each of them, and
 these tests keep the copies equal."""
 
+import json
 import os
 from pathlib import Path
 
@@ -92,6 +93,22 @@ def test_the_tiny_sft_and_rl_recipes_agree_on_the_pixel_budgets_and_label_limit(
     assert not disagreements(TINY, TOOL_KEYS)
 
 
+# Each family's own grounding convention (tools.ToolConfig.box_convention), by the model_type of its config.
+OWN_BOX_CONVENTION = {"qwen2_5_vl": "pixels", "qwen3_vl": "relative_1000"}
+
+
+@pytest.mark.parametrize("model", sorted({r.relative_to(RECIPES_DIR).parts[0] for r in REAL}))
+def test_a_models_recipes_speak_its_own_box_convention(model):
+    """SFT writes gold boxes in the convention RL and evaluation read them in, so a model's recipes agree on it, and
+    it is the model's own (read from its shipped config): the released model's boxes land where it means them."""
+    recipes = [r for r in REAL if r.relative_to(RECIPES_DIR).parts[0] == model]
+    model_type = json.loads((RECIPES_DIR / "model_configs" / model / "config.json").read_text())["model_type"]
+    for recipe in recipes:
+        assert load_recipe(recipe).values.get("box_convention", "pixels") == OWN_BOX_CONVENTION[model_type], rel(
+            recipe
+        )
+
+
 def test_every_real_recipe_sets_the_same_precision_attention_and_seed():
     assert not disagreements(REAL, ("dtype", "attn_implementation", "seed"))
 
@@ -104,7 +121,11 @@ def test_every_real_lora_recipe_has_the_same_adapters():
 @pytest.mark.parametrize(
     ("first", "second", "differ"),
     [
-        ("Qwen2.5-VL-7B-Instruct/sft/config_sft.yaml", "Qwen3-VL-8B-Instruct/sft/config_sft.yaml", ()),
+        (
+            "Qwen2.5-VL-7B-Instruct/sft/config_sft.yaml",
+            "Qwen3-VL-8B-Instruct/sft/config_sft.yaml",
+            ("box_convention",),
+        ),
         (
             "Qwen2.5-VL-7B-Instruct/sft/config_sft.yaml",
             "Qwen2.5-VL-7B-Instruct/sft/config_sft_lora.yaml",

@@ -16,10 +16,11 @@ import sft
 from configs import ScriptArguments
 from data.collator import DataCollatorForVisionToolCalling
 from data.synthetic import build_synthetic
+from data.task import SYSTEM_PROMPTS, in_box_convention
 from data.trajectories import TrajectoryArguments, build_gold_trajectories
 from rewards import get_reward_funcs
-from tools import ToolConfig, environment_tools, make_environment_factory, read_record
-from utils.models import load_model, pixel_budget
+from tools import ToolConfig, box_contains, crop_box, environment_tools, make_environment_factory, read_record
+from utils.models import load_model, load_processor, pixel_budget
 from utils.recipes import parse_args_and_record
 
 RECIPES = [
@@ -69,10 +70,17 @@ def test_loss_covers_the_calls_and_the_answer_only(tiny_processor, rows, make_en
         assert text.count("<tool_response>") == 2 and "# Tools" in text  # ...though all of it is in the input
 
 
-def test_sft_prompt_is_the_rl_prompt(tiny_kit, tiny_processor, rows, make_env, collator, tmp_path):
-    """The tokens before the first assistant turn, and the image features, are those GRPO generates from."""
+@pytest.mark.parametrize(("policy_name", "convention"), [("policy", "pixels"), ("qwen3_vl", "relative_1000")])
+def test_sft_prompt_is_the_rl_prompt(tiny_kit, rows, tmp_path, policy_name, convention):
+    """The tokens before the first assistant turn, and the image features, are those GRPO generates from: on each
+    tiny model, in its family's box convention (the system turn and tool description of its frame)."""
+    tiny_processor = load_processor(tiny_kit[policy_name])
+    make_env = make_environment_factory(ToolConfig(box_convention=convention), pixel_budget(tiny_processor))
+    collator = DataCollatorForVisionToolCalling(
+        processor=tiny_processor, tools=environment_tools(make_env()), assistant_only_loss=True
+    )
     grpo = GRPOTrainer(
-        model=load_model(tiny_kit["policy"], dtype=torch.float32),
+        model=load_model(tiny_kit[policy_name], dtype=torch.float32),
         reward_funcs=get_reward_funcs(["outcome"]),
         args=GRPOConfig(
             output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=2, num_generations=2
@@ -85,7 +93,8 @@ def test_sft_prompt_is_the_rl_prompt(tiny_kit, tiny_processor, rows, make_env, c
     gold, _ = build_gold_trajectories(rows, make_env, TrajectoryArguments([0.0, 1.0, 0.0]))
     for row, example in zip(rows, gold):
         grpo._batch_environments = [None]  # set per batch by TRL before it renders prompts
-        prompt = prepare_multimodal_messages(row["prompt"], images=[row["image"]])  # as TRL does for a dataset row
+        # As TRL does for a dataset row, once MAPOTrainer put its system turn in the convention
+        prompt = prepare_multimodal_messages(in_box_convention(row["prompt"], convention), images=[row["image"]])
         (rl_ids,), _, rl_fields = grpo._tokenize_prompts([prompt])
         batch = collator([example])
         sft_ids = batch["input_ids"][0].tolist()
@@ -119,6 +128,29 @@ def test_two_steps_train_the_model_and_save_it(tiny_kit, tmp_path):
     changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), base[n])]
     assert changed
     assert (tmp_path / "model.safetensors").exists() and (tmp_path / "chat_template.jinja").exists()
+
+
+def test_sft_trains_the_tiny_qwen3_vl_in_its_own_box_convention(tiny_kit, tmp_path):
+    """sft.py on the tiny Qwen3-VL with Qwen3-VL's box convention: it trains, records the convention and its own
+    processor's budget (32-pixel blocks), and its gold calls are written on the 0-1000 grid, where they frame the
+    target, under a system turn that says so."""
+    trainer = train(
+        tiny_kit, tmp_path, "--model_name_or_path", str(tiny_kit["qwen3_vl"]), "--box_convention", "relative_1000"
+    )
+    assert trainer.state.global_step == 2
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 2 and all(0 < loss < 20 for loss in losses)
+    base = dict(load_model(tiny_kit["qwen3_vl"], dtype=torch.float32).named_parameters())
+    changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), base[n])}
+    assert any("deepstack_merger_list" in n for n in changed)  # the deepstack path is in the loss
+    record = read_record(tmp_path)["tool"]
+    assert record["box_convention"] == "relative_1000" and record["max_pixels"] == 32 * 32 * 16
+    rows = trainer.train_dataset.with_format(None)
+    for example, row in zip(trainer.train_dataset, rows):
+        assert example["messages"][0] == {"role": "system", "content": SYSTEM_PROMPTS["relative_1000"]}
+        for call in row["calls"]:
+            box = crop_box(row["image"].size, call["bbox_2d"], seen_size=(1000, 1000), min_side=28, max_aspect=100)
+            assert box_contains(box, row["target_bbox"])  # read on the 1000-grid, the gold box frames the target
 
 
 def test_a_resumed_sft_run_ends_on_the_uninterrupted_runs_weights(tiny_kit, tmp_path):

@@ -182,15 +182,15 @@ RL_RECIPES += sorted(str(p) for p in Path("recipes").glob("*/rl/*.yaml") if p.pa
 
 @pytest.mark.parametrize("recipe", RL_RECIPES)
 def test_every_rl_recipe_fits_its_worst_case(tiny_kit, recipe):
-    """Image tokens depend only on the pixel budgets and the processor's patch x merge factor: the tiny processor has
-    Qwen2.5-VL's 28 (14-pixel patches), and with 16-pixel patches Qwen3-VL's 32. Its byte-level tokenizer spends
-    more tokens on text than Qwen's, so a recipe that fits here fits the real model."""
+    """Image tokens depend only on the pixel budgets and the processor's patch x merge factor: the tiny kit's
+    processors are each family's own, Qwen2.5-VL's 28 (14-pixel patches) and Qwen3-VL's 32 (16-pixel patches). Their
+    byte-level tokenizer spends more tokens on text than Qwen's, so a recipe that fits here fits the real model. The
+    Qwen3-VL recipe is measured in its own box convention (its system prompt and tool description)."""
     argv = ["--config", recipe, "--bf16", "false", "--use_vllm", "false"]  # no bf16 on CPU, no vLLM installed
     _, config, _, tool = parse_args_and_record(RL_TYPES, argv)  # the entry scripts' parser: recipe bases merged
-    processor = load_processor(tiny_kit["policy"], min_pixels=tool.min_pixels, max_pixels=tool.max_pixels)
     qwen3 = "Qwen3-VL" in recipe
-    if qwen3:
-        processor.image_processor.patch_size = 16  # Qwen3-VL's processor: 16-pixel patches, merged 2 x 2
+    policy = tiny_kit["qwen3_vl" if qwen3 else "policy"]  # the tiny model of the recipe's family
+    processor = load_processor(policy, min_pixels=tool.min_pixels, max_pixels=tool.max_pixels)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         budget = check_token_budget(
@@ -203,7 +203,23 @@ def test_every_rl_recipe_fits_its_worst_case(tiny_kit, recipe):
     if "Qwen2.5-VL" in recipe:  # the arithmetic in the recipes' comments (recipes/mapo_paper.yaml, mapo_lora.yaml)
         assert budget.prompt_image == 1280 and 512 < budget.crop_response < 512 + 60
     if qwen3:
+        assert tool.box_convention == "relative_1000"
         assert budget.prompt_image == 980 and 392 < budget.crop_response < 392 + 60
+
+
+@pytest.mark.parametrize("convention", ["pixels", "relative_1000"])
+def test_the_tiny_qwen3_vl_budget_is_measured_with_its_own_processor(tiny_qwen3_vl_processor, convention):
+    """On the real Qwen3-VL processor: 32-pixel blocks (16-pixel patches merged 2 x 2), so a crop costs its budget /
+    32^2 tokens; the prompt text is measured with the convention's system prompt and tool description."""
+    kwargs = dict(max_completion_length=320, max_tool_calling_iterations=2, context_length=4096)
+    budget = token_budget(tiny_qwen3_vl_processor, ToolConfig(box_convention=convention), **kwargs)
+    assert budget.prompt_image == 16  # 32 * 32 * 16 pixels / 32^2: the tiny Qwen3-VL's image budget
+    small = token_budget(
+        tiny_qwen3_vl_processor, ToolConfig(crop_max_pixels=32 * 32 * 4, box_convention=convention), **kwargs
+    )
+    assert budget.crop_response - small.crop_response == 16 - 4
+    pixels = token_budget(tiny_qwen3_vl_processor, ToolConfig(), **kwargs)
+    assert (budget.prompt_text != pixels.prompt_text) == (convention != "pixels")  # the words of its frame
 
 
 # ------------------------------------------------------------------------------------------------------ the data

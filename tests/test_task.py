@@ -1,9 +1,20 @@
-"""Answer parsing and the outcome/format rewards on hand-written completions."""
+"""The prompt (its system turn in each box convention), answer parsing and the outcome/format rewards on hand-written
+completions."""
 
 import pytest
 from PIL import Image
 
-from data.task import SYSTEM_PROMPT, build_prompt, extract_answer, is_correct, parse_choice
+from data import prompts_in_box_convention
+from data.synthetic import build_synthetic
+from data.task import (
+    SYSTEM_PROMPT,
+    SYSTEM_PROMPTS,
+    build_prompt,
+    extract_answer,
+    in_box_convention,
+    is_correct,
+    parse_choice,
+)
 from rewards import format_reward, gated_outcome_reward, outcome_reward, tool_bonus_reward
 from tools import PixelBudget, ToolConfig, ZoomInEnv
 
@@ -27,6 +38,32 @@ def test_prompt_has_system_then_user_with_lettered_options():
     assert system == {"role": "system", "content": SYSTEM_PROMPT}
     assert "A. red\nB. green\nC. blue\nD. yellow" in user["content"]
     assert user["content"].startswith("What colour is the star?")
+
+
+def test_the_system_prompt_says_the_frame_of_the_box_convention():
+    assert SYSTEM_PROMPT == SYSTEM_PROMPTS["pixels"] and "in pixels of the image you see" in SYSTEM_PROMPT
+    assert "on a 0-1000 grid over the image you see" in SYSTEM_PROMPTS["relative_1000"]
+    assert "pixels" not in SYSTEM_PROMPTS["relative_1000"]
+    prompt = build_prompt("What colour is the star?", OPTIONS)
+    relative = in_box_convention(prompt, "relative_1000")
+    assert relative == build_prompt("What colour is the star?", OPTIONS, box_convention="relative_1000")
+    assert relative[1] is prompt[1] and in_box_convention(relative, "pixels") == prompt  # only the system turn
+    own = [{"role": "system", "content": "My own instructions."}, prompt[1]]  # a dataset author's: left alone
+    assert in_box_convention(own, "relative_1000") == own
+    with pytest.raises(ValueError, match="box_convention"):
+        in_box_convention(prompt, "normalized")
+
+
+def test_a_datasets_prompts_are_rewritten_and_its_images_kept():
+    rows = build_synthetic(2, seed=0, min_size=448, max_size=448)  # stored with the pixels prompt
+    assert prompts_in_box_convention(rows, "pixels") is rows  # nothing to rewrite
+    relative = prompts_in_box_convention(rows, "relative_1000")
+    assert [r["prompt"][0]["content"] for r in relative] == [SYSTEM_PROMPTS["relative_1000"]] * 2
+    assert [r["prompt"][1] for r in relative] == [r["prompt"][1] for r in rows]
+    assert relative[0]["image"].tobytes() == rows[0]["image"].tobytes() and list(relative["id"]) == list(rows["id"])
+    assert prompts_in_box_convention(None, "relative_1000") is None
+    splits = prompts_in_box_convention({"a": rows}, "relative_1000")
+    assert splits["a"][0]["prompt"] == relative[0]["prompt"]
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,19 @@
-"""The tiny kit behaves like the real Qwen2.5-VL + CLIP stack wherever the recipes touch it."""
+"""The tiny kit behaves like the real Qwen2.5-VL / Qwen3-VL + CLIP stack wherever the recipes touch it."""
 
 import json
 
 import pytest
 import torch
 from PIL import Image
-from transformers import AutoConfig, AutoModel, AutoProcessor, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoProcessor,
+    Qwen2_5_VLForConditionalGeneration,
+    Qwen2_5_VLProcessor,
+    Qwen3VLForConditionalGeneration,
+    Qwen3VLProcessor,
+)
 from transformers.integrations import deepspeed as hf_deepspeed
 from trl import ModelConfig
 from trl.chat_template_utils import (
@@ -60,10 +68,46 @@ def test_policy_reloads_every_weight(tiny_kit):
     assert processor.chat_template == models.load_chat_template()
 
 
+def test_the_tiny_qwen3_vl_is_qwen3_vl_with_its_own_processor(tiny_kit, tiny_qwen3_vl_processor):
+    model, info = models.load_model(tiny_kit["qwen3_vl"], output_loading_info=True)
+    assert isinstance(model, Qwen3VLForConditionalGeneration)
+    assert not any(info.values()), info
+    assert sum(p.numel() for p in model.parameters()) < 500_000
+    text, vision = model.config.text_config, model.config.vision_config
+    assert text.head_dim == 32 != text.hidden_size // text.num_attention_heads  # Qwen3 states its head size
+    assert vision.deepstack_visual_indexes == [0] and len(model.model.visual.deepstack_merger_list) == 1
+    processor = AutoProcessor.from_pretrained(tiny_kit["qwen3_vl"])
+    assert isinstance(processor, Qwen3VLProcessor) and processor.chat_template == models.load_chat_template()
+    # Budget and grid read from the processor: 16-pixel patches merged 2 x 2, a 448x448 image 128x128 (16 tokens)
+    assert models.pixel_budget(tiny_qwen3_vl_processor) == PixelBudget(32 * 32 * 4, 32 * 32 * 16, 32)
+    processor = models.load_processor(tiny_kit["qwen3_vl"], max_pixels=32 * 32 * 64)
+    assert models.pixel_budget(processor) == PixelBudget(32 * 32 * 4, 32 * 32 * 64, 32)
+    assert image_prompt(processor)["image_grid_thw"].tolist() == [[1, 16, 16]]
+
+
+def test_the_tiny_qwen3_vl_sees_images_through_its_deepstack(tiny_kit, tiny_qwen3_vl_processor):
+    """An image forward pass and generation; the deepstack features reach the first decoder layer (zeroing the
+    deepstack merger changes the logits at the text positions after the image)."""
+    model = models.load_model(tiny_kit["qwen3_vl"])
+    inputs = image_prompt(tiny_qwen3_vl_processor)
+    assert inputs["image_grid_thw"].tolist() == [[1, 8, 8]]
+    assert (inputs["input_ids"] == model.config.image_token_id).sum() == 16
+    with torch.no_grad():
+        logits = model(**inputs).logits
+        assert logits.shape == (1, inputs["input_ids"].shape[1], model.config.text_config.vocab_size)
+        assert torch.isfinite(logits).all()
+        for param in model.model.visual.deepstack_merger_list.parameters():
+            param.zero_()
+        assert not torch.allclose(model(**inputs).logits, logits)
+    output = model.generate(**inputs, max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    assert output.shape == (1, inputs["input_ids"].shape[1] + 4)
+
+
 def test_rebuild_with_same_seed_is_identical(tiny_kit, tmp_path):
     rebuilt = build_tiny_kit(tmp_path, seed=0)
     pairs = [
         (models.load_model(tiny_kit["policy"]), models.load_model(rebuilt["policy"])),
+        (models.load_model(tiny_kit["qwen3_vl"]), models.load_model(rebuilt["qwen3_vl"])),
         (models.load_text_encoder(tiny_kit["text_encoder"])[0], models.load_text_encoder(rebuilt["text_encoder"])[0]),
         (models.load_clip(tiny_kit["clip"])[0], models.load_clip(rebuilt["clip"])[0]),
     ]
@@ -150,8 +194,9 @@ def test_chat_template_is_trls_qwen3_vl():
     assert models.CHAT_TEMPLATE_PATH.read_bytes() == qwen3_vl_chat_template.encode("utf-8")
 
 
-def test_trl_accepts_the_processor(tiny_kit):
-    processor = models.load_processor(tiny_kit["policy"])  # own copy: add_response_schema mutates the tokenizer
+@pytest.mark.parametrize("policy_name", ["policy", "qwen3_vl"])
+def test_trl_accepts_the_processor(tiny_kit, policy_name):
+    processor = models.load_processor(tiny_kit[policy_name])  # own copy: add_response_schema mutates the tokenizer
     assert supports_tool_calling(processor)
     assert is_chat_template_prefix_preserving(processor)
     assert get_training_chat_template(processor) == qwen3_vl_training_chat_template

@@ -31,7 +31,12 @@ def test_crop_budget_defaults_to_the_image_budget_and_resolves_for_the_record():
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"clip_resize": "crop"}, "clip_resize"), ({"max_pixels": 0}, "max_pixels"), ({"max_label_words": 0}, "label")],
+    [
+        ({"clip_resize": "crop"}, "clip_resize"),
+        ({"max_pixels": 0}, "max_pixels"),
+        ({"max_label_words": 0}, "label"),
+        ({"box_convention": "relative"}, "box_convention"),
+    ],
 )
 def test_bad_settings_name_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -47,7 +52,8 @@ def test_a_record_with_an_unknown_setting_names_it(tmp_path):
 
 def test_a_record_of_an_earlier_version_with_the_retired_environment_setting_still_reads(tmp_path):
     write_record(tmp_path, {"max_pixels": 6272, "environment": "zoom_in"})
-    assert read_record(tmp_path)["tool"] == {"max_pixels": 6272}
+    # ...and, recorded before box_convention existed, it was trained in pixels, which it reads as
+    assert read_record(tmp_path)["tool"] == {"max_pixels": 6272, "box_convention": "pixels"}
 
 
 @pytest.fixture
@@ -99,6 +105,29 @@ def test_rl_from_an_sft_checkpoint_inherits_its_tool_settings(checkpoint):
     assert (tool.max_pixels, tool.crop_max_pixels, tool.max_label_words) == (6272, 3136, 5)
     assert tool.clip_model == "outputs/tiny/clip"  # the recipe names its verifier: that wins, and says so
     assert any("clip_model: trained with 'trained-clip'" in str(w.message) for w in caught)
+
+
+def test_a_run_that_sets_another_box_convention_than_its_checkpoint_fails_at_start(tmp_path):
+    """A policy trained to write boxes in one frame, read in another, crops the wrong region on every call: unlike a
+    changed pixel budget (a warning), this is an error, naming both values. Left out, the record's is taken."""
+    qwen3 = tmp_path / "qwen3"
+    write_record(qwen3, ToolConfig(box_convention="relative_1000").as_record(verifier=False))
+    argv = ["--model_name_or_path", str(qwen3)]
+    with pytest.raises(
+        ValueError, match=r"box_convention: trained with 'relative_1000', the recipe or command line sets 'pixels'"
+    ):
+        parse_args_and_record((EvalArguments, ToolConfig), [*argv, "--box_convention", "pixels"])
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("box_convention: pixels\n")
+    with pytest.raises(ValueError, match=f"{qwen3} was trained with other tool settings"):
+        parse_args_and_record((EvalArguments, ToolConfig), ["--config", str(recipe), *argv])
+    assert parse_args_and_record((EvalArguments, ToolConfig), argv)[1].box_convention == "relative_1000"
+    older = tmp_path / "older"  # a record written before the setting existed: trained in pixels
+    write_record(older, {"max_pixels": 6272})
+    with pytest.raises(ValueError, match="trained with 'pixels', the recipe or command line sets 'relative_1000'"):
+        parse_args_and_record(
+            (EvalArguments, ToolConfig), ["--model_name_or_path", str(older), "--box_convention", "relative_1000"]
+        )
 
 
 def test_the_tiny_rl_recipe_starts_from_the_tiny_sft_output():

@@ -2,13 +2,23 @@
 rows without a usable target skipped and counted, determinism, and the task's rewards scoring every gold trajectory 1."""
 
 import datasets
+import numpy as np
 import pytest
-from PIL import ImageChops
+from PIL import Image, ImageChops
 
 import rewards
 from data.synthetic import REGIONS, build_synthetic, region_of
-from data.trajectories import TrajectoryArguments, build_gold_trajectories, grid_box, region_box
-from tools import TOOL_NAME, ToolConfig, crop_box, make_environment_factory
+from data.task import SYSTEM_PROMPTS, build_prompt
+from data.trajectories import (
+    GoldTrajectoryRenderer,
+    TrajectoryArguments,
+    build_gold_trajectories,
+    grid_box,
+    plan_calls,
+    region_box,
+    replay_calls,
+)
+from tools import TOOL_NAME, PixelBudget, ToolConfig, crop_box, make_environment_factory
 from utils.models import pixel_budget
 
 SMALL = {"min_size": 600, "max_size": 900}  # fast to draw, still far larger than the tiny model's ~112 px frame
@@ -212,3 +222,42 @@ def test_grid_box_arguments_are_checked():
         TrajectoryArguments(gold_box="grid", gold_box_grid=28, gold_box_size=14)
     with pytest.raises(ValueError, match="gold_box_margin must be >= 0"):
         TrajectoryArguments(gold_box="region", gold_box_margin=-1)
+
+
+# The hand-worked example of tests/test_zoom_in.py: a 2240 x 1120 original, seen as 1400 x 700 by Qwen2.5-VL (factor
+# 28) and 1408 x 704 by Qwen3-VL (factor 32) under max_pixels 1003520; its target [1120, 560, 1568, 784] is
+# [700, 350, 980, 490] in Qwen2.5-VL's pixels and [500, 500, 700, 700] on Qwen3-VL's 1000-grid.
+HAND_ROW = {
+    "id": "hand",
+    "image": Image.new("RGB", (2240, 1120), "white"),
+    "prompt": build_prompt("What is in the box?"),  # stored with the pixels prompt, as every dataset
+    "answer": "A",
+    "target_bbox": [1120, 560, 1568, 784],
+    "target_label": "the target",
+    "gold_calls": [{"box": [1120, 560, 1568, 784], "label": "the target", "thought": "Look there."}],
+}
+
+
+@pytest.mark.parametrize(
+    ("convention", "budget", "gold"),
+    [
+        ("pixels", PixelBudget(3136, 1003520, 28), [700, 350, 980, 490]),
+        ("relative_1000", PixelBudget(3136, 1003520, 28), [500, 500, 700, 700]),
+        ("relative_1000", PixelBudget(65536, 1003520, 32), [500, 500, 700, 700]),
+    ],
+)
+def test_gold_and_converted_calls_are_written_in_the_models_frame(convention, budget, gold):
+    """SFT's planned gold call and a converted trajectory's call (boxes stored in original pixels, `data.convert`)
+    are both written in the frame of the recipe's convention, and the tool maps them back onto the target; the
+    rendered conversation's system turn says that frame."""
+    make_env = make_environment_factory(ToolConfig(box_convention=convention), budget)
+    env = make_env()
+    planned = plan_calls(HAND_ROW, "the target", env, 1, np.random.default_rng(0))
+    assert planned == [{"bbox_2d": gold, "label": "the target"}]
+    assert replay_calls(HAND_ROW, env) == [{"bbox_2d": gold, "label": "the target", "thought": "Look there."}]
+    assert env.calls[-1].box == tuple(HAND_ROW["target_bbox"])
+    renderer = GoldTrajectoryRenderer(make_env)
+    messages = renderer.messages({**HAND_ROW, "calls": [{**planned[0], "thought": "Look there."}]})
+    assert messages[0] == {"role": "system", "content": SYSTEM_PROMPTS[convention]}
+    assert messages[2]["tool_calls"][0]["function"]["arguments"]["bbox_2d"] == gold
+    assert renderer.env.calls[-1].box == tuple(HAND_ROW["target_bbox"])

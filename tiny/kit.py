@@ -6,6 +6,11 @@ use (`utils/models.py`); only the sizes shrink and the weights are random (seede
 - `qwen2_5_vl/`: a ~300k-parameter `Qwen2_5_VLForConditionalGeneration` with its processor: a byte-level BPE
   tokenizer trained here on the task's own text, Qwen2.5-VL's special tokens in Qwen's order, a pixel budget small
   enough that a 448x448 image costs 16 tokens, and the repo's tool-calling chat template.
+- `qwen3_vl/`: a tiny `Qwen3VLForConditionalGeneration` with Qwen3-VL's own processor (`Qwen3VLProcessor`: 16-pixel
+  patches merged 2 x 2, so sides are multiples of 32; its video processor) and the same tokenizer and template. Where
+  Qwen3-VL's architecture differs, the tiny one does too: an explicit head size (32, which vLLM's CPU attention
+  accepts) unequal to hidden size / heads (16), interleaved multimodal rotary positions, a learned vision position
+  grid, and a deepstack merger feeding a vision layer's features into the first decoder layer.
 - `clip/`: a small open_clip `CLIP` in the `local-dir:` format (`open_clip_config.json` + weights) for the verifier.
 - `text_encoder/`: a tiny `Qwen2Model` with the same tokenizer, for step embeddings.
 
@@ -35,6 +40,10 @@ from transformers import (
     Qwen2Tokenizer,
     Qwen2VLImageProcessor,
     Qwen2VLVideoProcessor,
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
+    Qwen3VLProcessor,
+    Qwen3VLVideoProcessor,
 )
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
@@ -46,6 +55,8 @@ BPE_VOCAB_SIZE = 1024
 VOCAB_SIZE = 1088  # BPE vocab + 22 added tokens, padded to a multiple of 64 as Qwen pads its embedding matrix
 MAX_POSITIONS = 4096  # room for multi-turn rollouts with several images
 MIN_PIXELS, MAX_PIXELS = 28 * 28 * 4, 28 * 28 * 16  # a 448x448 image becomes 112x112: an 8x8 patch grid, 16 tokens
+# Qwen3-VL: 16-pixel patches merged 2 x 2, so a 448x448 image becomes 128x128, also 16 tokens.
+QWEN3_MIN_PIXELS, QWEN3_MAX_PIXELS = 32 * 32 * 4, 32 * 32 * 16
 
 # Qwen2.5-VL's added tokens in its own id order. The first 14 are special; the rest are not, so `<tool_call>` survives
 # `skip_special_tokens=True` decoding, which is what tool-call parsing reads.
@@ -90,7 +101,12 @@ PLACES = ["top left", "top right", "bottom left", "bottom right", "center", "lef
 def kit_paths(output_dir: str | Path) -> dict[str, Path]:
     """Where `build_tiny_kit` puts each model, without building anything (a built kit is found by these paths)."""
     root = Path(output_dir)
-    return {"policy": root / "qwen2_5_vl", "clip": root / "clip", "text_encoder": root / "text_encoder"}
+    return {
+        "policy": root / "qwen2_5_vl",
+        "qwen3_vl": root / "qwen3_vl",
+        "clip": root / "clip",
+        "text_encoder": root / "text_encoder",
+    }
 
 
 def tokenizer_corpus() -> list[str]:
@@ -211,6 +227,73 @@ def build_policy(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -> None
     processor.save_pretrained(output_dir)
 
 
+def build_qwen3_vl(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -> None:
+    """A tiny Qwen3-VL (real architecture, random weights) and its own processor, saved as a hub checkpoint would be.
+
+    Sizes follow the Qwen2.5-VL one's; its fields are those of Qwen3-VL-8B's `config.json`
+    (`recipes/model_configs/Qwen3-VL-8B-Instruct`), shrunk."""
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in ADDED_TOKENS}
+    eos, pad = ids["<|im_end|>"], ids["<|endoftext|>"]
+    config = Qwen3VLConfig(
+        text_config={
+            "vocab_size": VOCAB_SIZE,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            # Qwen3 states its head size: 32 (vLLM's CPU attention rejects 16), twice hidden_size / heads, so a
+            # reader that derives it from the hidden size (the memory estimator, vLLM's loader) is caught out here.
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+            "max_position_embeddings": MAX_POSITIONS,
+            # Interleaved multimodal rotary positions, Qwen3-VL's: the 8B's [24, 20, 20] of 64 scaled to head_dim / 2.
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 5e6,
+                "mrope_section": [6, 5, 5],
+                "mrope_interleaved": True,
+            },
+            "bos_token_id": pad,
+            "eos_token_id": eos,
+            "pad_token_id": pad,
+        },
+        vision_config={
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "out_hidden_size": 64,
+            "num_position_embeddings": 64,  # an 8x8 learned grid, resampled to each image's patch grid
+            "deepstack_visual_indexes": [0],  # the first vision layer's features join the first decoder layer
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+    torch.manual_seed(seed)
+    model = Qwen3VLForConditionalGeneration(config)
+    model.generation_config = GenerationConfig(bos_token_id=pad, eos_token_id=[eos, pad], pad_token_id=pad)
+    model.save_pretrained(output_dir)
+
+    budget = {"shortest_edge": QWEN3_MIN_PIXELS, "longest_edge": QWEN3_MAX_PIXELS}
+    processor = Qwen3VLProcessor(
+        # Qwen3-VL's image processor is Qwen2-VL's with 16-pixel patches and mean/std 0.5 (its preprocessor_config).
+        image_processor=Qwen2VLImageProcessor(
+            size=budget, patch_size=16, merge_size=2, temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3
+        ),
+        tokenizer=tokenizer,
+        # Never fed (the task has no video), but an engine sizes its memory for the largest video it allows: keep
+        # that the image budget's, not 768 tokens a frame.
+        video_processor=Qwen3VLVideoProcessor(size=budget, max_video_tokens=16),
+        chat_template=tokenizer.chat_template,
+    )
+    processor.save_pretrained(output_dir)
+
+
 def build_clip(output_dir: Path, seed: int) -> None:
     """A small open_clip CLIP (modified-ResNet image tower, 2-layer text tower) that trains in minutes on a CPU."""
     model_cfg = {
@@ -248,6 +331,7 @@ def build_tiny_kit(output_dir: str | Path, seed: int = 0) -> dict[str, Path]:
     paths = kit_paths(output_dir)
     tokenizer = build_tokenizer()
     build_policy(paths["policy"], tokenizer, seed)
+    build_qwen3_vl(paths["qwen3_vl"], tokenizer, seed)
     build_clip(paths["clip"], seed)
     build_text_encoder(paths["text_encoder"], tokenizer, seed)
     return paths

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 
 from tools.config import (
+    BOX_CONVENTIONS,
     CLIP_RESIZE,
     RECORD_NAME,
     PixelBudget,
@@ -14,14 +15,17 @@ from tools.config import (
     ToolConfigRecorder,
     read_record,
     record_mismatches,
+    refuse_mismatch,
     warn_on_mismatch,
     write_record,
 )
-from tools.env import ZoomCall, ZoomInEnv, environment_tools, executed_calls
+from tools.env import ENVIRONMENTS, RelativeZoomInEnv, ZoomCall, ZoomInEnv, environment_tools, executed_calls
 from tools.zoom_in import (
+    RELATIVE_GRID,
     TOOL_NAME,
     ToolError,
     box_contains,
+    box_frame,
     boxes_overlap,
     crop,
     crop_box,
@@ -33,22 +37,27 @@ from tools.zoom_in import (
 
 
 def make_environment_factory(config: ToolConfig, image_budget: PixelBudget) -> functools.partial:
-    """A zero-argument factory for TRL's `environment_factory`: a `ZoomInEnv` in the processor's frame
-    (`utils.models.pixel_budget(processor)`)."""
-    return functools.partial(ZoomInEnv, config, image_budget)
+    """A zero-argument factory for TRL's `environment_factory`: the `ZoomInEnv` of `config.box_convention`
+    (`ENVIRONMENTS`) in the processor's frame (`utils.models.pixel_budget(processor)`)."""
+    return functools.partial(ENVIRONMENTS[config.box_convention], config, image_budget)
 
 
 __all__ = [
+    "BOX_CONVENTIONS",
     "CLIP_RESIZE",
+    "ENVIRONMENTS",
     "RECORD_NAME",
+    "RELATIVE_GRID",
     "TOOL_NAME",
     "PixelBudget",
+    "RelativeZoomInEnv",
     "ToolConfig",
     "ToolConfigRecorder",
     "ToolError",
     "ZoomCall",
     "ZoomInEnv",
     "box_contains",
+    "box_frame",
     "boxes_overlap",
     "crop",
     "crop_box",
@@ -57,6 +66,7 @@ __all__ = [
     "make_environment_factory",
     "read_record",
     "record_mismatches",
+    "refuse_mismatch",
     "resize_to_budget",
     "seen_size",
     "tool_call_text",

@@ -5,7 +5,9 @@ CLIP verifier, and the record of it that every checkpoint carries.
 line). Each checkpoint they write holds `tool_config.json`: the settings it was trained with, with the pixel budgets
 resolved from the processor (and, for RL, the rollout budget). A run that starts from a checkpoint takes those values
 unless the recipe or the command line says otherwise, and then warns with both values: a policy evaluated with
-another pixel budget than it was trained with sees its coordinates in another frame, silently.
+another pixel budget than it was trained with sees its coordinates in another frame, silently. A different
+`box_convention` is an error instead (`refuse_mismatch`): the policy would write every box in a frame the tool does
+not read it in.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ VERIFIER_FIELDS = ("clip_model", "clip_pretrained", "clip_resize")
 # `clip_resize` values, and open_clip's names for them (`create_model_and_transforms(image_resize_mode=...)`).
 OPEN_CLIP_RESIZE_MODE = {"pad": "longest", "squash": "squash", "center_crop": "shortest"}
 CLIP_RESIZE = tuple(OPEN_CLIP_RESIZE_MODE)
+# How the model writes `bbox_2d` (`ToolConfig.box_convention`): Qwen2.5-VL's absolute pixels of the resized image it
+# sees, or Qwen3-VL's 0-1000 grid relative to the image (its pre-training's grounding format).
+BOX_CONVENTIONS = ("pixels", "relative_1000")
 
 
 def open_clip_resize_mode(clip_resize: str) -> str:
@@ -73,6 +78,16 @@ class ToolConfig:
         default=28, metadata={"help": "A box side shorter than this (original pixels) is expanded about its centre."}
     )
     max_aspect: float = field(default=100.0, metadata={"help": "Boxes more elongated than this are rejected."})
+    box_convention: str = field(
+        default="pixels",
+        metadata={
+            "help": "The frame the model writes bbox_2d in, as the tool, the system prompt, the SFT gold calls and "
+            "evaluation read it. 'pixels': absolute pixels of the resized image the model sees (Qwen2.5-VL's "
+            "grounding). 'relative_1000': a 0-1000 grid over the image, whatever its size (Qwen3-VL's). A checkpoint "
+            "records it; a run that sets another one than its starting checkpoint's fails at start.",
+            "choices": list(BOX_CONVENTIONS),
+        },
+    )
     max_label_words: int = field(
         default=12,
         metadata={"help": "Longest label (words) the tool accepts; MAPO section 3.3 limits labels against hacking."},
@@ -97,6 +112,8 @@ class ToolConfig:
 
     def __post_init__(self):
         open_clip_resize_mode(self.clip_resize)
+        if self.box_convention not in BOX_CONVENTIONS:
+            raise ValueError(f"box_convention must be one of {BOX_CONVENTIONS}; got {self.box_convention!r}")
         for name in ("min_pixels", "max_pixels", "crop_max_pixels"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -139,10 +156,17 @@ def write_record(output_dir: str | os.PathLike, tool: dict[str, Any], **rollout:
 # Settings earlier checkpoints recorded that no longer exist, ignored when read: `environment` named the one tool there
 # ever was, the zoom-in tool.
 RETIRED_SETTINGS = ("environment",)
+# Settings earlier checkpoints did not record, read as what they were trained with: before `box_convention` existed,
+# every checkpoint wrote its boxes in pixels.
+UNRECORDED_SETTINGS = {"box_convention": "pixels"}
+# Recorded settings a run may not change: a policy trained to write boxes in one frame, read in another, crops the
+# wrong region on every call, silently (a pixel budget changed only rescales the frame, which a warning covers).
+MUST_MATCH = ("box_convention",)
 
 
 def read_record(checkpoint: str | os.PathLike | None) -> dict[str, dict[str, Any]] | None:
-    """The record of a local checkpoint folder, or None (no record, or a hub name: nothing is downloaded for it)."""
+    """The record of a local checkpoint folder, or None (no record, or a hub name: nothing is downloaded for it).
+    Settings an earlier version did not record read as what it trained with (`UNRECORDED_SETTINGS`)."""
     if checkpoint is None:
         return None
     path = Path(checkpoint) / RECORD_NAME
@@ -150,6 +174,7 @@ def read_record(checkpoint: str | os.PathLike | None) -> dict[str, dict[str, Any
         return None
     record = json.loads(path.read_text(encoding="utf-8"))
     tool = {name: value for name, value in record.get("tool", {}).items() if name not in RETIRED_SETTINGS}
+    tool = UNRECORDED_SETTINGS | tool
     known = {f.name for f in fields(ToolConfig)}
     unknown = set(tool) - known
     if unknown:
@@ -163,6 +188,21 @@ def record_mismatches(record: dict[str, dict[str, Any]], values: dict[str, Any])
     return {
         name: (recorded[name], values[name]) for name in recorded if name in values and values[name] != recorded[name]
     }
+
+
+def refuse_mismatch(checkpoint: str | os.PathLike, mismatches: dict[str, tuple[Any, Any]]) -> None:
+    """Raise, naming both values, when a setting of `MUST_MATCH` differs from what `checkpoint` was trained with."""
+    refused = {name: mismatches[name] for name in MUST_MATCH if name in mismatches}
+    if refused:
+        lines = "; ".join(
+            f"{name}: trained with {old!r}, the recipe or command line sets {new!r}"
+            for name, (old, new) in refused.items()
+        )
+        raise ValueError(
+            f"{checkpoint} was trained with other tool settings than this run's ({RECORD_NAME}): {lines}. The policy "
+            "writes its boxes in the convention it was trained with; leave the setting out (the record's is taken) "
+            "or start from a checkpoint trained with the one you set."
+        )
 
 
 def warn_on_mismatch(checkpoint: str | os.PathLike, mismatches: dict[str, tuple[Any, Any]]) -> None:

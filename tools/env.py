@@ -17,7 +17,16 @@ from typing import Any
 from PIL import Image
 
 from tools.config import PixelBudget, ToolConfig
-from tools.zoom_in import TOOL_NAME, ToolError, crop_box, observation, resize_to_budget, seen_size, validate_label
+from tools.zoom_in import (
+    TOOL_NAME,
+    ToolError,
+    box_frame,
+    crop_box,
+    observation,
+    resize_to_budget,
+    seen_size,
+    validate_label,
+)
 
 
 @dataclass
@@ -41,17 +50,29 @@ class ZoomCall:
 
 
 class ZoomInEnv:
-    """Environment exposing `image_zoom_in_tool` over the row's image.
+    """Environment exposing `image_zoom_in_tool` over the row's image, its boxes in absolute pixels of the image the
+    model sees (`box_convention` "pixels"; `RelativeZoomInEnv` reads Qwen3-VL's 0-1000 grid).
 
-    Built by `tools.make_environment_factory(config, processor)`, so the frame the model's coordinates refer to is the
-    one the processor really produced (`image_budget`), and crops come back at `config.crop_budget(image_budget)`.
+    Built by `tools.make_environment_factory(config, processor)`, which picks the class of `config.box_convention`, so
+    the frame the model's coordinates refer to is the one the processor really produced (`image_budget`), and crops
+    come back at `config.crop_budget(image_budget)`. One class per convention because TRL renders the tool's schema,
+    its description of `bbox_2d` included, from the method's docstring.
     """
 
+    box_convention = "pixels"
+
     def __init__(self, config: ToolConfig, image_budget: PixelBudget):
+        if config.box_convention != self.box_convention:
+            raise ValueError(
+                f"{type(self).__name__} reads boxes in {self.box_convention!r}, but config.box_convention is "
+                f"{config.box_convention!r}: build it with tools.make_environment_factory(config, image_budget), "
+                "which picks the environment of the convention."
+            )
         self.config, self.image_budget = config, image_budget
         self.crop_budget = config.crop_budget(image_budget)
         self.image: Image.Image | None = None
-        self.seen_size: tuple[int, int] | None = None
+        self.seen_size: tuple[int, int] | None = None  # the resized image the model sees, in pixels
+        self.box_frame: tuple[int, int] | None = None  # the frame its bbox_2d is written in (`tools.box_frame`)
         self.calls: list[ZoomCall] = []
 
     def reset(self, **row) -> None:
@@ -63,6 +84,7 @@ class ZoomInEnv:
             raise TypeError(f"ZoomInEnv.reset needs a PIL image in the row's 'image' column; got {type(image)}.")
         self.image = image.convert("RGB") if image.mode != "RGB" else image
         self.seen_size = seen_size(self.image.size, self.image_budget)
+        self.box_frame = box_frame(self.seen_size, self.box_convention)
         self.calls = []
 
     def image_zoom_in_tool(self, bbox_2d: list[float], label: str) -> list[dict]:
@@ -73,6 +95,10 @@ class ZoomInEnv:
                 the top-left corner and (x2, y2) the bottom-right corner.
             label: A few words naming what you expect to see in the box, e.g. "the star" or "the small sign".
         """
+        return self._zoom(bbox_2d, label)
+
+    def _zoom(self, bbox_2d: list[float], label: str) -> list[dict]:
+        """The tool's work, whatever the convention: `bbox_2d` is read in `self.box_frame`."""
         config, turn = self.config, len(self.calls) + 1
         arguments = {"bbox_2d": bbox_2d, "label": label}
         try:
@@ -80,7 +106,7 @@ class ZoomInEnv:
             box = crop_box(
                 self.image.size,
                 bbox_2d,
-                seen_size=self.seen_size,
+                seen_size=self.box_frame,
                 min_side=config.min_side,
                 max_aspect=config.max_aspect,
             )
@@ -91,6 +117,27 @@ class ZoomInEnv:
         crop = resize_to_budget(self.image.crop(box), self.crop_budget)
         self.calls.append(ZoomCall(turn, arguments, clean_label, box, crop))
         return observation(crop, f"Zoomed in on {list(bbox_2d)}.")
+
+
+class RelativeZoomInEnv(ZoomInEnv):
+    """`ZoomInEnv` reading `bbox_2d` on Qwen3-VL's 0-1000 grid over the image (`box_convention` "relative_1000"), the
+    format Qwen3-VL was pre-trained to ground objects in; only the tool's description differs."""
+
+    box_convention = "relative_1000"
+
+    def image_zoom_in_tool(self, bbox_2d: list[float], label: str) -> list[dict]:
+        """Zoom in on a region of the image by cropping it with a bounding box, to see small details clearly.
+
+        Args:
+            bbox_2d: The region to zoom in on, as [x1, y1, x2, y2] on a 0-1000 grid over the image you see, where
+                (0, 0) is its top-left corner and (1000, 1000) its bottom-right corner, whatever its size.
+            label: A few words naming what you expect to see in the box, e.g. "the star" or "the small sign".
+        """
+        return self._zoom(bbox_2d, label)
+
+
+# The environment of each `ToolConfig.box_convention` (`tools.make_environment_factory`).
+ENVIRONMENTS = {env.box_convention: env for env in (ZoomInEnv, RelativeZoomInEnv)}
 
 
 def environment_tools(environment: object) -> list[Callable]:

@@ -1,8 +1,10 @@
 """The zoom-in tool: crop geometry, label rules and the observation returned to the model.
 
-DeepEyes-compatible interface: tool name `image_zoom_in_tool`, arguments `bbox_2d = [x1, y1, x2, y2]` in absolute
-pixels *of the image the model sees* (Qwen's `smart_resize` of the original) and `label`, the short description of
-what the model expects to find there (MAPO's "talk", scored against the crop by CLIP).
+DeepEyes-compatible interface: tool name `image_zoom_in_tool`, arguments `bbox_2d = [x1, y1, x2, y2]` in the model's
+own frame and `label`, the short description of what the model expects to find there (MAPO's "talk", scored against
+the crop by CLIP). The frame (`ToolConfig.box_convention`, `box_frame`) is Qwen2.5-VL's absolute pixels *of the image
+the model sees* (Qwen's `smart_resize` of the original), or Qwen3-VL's 0-1000 grid over the image: both are a
+rescaling of the original, so `crop_box` maps either back to full-resolution pixels with the same rule.
 
 How this differs from DeepEyes' tool:
 - the box is mapped from the resized image the model saw back to the full-resolution original before cropping
@@ -26,9 +28,21 @@ from numbers import Real
 from PIL import Image
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
-from tools.config import PixelBudget
+from tools.config import BOX_CONVENTIONS, PixelBudget
 
 TOOL_NAME = "image_zoom_in_tool"
+RELATIVE_GRID = 1000  # `relative_1000`: (0, 0) is the image's top-left corner, (1000, 1000) its bottom-right
+
+
+def box_frame(seen: tuple[int, int], box_convention: str) -> tuple[int, int]:
+    """(width, height) of the frame `bbox_2d` is written in: `seen` (the resized image the model sees, in pixels) for
+    `pixels`, the `RELATIVE_GRID` square for `relative_1000`. `smart_resize` rescales the whole image, so a relative
+    box means the same region of the seen image and of the original."""
+    if box_convention == "pixels":
+        return seen
+    if box_convention == "relative_1000":
+        return RELATIVE_GRID, RELATIVE_GRID
+    raise ValueError(f"box_convention must be one of {BOX_CONVENTIONS}; got {box_convention!r}")
 
 
 def tool_call_text(bbox_2d: Sequence[float], label: str, name: str = TOOL_NAME) -> str:
@@ -98,8 +112,9 @@ def crop_box(
 
     Args:
         image_size: (width, height) of the original, full-resolution image.
-        bbox_2d: [x1, y1, x2, y2] in pixels of the image the model saw.
-        seen_size: (width, height) of the image the model saw; None means the original itself.
+        bbox_2d: [x1, y1, x2, y2] in the frame `seen_size`.
+        seen_size: (width, height) of the frame the box is written in (`box_frame`: the image the model saw, or the
+            1000 x 1000 relative grid); None means the original's pixels.
         min_side: a box side shorter than this (original pixels) is expanded about its centre, inside the image.
         max_aspect: boxes whose long/short side ratio exceeds this are rejected.
 
@@ -117,9 +132,10 @@ def crop_box(
             f"bbox_2d {list(bbox_2d)} is empty inside the image ({seen_w}x{seen_h}): "
             "need x1 < x2 and y1 < y2 within the image."
         )
-    sx, sy = width / seen_w, height / seen_h
-    left, right = _expand_span(cx1 * sx, cx2 * sx, min_side, width)
-    top, bottom = _expand_span(cy1 * sy, cy2 * sy, min_side, height)
+    # Multiplied, then divided once: exact for whole numbers, so a box on the 1000-grid (2240 / 1000 = 2.24 is no
+    # binary fraction: 700 * 2.24 = 1568.0000000000002) is not widened by a pixel at its floor or ceiling.
+    left, right = _expand_span(cx1 * width / seen_w, cx2 * width / seen_w, min_side, width)
+    top, bottom = _expand_span(cy1 * height / seen_h, cy2 * height / seen_h, min_side, height)
     box = (math.floor(left), math.floor(top), math.ceil(right), math.ceil(bottom))
     box = (max(box[0], 0), max(box[1], 0), min(box[2], width), min(box[3], height))
     w, h = box[2] - box[0], box[3] - box[1]
@@ -146,7 +162,7 @@ def crop(
     min_side: int,
     max_aspect: float,
 ) -> Image.Image:
-    """Cut `bbox_2d` (given in the model's resized frame `seen_size`) out of the full-resolution `image`.
+    """Cut `bbox_2d` (given in the model's frame `seen_size`, `box_frame`) out of the full-resolution `image`.
 
     See `crop_box` for the geometry rules. Raises `ToolError` for a box that cannot be cropped.
     """

@@ -17,7 +17,7 @@ from typing import Any
 import trl
 import yaml
 
-from tools import read_record, record_mismatches, warn_on_mismatch
+from tools import PixelBudget, ToolConfig, read_record, record_mismatches, refuse_mismatch, warn_on_mismatch
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +25,22 @@ logger = logging.getLogger(__name__)
 # ----------------------------------------------------------------------------------------------------------- parse
 BASE_KEY = "base"
 RESOLVED_RECIPE_NAME = "recipe.yaml"
+
+
+# The real RL recipes' shared base: the pixel budgets the trained models run under.
+REAL_RECIPE_BASE = Path(__file__).resolve().parent.parent / "recipes" / "mapo_paper.yaml"
+QWEN_MIN_PIXELS, QWEN_FACTOR = 56 * 56, 28  # Qwen2.5-VL's image processor: min_pixels, patch 14 x merge 2
+
+
+def real_recipe_budget(max_pixels: int | None = None) -> tuple[ToolConfig, PixelBudget]:
+    """The tool and the image's pixel budget of the real RL recipes (`recipes/mapo_paper.yaml`: `max_pixels` and
+    `crop_max_pixels`) at Qwen2.5-VL's min pixels and factor; `max_pixels`, when given, replaces the recipes' and caps
+    the crops'. For replaying calls outside a run (a converted set's preview, the verifier gate) at the sizes
+    training shows."""
+    recipe = yaml.safe_load(REAL_RECIPE_BASE.read_text(encoding="utf-8"))
+    pixels = max_pixels or recipe["max_pixels"]
+    tool = ToolConfig(max_pixels=pixels, crop_max_pixels=min(recipe["crop_max_pixels"], pixels))
+    return tool, PixelBudget(QWEN_MIN_PIXELS, pixels, QWEN_FACTOR)
 
 
 @dataclass
@@ -126,8 +142,9 @@ def parse_args_and_record(
     then the record of the checkpoint named by `model_name_or_path` (`tool_config.json`: the tool settings it was
     trained with and, after RL, its rollout budget), then, for the `unrecorded_keys` the record lacks (all of them
     for a checkpoint without one: a hub model), their values in the recipe `unrecorded`, then the dataclass
-    defaults. A value that differs from the record warns with both values; a value taken from `unrecorded` is
-    logged. With `save_recipe` (the entry scripts' command line) the merged recipe is written to
+    defaults. A value that differs from the record warns with both values (`box_convention` fails instead:
+    `tools.config.refuse_mismatch`); a value taken from `unrecorded` is logged. With `save_recipe` (the entry
+    scripts' command line) the merged recipe is written to
     `<output_dir>/recipe.yaml` by the first process, with the command line in its header.
     """
     dataclass_types = tuple(dataclass_types)
@@ -146,7 +163,9 @@ def parse_args_and_record(
         parsed = parser.parse_args_and_config(list(argv))
         values = {name: value for p in parsed for name, value in vars(p).items()}
         if record is not None:
-            warn_on_mismatch(checkpoint, record_mismatches(record, values))
+            mismatches = record_mismatches(record, values)
+            refuse_mismatch(checkpoint, mismatches)  # the box convention: an error at start, naming both values
+            warn_on_mismatch(checkpoint, mismatches)
         taken = {k: v for k, v in fallback.items() if values.get(k) == v}
         if taken:
             logger.warning(

@@ -205,13 +205,14 @@ def token_budget(
     env = make_environment_factory(config, budget)()
     side = int(budget.max_pixels**0.5)
     env.reset(image=Image.new("RGB", (side, side)))  # a box in this frame has as many digits as real ones
-    response = env.image_zoom_in_tool([0, 0, env.seen_size[0], env.seen_size[1]], "the object")
+    response = env.image_zoom_in_tool([0, 0, *env.box_frame], "the object")  # the whole image, in the model's frame
     suffix = tool_suffix_ids(processor, [{"role": "tool", "name": TOOL_NAME, "content": response}])
     pad = processor.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
     # The response's text as rendered, and the largest crop the budget allows (smart_resize keeps h * w under it).
     crop_response = len(suffix) - suffix.count(pad) + env.crop_budget.max_tokens
     small = Image.new("RGB", (budget.factor, budget.factor))
-    text_ids = prompt_ids(processor, prepare_multimodal_messages(build_prompt("?"), images=[small]), env)
+    prompt = build_prompt("?", box_convention=config.box_convention)
+    text_ids = prompt_ids(processor, prepare_multimodal_messages(prompt, images=[small]), env)
     tokenizer = processor.tokenizer
 
     def length(text: str) -> int:
