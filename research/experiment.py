@@ -66,6 +66,7 @@ from data.benchmarks import load_saved_split
 from data.task import normalize
 from evaluation.run import read_samples
 from evaluation.verifier_check import GateResult, check_verifier
+from research.report import markdown_table
 from research.rewards import frames_target, simulated_reader_reward, target_in_view_reward
 from rewards.verifiers import build_verifier
 from tiny import stages
@@ -234,17 +235,6 @@ def format_spread(spread: Spread | None) -> str:
         return "— (no value)"
     text = f"{spread.mean:.3f} ± {spread.std:.3f}"
     return text if spread.n == spread.of else f"{text} ({spread.n}/{spread.of} seeds)"
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A GitHub markdown table; `|` inside a cell is escaped so it cannot split the row."""
-    if any(len(row) != len(header) for row in rows):
-        raise ValueError(f"every row needs {len(header)} cells: {[len(row) for row in rows]}")
-
-    def line(cells: Sequence[object]) -> str:
-        return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
-
-    return "\n".join([line(header), "|" + "---|" * len(header), *map(line, rows)])
 
 
 # -------------------------------------------------------------------------------------------------------- plots

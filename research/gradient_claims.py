@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoModelForImageTextToText, set_seed
+from transformers import set_seed
 
 import rl
 from data.benchmarks import load_saved_split
@@ -51,6 +51,7 @@ from hpo.steps import turn_index
 from mapo import mapo_advantages, semantic_reward
 from mapo_trainer import MAPOTrainer
 from research import gradient_stats as gs
+from research.report import markdown_table
 from research.rewards import READER_HIT_P, READER_MISS_P, reader_draw, reader_outcome, target_seen
 from research.verifiers import WalkVerifier
 from rewards.outcome import format_reward
@@ -322,6 +323,7 @@ def measure(
     if prompts > len(recorder.train_dataset):
         raise ValueError(f"--rollouts {args.rollouts}: the train split has {len(recorder.train_dataset)} prompts")
     recipe_scaling = recorder.scale_rewards
+    parameters = sum(p.numel() for p in recorder.model.parameters() if p.requires_grad)  # the score vectors' size
     timings = {}
     t = time.time()
     log(f"rollouts: {args.rollouts} in groups of {group}, {batch_prompts} prompts a batch")
@@ -343,6 +345,7 @@ def measure(
         "group": group,
         "batch_prompts": batch_prompts,
         "recipe_scaling": recipe_scaling,
+        "parameters": parameters,
         "recipe": {k: v for part in parse_run(start, kit, "recipe") for k, v in vars(part).items()},
         "timings": timings,
     }
@@ -623,13 +626,6 @@ def estimator_table(results: dict, scaling: str) -> str:
     header = ["estimator", "what", "mean cosine ± SE", "minus grpo's ± SE", "variance trace", "signal", "trace / signal",
               "zero batches"]  # fmt: skip
     return markdown_table(header, rows)
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    def line(cells):
-        return "| " + " | ".join(str(c) for c in cells) + " |"
-
-    return "\n".join([line(header), line(["---"] * len(header)), *map(line, rows)])
 
 
 def plot(
@@ -1022,14 +1018,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     measurement["timings"]["statistics"] = time.time() - t
     gate = tiny_clip_gate(args.start, args.gate_rows) if args.gate_rows else None
     recipe = measurement["recipe"]
-    parameters = sum(p.numel() for p in _policy_parameters(args.start / "sft"))
     setup = {
         "date": datetime.date.today().isoformat(),
         "command": command_line(argv),
         "start": str(args.start),
         "sft_steps": f"{args.sft_rounds} rounds of {args.sft_steps}",
         "recipe_beta": recipe["semantic_beta"],
-        "parameters": parameters,
+        "parameters": measurement["parameters"],
         "timings": measurement["timings"],
         "minutes": sum(measurement["timings"].values()) / 60,
         "cores": torch.get_num_threads(),
@@ -1045,10 +1040,6 @@ def command_line(argv: Sequence[str]) -> str:
     """The command that measures anew what this run reports (`--reuse` only skipped the measuring)."""
     measuring = [a for a in argv if a != "--reuse"]
     return f'make experiment ARGS="{" ".join(measuring)}"' if measuring else "make experiment"
-
-
-def _policy_parameters(path: Path):
-    return [p for p in AutoModelForImageTextToText.from_pretrained(path).parameters() if p.requires_grad]
 
 
 if __name__ == "__main__":
