@@ -104,7 +104,7 @@ $(TINY)/clip_trained/training_metrics.json: $(TINY)/.built tiny/clip.py data/syn
 	$(PY) -m scripts.train_clip --output_dir $(TINY)/clip_trained --steps 300
 
 test: $(STAMP) ## The whole offline suite on both cores, real vLLM included (docs/testing.md)
-	$(PY) -m pytest -q -n 2 --dist loadfile tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 
 test-fast: $(STAMP) ## The fast lane: every test that starts no process or engine, on both cores (under 3 min)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not process and not vllm and not gpu" tests

@@ -233,6 +233,15 @@ class MAPOConfig(GRPOConfig):
             "choices": ["auto", "bfloat16", "float16", "float32"],
         },
     )
+    vllm_enforce_eager: bool = field(
+        default=False,
+        metadata={
+            "help": "Build the colocated vLLM engine (vllm_mode: colocate) without torch.compile and CUDA graphs, "
+            "which TRL 1.16 cannot ask for (a server takes `--enforce_eager` on its own command line). Leave it off "
+            "on GPUs, where CUDA graphs speed decoding; the tiny CPU recipe sets it: vLLM's CPU build otherwise "
+            "compiles the model at every engine start (~40 s of a ~45 s start on 2 cores, docs/vllm.md)."
+        },
+    )
     variance_probe_steps: int = field(
         default=0,
         metadata={
@@ -339,6 +348,10 @@ class EvalArguments:
     vllm_gpu_memory_utilization: float = field(default=0.9, metadata={"help": "vLLM backend only."})
     vllm_max_model_len: int | None = field(default=None, metadata={"help": "vLLM backend only."})
     vllm_max_images: int = field(default=16, metadata={"help": "vLLM backend only: images per conversation."})
+    vllm_enforce_eager: bool = field(
+        default=False,
+        metadata={"help": "vLLM backend only: no torch.compile or CUDA graphs (as MAPOConfig.vllm_enforce_eager)."},
+    )
 
     def __post_init__(self):
         if self.output_dir is None:

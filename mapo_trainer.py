@@ -109,6 +109,7 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
             engine = colocate_engine_options(
                 mm_processor_kwargs={"min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels},
                 dtype=config.vllm_dtype,
+                enforce_eager=config.vllm_enforce_eager,
             )
         try:
             with engine:

@@ -477,22 +477,31 @@ def load_saved_split(path: str | os.PathLike, split: str) -> datasets.Dataset:
     return loaded
 
 
-def _synthetic(path: str | os.PathLike | None, split: str | None) -> datasets.Dataset:
-    """The synthetic benchmark: a `save_to_disk` folder, or a freshly generated test split (never a training one)."""
+def _synthetic(path: str | os.PathLike | None, split: str | None, rows: int | None = None) -> datasets.Dataset:
+    """The synthetic benchmark: a `save_to_disk` folder, or a freshly generated test split (never a training one) of
+    `SYNTHETIC_EVAL_ROWS` rows, or only its first `rows`: each row is drawn from its own index, so they are the same
+    rows, and an evaluation with a small `limit` does not draw (and PNG-encode) the rest."""
     if path is None:
-        return build_synthetic(SYNTHETIC_EVAL_ROWS, seed=0, split=split or "test")
+        n = SYNTHETIC_EVAL_ROWS if rows is None else min(rows, SYNTHETIC_EVAL_ROWS)
+        return build_synthetic(n, seed=0, split=split or "test")
     return load_saved_split(path, split or "test")
 
 
 # -------------------------------------------------------------------------------------------------------- API
 def read_benchmark(
-    name: str, path: str | os.PathLike | None = None, *, split: str | None = None, skip_bad_rows: bool = False
+    name: str,
+    path: str | os.PathLike | None = None,
+    *,
+    split: str | None = None,
+    skip_bad_rows: bool = False,
+    rows: int | None = None,
 ) -> tuple[datasets.Dataset, list[BadRowError]]:
-    """`load_benchmark`, also returning the rows it skipped (empty unless `skip_bad_rows`)."""
+    """`load_benchmark`, also returning the rows it skipped (empty unless `skip_bad_rows`). `rows`: how many of the
+    first rows the caller will read (its `limit`); only the generated synthetic split uses it, to draw no more."""
     if name not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r}; known: {list(BENCHMARKS)}")
     if name == "synthetic":  # generated or saved by this repo: nothing third-party to validate
-        return _synthetic(path, split), []
+        return _synthetic(path, split, rows), []
     if path is None:
         raise ValueError(f"benchmark {name!r} reads local files: pass the path you downloaded it to (data_path)")
     rows, skipped, seen_ids = [], [], set()

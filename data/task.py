@@ -178,5 +178,7 @@ def is_well_formed_turn(message: dict, is_last: bool) -> bool:
         rest = text[think.end() :].strip()
     has_call = bool(message.get("tool_calls"))
     if is_last:  # the final turn answers and calls nothing
-        return not has_call and _ANSWER_RE.fullmatch(rest) is not None
+        # one block: the lazy pattern alone would also fullmatch "<answer>A</answer><answer>C</answer>"
+        one = rest.count("<answer>") == 1 and rest.count("</answer>") == 1
+        return not has_call and one and _ANSWER_RE.fullmatch(rest) is not None
     return has_call and rest == ""  # an intermediate turn thinks, then calls (the call is parsed out of content)

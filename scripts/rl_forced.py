@@ -104,6 +104,7 @@ def summary(trainer: ForcedMAPOTrainer) -> dict:
     steps = trainer.meter.steps
     timed = [s["step_s"] for s in steps[1:]] or [s["step_s"] for s in steps]
     peaks = [s["peak_gib"] for s in steps if s["peak_gib"] is not None]
+    engine = getattr(getattr(trainer, "vllm_generation", None), "llm", None)
     return {
         "ok": ok,
         "distributed_type": str(trainer.accelerator.distributed_type),
@@ -120,6 +121,8 @@ def summary(trainer: ForcedMAPOTrainer) -> dict:
         "vllm_weight_pushes": getattr(
             getattr(getattr(trainer, "vllm_generation", None), "vllm_client", None), "_pushes", None
         ),
+        # colocate only: how the engine was built (the recipe's vllm_enforce_eager must have reached it)
+        "vllm_enforce_eager": engine.llm_engine.model_config.enforce_eager if engine is not None else None,
     }
 
 

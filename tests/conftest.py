@@ -74,8 +74,26 @@ def tiny_clip(tiny_kit):
     return models.load_clip(tiny_kit["clip"])
 
 
+# The files that hold the suite's longest runs, longest first (each file's minutes in a whole `make test`:
+# docs/testing.md). `make test` hands whole files to its two workers in collection order (`--no-loadscope-reorder`;
+# xdist would otherwise order them by test count), so these start first, side by side, and the short files fill in
+# after them, instead of one long file starting last and running alone.
+LONGEST_FIRST = (
+    "tests/test_vllm_server.py",
+    "tests/test_vllm.py",
+    "tests/research/test_experiment.py",
+    "tests/test_multiprocess.py",
+    "tests/test_mapo_trainer.py",
+    "tests/test_demo.py",
+    "tests/test_hpo_trainer.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests need CUDA; on CPU-only machines (CI) they are skipped, with the reason shown by `-ra`."""
+    """The files in `LONGEST_FIRST` first (the sort is stable: every file keeps its own order); `gpu` tests need
+    CUDA, and on CPU-only machines (CI) they are skipped, with the reason shown by `-ra`."""
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

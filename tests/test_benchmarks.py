@@ -238,6 +238,10 @@ def test_synthetic(tmp_path, monkeypatch):
     monkeypatch.setattr(benchmarks, "SYNTHETIC_EVAL_ROWS", 2)  # the generated default split, kept small here
     generated = load_benchmark("synthetic")
     assert generated["id"] == ["test-000000", "test-000001"]  # a test split: never rows training draws
+    # An evaluation's limit draws only the rows it reads, and they are the same rows: each is drawn from its index.
+    drawn, _ = benchmarks.read_benchmark("synthetic", rows=1)
+    assert len(drawn) == 1 and drawn[0] == generated[0]
+    assert len(benchmarks.read_benchmark("synthetic", rows=5)[0]) == 2  # never past the split
 
 
 def test_missing_files_say_what_layout_is_expected(tmp_path):

@@ -15,6 +15,7 @@ import re
 import tokenize
 from pathlib import Path
 
+import conftest  # tests/conftest.py, as pytest loaded it (tests/ is on sys.path)
 import pytest
 from trl import GRPOTrainer
 
@@ -330,3 +331,8 @@ def test_what_users_import_stays_where_it_was():
     }  # fmt: skip
     missing = [f"{m}.{n}" for m, names in kept.items() for n in names if not hasattr(importlib.import_module(m), n)]
     assert missing == []
+
+
+def test_the_files_the_suite_starts_first_exist():
+    """`conftest.LONGEST_FIRST` orders `make test`'s files; a renamed file would silently drop out of the order."""
+    assert conftest.LONGEST_FIRST and all((REPO / path).is_file() for path in conftest.LONGEST_FIRST)

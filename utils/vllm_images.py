@@ -20,10 +20,11 @@ without a word. The trainer keeps the processor-expanded ids for the forward pas
 length checks, so training is unchanged. Smaller than the proposed upstream fixes, which thread a second,
 tokenizer-only id track through `_tokenize_prompts`, `_get_tool_suffix_ids` and `_tool_call_loop`.
 
-Two more things TRL 1.16 leaves out of the colocate engine: the recipe's pixel budget (it builds `LLM(model=...)`
-without `mm_processor_kwargs`, so vLLM would resize by the checkpoint's saved processor config) and the engine's dtype
-(vLLM runs a float32 checkpoint in bf16). `colocate_engine_options` adds them to that one call, and on vLLM's CPU
-build keeps the engine's weights loadable by TRL's sync (`loadable_cpu_weights`).
+Three more things TRL 1.16 leaves out of the colocate engine: the recipe's pixel budget (it builds `LLM(model=...)`
+without `mm_processor_kwargs`, so vLLM would resize by the checkpoint's saved processor config), the engine's dtype
+(vLLM runs a float32 checkpoint in bf16), and `enforce_eager` (no compile at the engine's start: the tiny CPU
+recipe's choice). `colocate_engine_options` adds them to that one call, and on vLLM's CPU build keeps the engine's
+weights loadable by TRL's sync (`loadable_cpu_weights`).
 
 After every weight sync, vLLM's encoder cache is reset (`reset_encoder_cache_after_sync`): TRL 1.16 resets only the
 prefix cache, and vLLM keeps the vision tower's embeddings of an image after its request ends, so an image seen again
@@ -192,7 +193,7 @@ def colocate_engine_options(**options) -> Iterator[None]:
     """Adds `options` (vLLM `LLM` arguments) to the one `LLM(...)` call TRL 1.16 makes to build a colocated engine.
 
     TRL builds it with fixed arguments (`VLLMGeneration._init_vllm`): no `mm_processor_kwargs`, no
-    `limit_mm_per_prompt`, no `dtype`. Scoped to the trainer's `__init__`, the only place the engine is built.
+    `limit_mm_per_prompt`, no `dtype`, no `enforce_eager`. Scoped to the trainer's `__init__`, the only place the engine is built.
     """
     original = trl_vllm.LLM
     trl_vllm.LLM = functools.partial(original, **options)
