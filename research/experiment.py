@@ -66,7 +66,7 @@ from data.benchmarks import load_saved_split
 from data.task import normalize
 from evaluation.run import read_samples
 from evaluation.verifier_check import GateResult, check_verifier
-from research.report import markdown_table
+from research.report import markdown_table, verdict_sections
 from research.rewards import frames_target, simulated_reader_reward, target_in_view_reward
 from rewards.verifiers import build_verifier
 from tiny import stages
@@ -639,21 +639,7 @@ def write_report(report: Path, outcome: dict, gate: dict[str, dict[str, GateResu
         "(`experiment/results.json`); "
         'every section, "What it shows" included, is written from them: rerun it to regenerate._',
         "",
-        "## What would count",
-        "",
-        CRITERION,
-        "",
-        "## What it shows",
-        "",
-        *what_it_shows(outcome, control, gate, outcome["clip_score"]),
-        "",
-        "## Command",
-        "",
-        "```bash",
-        setup["command"],
-        "```",
-        "",
-        "## Setup",
+        *verdict_sections(CRITERION, what_it_shows(outcome, control, gate, outcome["clip_score"]), setup["command"]),
         "",
         *setup["lines"],
         "",

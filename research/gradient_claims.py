@@ -51,7 +51,7 @@ from hpo.steps import turn_index
 from mapo import mapo_advantages, semantic_reward
 from mapo_trainer import MAPOTrainer
 from research import gradient_stats as gs
-from research.report import markdown_table
+from research.report import markdown_table, verdict_sections
 from research.rewards import READER_HIT_P, READER_MISS_P, reader_draw, reader_outcome, target_seen
 from research.verifiers import WalkVerifier
 from rewards.outcome import format_reward
@@ -793,21 +793,11 @@ def write_report(report: Path, results: dict, setup: dict) -> Path:
         f'(`{rel}/results.json`); every section, "What it shows" included, is written from them: rerun it to '
         "regenerate._",
         "",
-        "## What would count",
-        "",
-        CRITERIA,
-        "",
-        "## What it shows",
-        "",
-        *what_it_shows(results | {"recipe_beta": setup["recipe_beta"]}, setup.get("gate")),
-        "",
-        "## Command",
-        "",
-        "```bash",
-        setup["command"],
-        "```",
-        "",
-        "## Setup",
+        *verdict_sections(
+            CRITERIA,
+            what_it_shows(results | {"recipe_beta": setup["recipe_beta"]}, setup.get("gate")),
+            setup["command"],
+        ),
         "",
         f"- Policy: `{setup['start']}/sft`, the experiment world's SFT ({setup['sft_steps']} steps, each from the last, from the tiny "
         "Qwen2.5-VL, 768 px square images, region hints), built once and cached; not timed below.",

@@ -1,4 +1,4 @@
-"""What the research reports share: their tables in Markdown."""
+"""What the research reports share: their tables in Markdown, and the sections every report opens with."""
 
 from __future__ import annotations
 
@@ -14,3 +14,25 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
         return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
 
     return "\n".join([line(header), "|" + "---|" * len(header), *map(line, rows)])
+
+
+def verdict_sections(criteria: str, shows: Sequence[str], command: str) -> list[str]:
+    """The lines of "What would count", "What it shows" (which the demo reads, `tiny.stages.experiment_verdict`)
+    and "Command", up to the "## Setup" heading each report continues under."""
+    return [
+        "## What would count",
+        "",
+        criteria,
+        "",
+        "## What it shows",
+        "",
+        *shows,
+        "",
+        "## Command",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        "## Setup",
+    ]
