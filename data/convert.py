@@ -127,8 +127,12 @@ def preview_budget(max_pixels: int | None) -> tuple[ToolConfig, PixelBudget]:
     return real_recipe_budget(max_pixels)
 
 
-def write_preview(rows: Sequence[dict], out: Path, tool: ToolConfig, budget: PixelBudget) -> Path:
-    """`out/<i>/image.png`, `crop_<k>.png` (the tool's crops on replay), `trajectory.json`, and `out/index.html`."""
+def write_preview(
+    rows: Sequence[dict], out: Path, tool: ToolConfig, budget: PixelBudget, skipped: dict[str, list[str]] | None = None
+) -> Path:
+    """`out/<i>/image.png`, `crop_<k>.png` (the tool's crops on replay), `trajectory.json`, and `out/index.html`, which
+    also lists the first `skipped` rows of each reason (`stats.json`'s examples: code the reader could not read
+    quotes its statement)."""
     env = make_environment_factory(tool, budget)()
     cards = []
     for i, row in enumerate(rows):
@@ -159,8 +163,15 @@ def write_preview(rows: Sequence[dict], out: Path, tool: ToolConfig, budget: Pix
         }
         (folder / "trajectory.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         cards.append(_card(i, record, row["image"].size))
+    skips = "".join(
+        f"<li><b>{reason}</b> ({html.escape(SKIP_REASONS[reason])})<ul>"
+        + "".join(f"<li><code>{html.escape(example)}</code></li>" for example in examples)
+        + "</ul></li>"
+        for reason, examples in (skipped or {}).items()
+    )
+    skips = f"<h2>Skipped rows, the first of each reason</h2><ul>{skips}</ul>" if skips else ""
     page = out / "index.html"
-    page.write_text(_PAGE.format(count=len(cards), cards="\n".join(cards)), encoding="utf-8")
+    page.write_text(_PAGE.format(count=len(cards), cards="\n".join(cards), skipped=skips), encoding="utf-8")
     return page
 
 
@@ -173,6 +184,7 @@ figure{{margin:0}}figcaption{{font-size:12px;color:#555;max-width:480px}}.crop{{
 pre{{white-space:pre-wrap;background:#f3f3f3;padding:.5em;margin:.3em 0}}
 </style></head><body><h1>{count} converted trajectories</h1>
 {cards}
+{skipped}
 </body></html>
 """
 
@@ -230,7 +242,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         tool, budget = preview_budget(args.max_pixels)
         tool = dataclasses.replace(tool, box_convention=args.box_convention)
         rows = [as_row(t) for t in trajectories[: args.preview]]
-        stats["preview"] = str(write_preview(rows, args.output / "preview", tool, budget))
+        page = write_preview(rows, args.output / "preview", tool, budget, stats["skipped_examples"])
+        stats["preview"] = str(page)
     print(json.dumps(stats, indent=1))
     return stats
 

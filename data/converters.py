@@ -13,7 +13,7 @@ docs/data.md, "Sources"); the readers compose them into the original's pixels:
 | `cof_sft` | `<tool_call>` of `image_zoom_in_tool` with a `label` | absolute pixels of the first image | as is |
 | `pixel_reasoner_sft` | `<tool_call>` of `crop_image_normalized{bbox_2d, target_image}` | normalised [0, 1] of `target_image` (1-based over the images the conversation shows) when all four values are < 1, else pixels of that image as shown; their tool pads 0.1 of the target image per side | the padded box (the crop the next thought saw) x the target's extent |
 | `deepeyes_v2_sft` | Python on `image_1` (PIL), read with `ast` (`CodeReader`) | absolute pixels of the original, PIL order | evaluated: crops of crops and of enhanced images composed |
-| `thyme_sft` | Python on the image at `image_path` (cv2/numpy or PIL), read with `ast` | absolute pixels of the original, numpy order | evaluated, as DeepEyesV2's |
+| `thyme_sft` | Python on the image at `image_path` (cv2/numpy or PIL), read with `ast` | absolute pixels of the original, numpy order; literal boxes widened to 64 px by their sandbox | evaluated after the sandbox's rewrites (`ThymeSandboxRewrites`) |
 
 **Images are indexed by what the release shows**, not by the calls: a call after which the release shows no image
 failed upstream (their tools add no image then), so it adds nothing, and is dropped from the trajectory and counted
@@ -22,7 +22,8 @@ failed upstream (their tools add no image then), so it adds nothing, and is drop
 row. **Every crop is checked against the crop the release ships** (`crop_disagreement`): a row whose replayed crop
 disagrees is skipped as `crop_mismatch`, the check that catches a wrong convention on data no test anticipated.
 
-A row that cannot be converted is skipped and counted by reason (`SKIP_REASONS`), never given an invented box or
+Records are read with their null keys dropped and content parts by type (`without_nulls`, `part_value`): a copy
+re-saved by `datasets` reads as the release. A row that cannot be converted is skipped and counted by reason (`SKIP_REASONS`), never given an invented box or
 label. Labels: the dataset's own where it has one (CoF), else `derive_label`'s short noun phrase from the thought
 before the call, else from the question; each call records its `label_source`; every label is held to the tool's
 limits (`ToolConfig.max_label_words`, `max_label_chars`). The answer is the last assistant turn's, read by
@@ -36,6 +37,7 @@ from __future__ import annotations
 import ast
 import base64
 import binascii
+import contextlib
 import functools
 import io
 import json
@@ -103,6 +105,7 @@ class SkipRow(Exception):
         assert reason in SKIP_REASONS, reason
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason, self.detail, self.where = reason, detail, where
+        self.statement = ""  # for `unsupported_code`: the statement of the code the reader could not read
 
     def at(self, where: str) -> SkipRow:
         """This skip, naming the file and row it came from (for the log and `stats.json`'s examples)."""
@@ -277,6 +280,59 @@ def thought_of(text: str) -> str:
     match = _THINK.search(text)
     text = match.group(1) if match else re.split(r"<tool_call>|<grounding>|<code>|<answer>", text, maxsplit=1)[0]
     return _THINK_TAG.sub("", text).strip()
+
+
+# ------------------------------------------------------------------------------------------------ records, parts
+def without_nulls(value: Any) -> Any:
+    """`value` with every null-valued key dropped, at any depth. A release that has passed through `datasets` (the
+    Hub's parquet conversion, `load_dataset(...).to_json`, `save_to_disk`) gives every record, message and content
+    part every key of its column's schema, most of them null (`{"type": "text", "text": "...", "image": null}`); the
+    readers take a null key for the missing key it stands for. Applied to every record a reader reads (`_rows`)."""
+    if isinstance(value, dict):
+        return {key: without_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [without_nulls(item) for item in value]
+    return value
+
+
+# The kinds a content part can be, by the key that holds its value (Qwen's message format: `{"type": "image",
+# "image": ...}`; OpenAI's `image_url`); a part without `type` is of the one kind whose key it has.
+PART_KINDS = {"text": "text", "image": "image", "image_url": "image", "video": "video"}
+
+
+def part_value(part: Any) -> tuple[str, Any] | None:
+    """A content part as (kind, value), its kind "text", "image" or "video": read from its `type` and that key's
+    non-null value (a part without `type`, from the one key it has). A part of no known kind, or whose value is
+    missing, is None: ignored."""
+    if not isinstance(part, dict):
+        return None
+    kind = part.get("type")
+    for key in [kind] if kind is not None else PART_KINDS:
+        if key in PART_KINDS and part.get(key) is not None:
+            return PART_KINDS[key], part[key]
+    return None
+
+
+def content_parts(content: Any) -> list[tuple[str, Any]]:
+    """A message's content as (kind, value) pairs (`part_value`): a string is one text part, None is none."""
+    if isinstance(content, str):
+        return [("text", content)]
+    parts = [part_value(part) for part in content] if isinstance(content, list) else []
+    return [part for part in parts if part is not None]
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's content, its text parts joined."""
+    return "".join(str(value) for kind, value in content_parts(content) if kind == "text")
+
+
+def content_images(content: Any) -> int:
+    """How many images a message's content shows: its image parts, and the `<image>` tags of its text (sharegpt's
+    placeholders for the row's `images`, in order)."""
+    parts = content_parts(content)
+    return sum(kind == "image" for kind, _ in parts) + sum(
+        str(value).count(_IMAGE_TAG) for kind, value in parts if kind == "text"
+    )
 
 
 def json_call(text: str) -> dict:
@@ -495,6 +551,26 @@ def _unsupported(node: ast.AST | None, what: str) -> SkipRow:
     return SkipRow("unsupported_code", f"{line}{what}")
 
 
+QUOTE_CHARS = 160  # of the statement an `unsupported_code` skip quotes
+
+
+@contextlib.contextmanager
+def _quoting(node: ast.stmt) -> Iterator[None]:
+    """An `unsupported_code` skip raised inside `node` quotes it (the innermost statement: a compound one, its header),
+    so the stats and the preview show the form the reader could not read."""
+    try:
+        yield
+    except SkipRow as skip:
+        if skip.reason != "unsupported_code" or skip.statement:
+            raise
+        header = {ast.If: "if {}:", ast.While: "while {}:"}.get(type(node))
+        text = header.format(ast.unparse(node.test)) if header else ast.unparse(node).splitlines()[0]
+        text = text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 3] + "..."
+        quoted = SkipRow("unsupported_code", f"{skip.detail} in `{text}`")
+        quoted.statement = text
+        raise quoted from None
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -511,8 +587,16 @@ class CodeReader:
     at the end of a cell) or "save" (Thyme: the images the code writes, `cv2.imwrite` / `.save` / `plt.savefig`).
     """
 
-    def __init__(self, size: tuple[int, int], names: dict[str, Any], shows: str, original_as: str | None = None):
+    def __init__(
+        self,
+        size: tuple[int, int],
+        names: dict[str, Any],
+        shows: str,
+        original_as: str | None = None,
+        rewrite: Callable[[ast.Module], ast.Module] | None = None,
+    ):
         assert shows in ("display", "save"), shows
+        self.rewrite = rewrite  # what the sandbox does to the code before it runs it (Thyme's: `ThymeSandboxRewrites`)
         self.original = Picture((0.0, 0.0, float(size[0]), float(size[1])), size, array=False)
         self.env: dict[str, Any] = dict(names)
         if original_as is not None:  # DeepEyesV2's kernel holds the original as `image_1`
@@ -525,10 +609,13 @@ class CodeReader:
     def run(self, code: str) -> list[Shown]:
         self.shown, self.figure = [], None
         tree = _parse(code)
+        if self.rewrite is not None:
+            tree = self.rewrite(tree)
         for i, statement in enumerate(tree.body):
             last = i == len(tree.body) - 1
             if last and self.shows == "display" and isinstance(statement, ast.Expr):
-                value = self.eval(statement.value)
+                with _quoting(statement):
+                    value = self.eval(statement.value)
                 if isinstance(value, Picture):  # Jupyter displays a cell's last value
                     self._show(value, "display")
             else:
@@ -542,6 +629,10 @@ class CodeReader:
             self.statement(statement)
 
     def statement(self, node: ast.stmt) -> None:
+        with _quoting(node):
+            self._statement(node)
+
+    def _statement(self, node: ast.stmt) -> None:
         if isinstance(node, ast.Import | ast.ImportFrom):
             self._import(node)
         elif isinstance(node, ast.Assign):
@@ -588,6 +679,10 @@ class CodeReader:
         if isinstance(target, ast.Name):
             self.env[target.id] = value
         elif isinstance(target, ast.Tuple | ast.List):
+            if isinstance(value, _Opaque):  # `name, ext = os.path.splitext(...)`: nothing a crop reads
+                for element in target.elts:
+                    self.assign(element, OPAQUE)
+                return
             if not isinstance(value, tuple | list) or len(value) != len(target.elts):
                 raise _unsupported(target, f"unpacking {value!r} into {len(target.elts)} names")
             for element, item in zip(target.elts, value):
@@ -977,32 +1072,33 @@ class _Replay:
                           list(options), self.checked, self.content, self.failed)  # fmt: skip
 
 
-def _records(path: Path, what: str) -> list[dict]:
-    try:
-        records = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise LayoutError(f"{path}: not a JSON file ({err}); {what}") from None
-    if not isinstance(records, list) or (records and not isinstance(records[0], dict)):
-        raise LayoutError(f"{path}: expected a JSON list of objects; {what}")
-    return records
-
-
 def _table_records(path: Path, what: str) -> Iterator[dict]:
-    """The records of a parquet shard (a batch at a time: Thyme's rows embed their images), a JSON list or a JSONL
-    file; a line or file that is not JSON fails naming it."""
+    """The records of a parquet shard (a batch at a time: Thyme's rows embed their images), a JSON list, or JSON Lines
+    (`.jsonl`, or a `.json` file `datasets`' `to_json` wrote, whose default is one record per line); a file or line
+    that is not JSON fails naming it."""
     if path.suffix == ".parquet":
         for batch in pq.ParquetFile(path).iter_batches(batch_size=64):
             yield from batch.to_pylist()
-    elif path.suffix == ".jsonl":
-        with path.open(encoding="utf-8") as lines:
-            for number, line in enumerate(lines, start=1):
-                if line.strip():
-                    try:
-                        yield json.loads(line)
-                    except json.JSONDecodeError as err:
-                        raise LayoutError(f"{path}: line {number} is not JSON ({err}); {what}") from None
-    else:
-        yield from _records(path, what)
+        return
+    if path.suffix == ".json":
+        text = path.read_text(encoding="utf-8")
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as err:
+            if not (err.msg == "Extra data" and text.lstrip().startswith("{")):
+                raise LayoutError(f"{path}: not a JSON file ({err}); {what}") from None
+        else:
+            if not isinstance(records, list):
+                raise LayoutError(f"{path}: expected a JSON list of records, found a {type(records).__name__}; {what}")
+            yield from records
+            return
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise LayoutError(f"{path}: line {number} is not JSON ({err}); {what}") from None
 
 
 def _check_keys(record: dict, expected: Sequence[str], where: str) -> None:
@@ -1023,12 +1119,12 @@ def _rows(file: Path, records, expected, fmt, read_row) -> Iterator[Trajectory |
     """`read_row(record, index)` over a file's records, a skip naming the file and row; the first record must have
     the format's fields (else the input is not in that layout: `LayoutError`)."""
     for index, record in enumerate(records):
-        if index == 0:
+        if index == 0:  # the layout is the keys, null or not
             if not isinstance(record, dict):
                 raise LayoutError(f"--format {fmt}: {file} holds {type(record).__name__}s, not records")
             _check_keys(record, expected, f"{fmt} {file.name} record 0")
         try:
-            yield read_row(record, index)
+            yield read_row(without_nulls(record), index)
         except SkipRow as skip:
             yield skip.at(f"{file.name} row {index}")
 
@@ -1079,21 +1175,24 @@ def _mini_o3_row(record: dict, row_id: str, store: ImageStore, tool: ToolConfig)
             turns = ast.literal_eval(record["conversations"])
         except (ValueError, SyntaxError):
             raise SkipRow("malformed_call", "conversations is neither JSON nor a Python literal") from None
+    if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+        raise SkipRow("malformed_call", "conversations is not a list of turns")
+    turns = without_nulls(turns)
     images = record.get("images") or []
     if not images:
         raise SkipRow("missing_image", "no images")
     original = store.open(images[0], "images[0]")
     roles = {"human": "user", "gpt": "assistant"}
-    counts = [(roles.get(t.get("from"), "system"), str(t.get("value", "")).count(_IMAGE_TAG)) for t in turns]
+    counts = [(roles.get(t.get("from"), "system"), content_images(t.get("value"))) for t in turns]
     _question_images(counts, len(images))
-    humans = [t.get("value", "") for t in turns if t.get("from") == "human"]
+    humans = [content_text(t.get("value")) for t in turns if t.get("from") == "human"]
     question, options = mini_o3_question(humans[0])
     replay = _Replay(original, images, store, question, tool)
     final = ""
     for position, turn in enumerate(turns):
         if turn.get("from") != "gpt":
             continue
-        text = turn.get("value", "")
+        text = content_text(turn.get("value"))
 
         def read(text=text):
             calls = []
@@ -1125,16 +1224,16 @@ def _sharegpt_row(record, row_id, fmt, store, tool, question_of, turn_of, resize
     if not images:
         raise SkipRow("missing_image", "no images")
     messages = record.get("messages") or []
-    counts = [(m.get("role"), str(m.get("content") or "").count(_IMAGE_TAG)) for m in messages]
+    counts = [(m.get("role"), content_images(m.get("content"))) for m in messages]
     _question_images(counts, len(images))
     original = store.open(images[0], "images[0]")
-    users = [str(m.get("content") or "") for m in messages if m.get("role") == "user"]
+    users = [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
     question, options = question_of(users[0])
     replay = _Replay(original, images, store, question, tool, resize_step)
     final = ""
     for position, message in enumerate(messages):
         if message.get("role") == "assistant":
-            final = str(message.get("content") or "")
+            final = content_text(message.get("content"))
             thought, read, code = turn_of(final, replay)
             replay.turn(thought, read, _shown_after(counts, position), code)
     return replay.finish(row_id, fmt.removesuffix("_sft"), question, options, final, thought_of(final))
@@ -1163,8 +1262,8 @@ def read_cof_sft(root: Path, tool: ToolConfig) -> Iterator[Trajectory | SkipRow]
 
         return thought, read, False
 
-    for file in _files(root, ("cof_sft_data*.json",), "cof_sft"):
-        records = _records(file, "cof_sft: a JSON list of {messages, images}")
+    for file in _files(root, ("cof_sft_data*.json", "cof_sft_data*.jsonl", "cof_sft_data*.parquet"), "cof_sft"):
+        records = _table_records(file, "cof_sft: a JSON list of {messages, images}")
 
         def row(record, index, file=file):
             # CoF's crops are resized by Qwen's smart_resize (zoomin_vision_tool.py `do_crop`): sides in steps of 28
@@ -1188,8 +1287,9 @@ def read_deepeyes_v2_sft(root: Path, tool: ToolConfig) -> Iterator[Trajectory | 
     def question_of(text):
         return dataset_question(text, cut_from=DEEPEYES_V2_INSTRUCTIONS)
 
-    for file in _files(root, ("json/sft_part_*.json", "sft_part_*.json"), "deepeyes_v2_sft"):
-        records = _records(file, "deepeyes_v2_sft: a JSON list of {messages, images}")
+    patterns = [f"{folder}sft_part_*.{suffix}" for folder in ("json/", "") for suffix in ("json", "jsonl", "parquet")]
+    for file in _files(root, patterns, "deepeyes_v2_sft"):
+        records = _table_records(file, "deepeyes_v2_sft: a JSON list of {messages, images}")
 
         def row(record, index, file=file):
             reader: list[CodeReader] = []  # one kernel per row, made once the original's size is known
@@ -1236,6 +1336,85 @@ _THYME_PATH = re.compile(r'User Image Path:\**\s*"([^"]*)"')
 _SANDBOX_OUTPUT = re.compile(r"\s*<sandbox_output>(.*?)</sandbox_output>", re.DOTALL)
 
 
+# Thyme's sandbox rewrites the code before it runs it (Thyme's eval/VLMEvalKit/vlmeval/vlm/thyme/sandbox.py, the same in
+# swift/trainers/sandbox.py; `_sandboxed_execution_target`), and the release shows the images the rewritten code made.
+THYME_MIN_CROP = 64  # sandbox.py MIN_CROP_DIMENSION
+THYME_COORD_NAMES = ("x1", "y1", "x2", "y2", "left", "top", "right", "bottom")
+THYME_BOX_NAMES = ("crop_box", "bbox", "box", "coordinates", "coords", "crop_coords", "left_crop_coords",
+                   "right_crop_coords", "top_crop_coords", "bottom_crop_coords")  # fmt: skip
+THYME_CV_NAMES = ("cv", "cv4", "cv3", "CV")  # sandbox.py `OpenCVNamespaceTransformer`: read as `cv2.`
+
+
+def thyme_clamp(box: Sequence[float], size: tuple[int, int]) -> list[float]:
+    """The box Thyme's sandbox crops for a literal `x1, y1, x2, y2` (sandbox.py `CropCoordinateTransformer.
+    _clamp_coordinates`): ordered, clamped into the original image, each side widened to `THYME_MIN_CROP` px from its
+    low edge (pulled back from the far edge). The sandbox measures against the original's size whatever image the
+    code crops."""
+    width, height = float(size[0]), float(size[1])
+    out = []
+    for lo, hi, extent in ((box[0], box[2], width), (box[1], box[3], height)):
+        lo, hi = min(lo, hi), max(lo, hi)
+        lo, hi = min(max(0.0, lo), extent - 1.0 if extent > 0 else 0.0), min(max(0.0, hi), extent)
+        if lo >= hi and extent > 0:
+            lo = max(0.0, hi - 1.0)
+            if hi <= lo:
+                hi = min(extent, lo + 1.0)
+        if extent > 0 and hi - lo < THYME_MIN_CROP:
+            if extent < THYME_MIN_CROP:
+                lo, hi = 0.0, extent
+            else:
+                hi = lo + THYME_MIN_CROP
+                if hi > extent:
+                    hi, lo = extent, max(0.0, extent - THYME_MIN_CROP)
+        if extent > 0 and lo >= hi:
+            hi = min(extent, lo + 1.0)
+        out.append((lo, hi))
+    (x1, x2), (y1, y2) = out
+    return [x1, y1, x2, y2]
+
+
+class ThymeSandboxRewrites(ast.NodeTransformer):
+    """What Thyme's sandbox does to a code block before running it, on the parsed code (sandbox.py):
+    - `image_path = "<a string>"` binds the original's path (`ImagePathTransformer`: a literal that is no image file
+      on the sandbox's disk becomes the input image's path; the rewrite runs before `/mnt/data/temp_processed_images/`
+      is replaced by the output folder, so even a path to an earlier block's output is read as the original);
+    - four numbers unpacked into names of which one is x1, y1, x2, y2, left, top, right or bottom, or a tuple of four
+      numbers bound to one of `THYME_BOX_NAMES`, are clamped by `thyme_clamp` and rounded, when that changes them
+      (`CropCoordinateTransformer`, its cases 1 and 2; its case 3, a literal `image[y1:y2, x1:x2]`, tests for
+      `ast.Index`, which Python 3.9+ no longer produces, so it never runs);
+    - `cv.`, `cv3.`, `cv4.` and `CV.` become `cv2.` (`OpenCVNamespaceTransformer`).
+    """
+
+    def __init__(self, size: tuple[int, int], original_path: OriginalPath):
+        self.size, self.original_path = size, original_path
+
+    def visit_Assign(self, node: ast.Assign) -> ast.Assign:
+        target, value = node.targets[0], node.value
+        if len(node.targets) == 1 and isinstance(target, ast.Name) and target.id == "image_path":
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                node.value = ast.copy_location(ast.Constant(self.original_path), value)
+        elif len(node.targets) == 1 and isinstance(value, ast.Tuple) and len(value.elts) == 4:
+            unpacked = (
+                isinstance(target, ast.Tuple)
+                and len(target.elts) == 4
+                and all(isinstance(t, ast.Name) for t in target.elts)
+                and any(t.id.lower() in THYME_COORD_NAMES for t in target.elts)
+            )
+            numbers = [v.value if isinstance(v, ast.Constant) else None for v in value.elts]
+            if (unpacked or (isinstance(target, ast.Name) and target.id in THYME_BOX_NAMES)) and all(
+                isinstance(v, int | float) for v in numbers
+            ):
+                clamped = [int(round(v)) for v in thyme_clamp(numbers, self.size)]
+                if clamped != [int(round(v)) for v in numbers]:
+                    value.elts = [ast.copy_location(ast.Constant(v), old) for v, old in zip(clamped, value.elts)]
+        return self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.Attribute:
+        if isinstance(node.value, ast.Name) and node.value.id in THYME_CV_NAMES:
+            node.value = ast.copy_location(ast.Name("cv2", ast.Load()), node.value)
+        return self.generic_visit(node)
+
+
 def read_thyme_sft(root: Path, tool: ToolConfig) -> Iterator[Trajectory | SkipRow]:
     """Thyme SFT (HF `Kwai-Keye/Thyme-SFT`): parquet shards (`data/<split>-*.parquet`, the splits
     `wo_thinking_thyme_single_round`, `2round`, `computation`), or the JSON/JSONL Thyme's README converts them to;
@@ -1269,10 +1448,13 @@ def _thyme_row(record: dict, index: int, *, store: ImageStore, tool: ToolConfig,
     original = store.open(images[0], "image[0]")
     question, options = dataset_question(text, THYME_INSTRUCTIONS, cut_from=THYME_CUT)
     path = _THYME_PATH.search(text)
+    original_path = OriginalPath(path.group(1) if path else "")
+    # the sandbox's globals and preset locals (sandbox.py `sandbox_globals`, `sandbox_locals`)
     names = {"cv2": _Module("cv2"), "np": _Module("numpy"), "numpy": _Module("numpy"), "Image": _Module("PIL.Image"),
              "os": _Module("os"), "math": _Module("math"), "json": _Module("json"), "re": _Module("re"),
-             "image_path": OriginalPath(path.group(1) if path else ""), "temp_output_dir": OPAQUE}  # fmt: skip
-    reader = CodeReader(original.size, names, "save")
+             "random": _Module("random"), "string": _Module("string"),
+             "image_path": original_path, "temp_output_dir": OPAQUE}  # fmt: skip
+    reader = CodeReader(original.size, names, "save", rewrite=ThymeSandboxRewrites(original.size, original_path).visit)
     replay = _Replay(original, images, store, question, tool)
     for thought, code, shown in blocks:
         replay.turn(thought, lambda code=code: _shown_calls(reader.run(code)), shown, code=True)
@@ -1286,8 +1468,8 @@ def read_pixel_reasoner_sft(root: Path, tool: ToolConfig) -> Iterator[Trajectory
     message format, images relative to the folder (or in `images.zip`); `crop_image_normalized` calls on a 1-based
     `target_image` over the images the conversation has shown. Rows whose question shows a video are skipped."""
     store = ImageStore(root)
-    for file in _files(root, ("*.json",), "pixel_reasoner_sft"):
-        records = _records(file, "PixelReasoner's SFT json")
+    for file in _files(root, ("*.json", "*.jsonl", "*.parquet"), "pixel_reasoner_sft"):
+        records = _table_records(file, "PixelReasoner's SFT json")
 
         def row(record, index, file=file):
             return _pixel_reasoner_row(record, record.get("qid", f"{file.stem}-{index}"), store, tool)
@@ -1295,28 +1477,24 @@ def read_pixel_reasoner_sft(root: Path, tool: ToolConfig) -> Iterator[Trajectory
         yield from _rows(file, records, ("message_list",), "pixel_reasoner_sft", row)
 
 
-def _parts(message: dict) -> list[dict]:
-    content = message.get("content")
-    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
-
-
 def _pixel_reasoner_row(record: dict, row_id: str, store: ImageStore, tool: ToolConfig) -> Trajectory:
     messages = record["message_list"]
-    if any(p.get("type") == "video" or "video" in p for m in messages for p in _parts(m)):
+    parts = [(m.get("role"), content_parts(m.get("content"))) for m in messages]
+    if any(kind == "video" for _, message in parts for kind, _ in message):
         raise SkipRow("video", "a video part")  # their select_frames tool and frame indices are not the crop's
-    images = [p.get("image") for m in messages if m.get("role") == "user" for p in _parts(m) if "image" in p]
-    counts = [(m.get("role"), sum("image" in p for p in _parts(m))) for m in messages]
+    images = [value for role, message in parts if role == "user" for kind, value in message if kind == "image"]
+    counts = [(role, sum(kind == "image" for kind, _ in message)) for role, message in parts]
     _question_images(counts, len(images))
     original = store.open(images[0], "message_list image 1")
     users = [m for m in messages if m.get("role") == "user"]
-    question, options = dataset_question("".join(p.get("text") or "" for p in _parts(users[0])))
+    question, options = dataset_question(content_text(users[0].get("content")))
     # Their crops are resized by Qwen's smart_resize (experience_maker.py `resize_cropped`): sides in steps of 28.
     replay = _Replay(original, images, store, question, tool, resize_step=28)
     final = ""
     for position, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
-        text = "".join(p.get("text") or "" for p in _parts(message))
+        text = content_text(message.get("content"))
 
         def read(text=text):
             payloads = _TOOL_CALL.findall(text)

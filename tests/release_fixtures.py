@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import ast
 import base64
+import contextlib
+import glob
 import io
 import json
 import math
 import os
+import random
+import re
+import string
 import tempfile
+import textwrap
 import zipfile
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -382,40 +387,127 @@ def write_deepeyes_v2(root: Path, records, zipped: bool = False) -> Path:
 
 
 # ============================================================================================================== Thyme
-def thyme_run(code: str, original: Image.Image, path: str, context: dict) -> list[Image.Image]:
-    """The images one code block writes, run as Thyme's sandbox runs it (github.com/yfzhang114/Thyme
-    `eval/VLMEvalKit/vlmeval/vlm/thyme/sandbox.py`, `_sandboxed_execution_target`: exec with `image_path` the
-    original's path and `temp_output_dir` a fresh folder, cv2/numpy/PIL in scope, names kept between blocks; the
-    processed images are the files the code wrote there). cv2 is stood in for by the few calls the fixtures use, on
-    the same pixels (`imread` reads BGR); `Image.open` of `image_path` opens the original."""
+THYME_OUTPUT_PREFIX = "/mnt/data/temp_processed_images/"  # sandbox.py ORIGINAL_OUTPUT_PREFIX: where code saves
 
-    def imread(name):
-        assert name == path, name
-        return np.asarray(original)[:, :, ::-1].copy()
 
-    def imwrite(name, array):
-        Image.fromarray(np.ascontiguousarray(array[:, :, ::-1])).save(name)
-        return True
+def thyme_clamp(v_x1, v_y1, v_x2, v_y2, img_w, img_h, min_dim=64):
+    """github.com/yfzhang114/Thyme `eval/VLMEvalKit/vlmeval/vlm/thyme/sandbox.py`,
+    `CropCoordinateTransformer._clamp_coordinates`, line for line."""
+    img_w, img_h = float(img_w), float(img_h)
+    cx1, cx2, cy1, cy2 = min(v_x1, v_x2), max(v_x1, v_x2), min(v_y1, v_y2), max(v_y1, v_y2)
+    final_x1 = min(max(0.0, cx1), img_w - 1.0 if img_w > 0 else 0.0)
+    final_x2 = min(max(0.0, cx2), img_w)
+    if final_x1 >= final_x2 and img_w > 0:
+        final_x1 = max(0.0, final_x2 - 1.0)
+        if final_x2 <= final_x1:
+            final_x2 = min(img_w, final_x1 + 1.0)
+    final_y1 = min(max(0.0, cy1), img_h - 1.0 if img_h > 0 else 0.0)
+    final_y2 = min(max(0.0, cy2), img_h)
+    if final_y1 >= final_y2 and img_h > 0:
+        final_y1 = max(0.0, final_y2 - 1.0)
+        if final_y2 <= final_y1:
+            final_y2 = min(img_h, final_y1 + 1.0)
+    if img_w > 0 and final_x2 - final_x1 < min_dim:
+        if img_w < min_dim:
+            final_x1, final_x2 = 0.0, img_w
+        else:
+            final_x2 = final_x1 + min_dim
+            if final_x2 > img_w:
+                final_x2 = img_w
+                final_x1 = max(0.0, final_x2 - min_dim)
+    if img_h > 0 and final_y2 - final_y1 < min_dim:
+        if img_h < min_dim:
+            final_y1, final_y2 = 0.0, img_h
+        else:
+            final_y2 = final_y1 + min_dim
+            if final_y2 > img_h:
+                final_y2 = img_h
+                final_y1 = max(0.0, final_y2 - min_dim)
+    if img_w > 0 and final_x1 >= final_x2:
+        final_x2 = min(img_w, final_x1 + 1.0)
+    if img_h > 0 and final_y1 >= final_y2:
+        final_y2 = min(img_h, final_y1 + 1.0)
+    return [final_x1, final_y1, final_x2, final_y2]
 
-    def resize(array, dsize, fx=0, fy=0, interpolation=None):
-        height, width = array.shape[:2]
-        size = tuple(dsize) if dsize else (round(width * fx), round(height * fy))
-        return np.asarray(Image.fromarray(array).resize(size, Image.Resampling.BICUBIC))
 
-    def image_open(name):
-        assert name == path, name
-        return original.copy()
+class ThymeRewrites(ast.NodeTransformer):
+    """sandbox.py's `ImagePathTransformer` (a literal `image_path` that is no image on disk becomes the input path),
+    `CropCoordinateTransformer` cases 1 and 2 (case 3 tests for `ast.Index`, which Python 3.9+ never produces) and
+    `OpenCVNamespaceTransformer`, applied in one pass (they touch different nodes)."""
 
-    cv2 = SimpleNamespace(imread=imread, imwrite=imwrite, resize=resize, INTER_CUBIC=2)
-    pil = SimpleNamespace(open=image_open, fromarray=Image.fromarray)
+    COORDS = ["x1", "y1", "x2", "y2", "left", "top", "right", "bottom"]
+    BOXES = ["crop_box", "bbox", "box", "coordinates", "coords", "crop_coords", "left_crop_coords",
+             "right_crop_coords", "top_crop_coords", "bottom_crop_coords"]  # fmt: skip
+
+    def __init__(self, input_path: str, size: tuple[int, int]):
+        self.input_path, self.size = input_path, size
+
+    def visit_Assign(self, node):
+        targets, value = node.targets, node.value
+        if len(targets) == 1 and isinstance(targets[0], ast.Name) and targets[0].id == "image_path":
+            if isinstance(value, ast.Constant) and isinstance(value.value, str) and not os.path.isfile(value.value):
+                node.value = ast.Constant(value=self.input_path)
+        numbers = None
+        if isinstance(value, ast.Tuple) and len(value.elts) == 4 and len(targets) == 1:
+            target = targets[0]
+            unpacked = (isinstance(target, ast.Tuple) and len(target.elts) == 4
+                        and all(isinstance(t, ast.Name) for t in target.elts)
+                        and any(t.id.lower() in self.COORDS for t in target.elts))  # fmt: skip
+            if unpacked or (isinstance(target, ast.Name) and target.id in self.BOXES):
+                numbers = [v.value if isinstance(v, ast.Constant) and isinstance(v.value, int | float) else None
+                           for v in value.elts]  # fmt: skip
+        if numbers is not None and all(n is not None for n in numbers):
+            clamped = thyme_clamp(*numbers, *self.size)
+            if [int(round(c)) for c in clamped] != [int(round(c)) for c in numbers]:
+                value.elts = [ast.Constant(value=int(round(c))) for c in clamped]
+        return self.generic_visit(node)
+
+    def visit_Attribute(self, node):  # sandbox.py `OpenCVNamespaceTransformer`
+        if isinstance(node.value, ast.Name) and node.value.id in ["cv", "cv4", "cv3", "CV"]:
+            node.value.id = "cv2"
+        return self.generic_visit(node)
+
+
+def thyme_run(code: str, original: Image.Image, context: dict) -> list[Image.Image]:
+    """The images one code block returns, run as Thyme's sandbox runs it (github.com/yfzhang114/Thyme
+    `eval/VLMEvalKit/vlmeval/vlm/thyme/sandbox.py`, `_sandboxed_execution_target`): the code rewritten (`ThymeRewrites`,
+    then `/mnt/data/temp_processed_images/` replaced by the output folder), exec'd with cv2 (real OpenCV), numpy, PIL's
+    `Image`, os, random, math, re, json and string as globals and `image_path` (the original, on disk) and
+    `temp_output_dir` as locals, the locals of earlier blocks kept (`context`); the images returned are a new
+    `processed_path`, then every existing path under the output folder the code printed, in print order."""
+    import cv2  # opencv-python-headless: requirements.txt, for this transcription only
+
     with tempfile.TemporaryDirectory(prefix="thyme-") as folder:
-        context.update(cv2=cv2, np=np, numpy=np, Image=pil, os=os, image_path=path, temp_output_dir=folder)
-        exec(code, context)  # the tests' own fixture code, run as the sandbox runs it
-        written = []
-        for file in sorted(Path(folder).iterdir()):
-            with Image.open(file) as image:
-                written.append(image.convert("RGB"))
-    return written
+        input_path, output = os.path.join(folder, "input.png"), os.path.join(folder, "out") + "/"
+        os.makedirs(output)
+        original.save(input_path)
+        tree = ThymeRewrites(input_path, original.size).visit(ast.parse(textwrap.dedent(code).strip()))
+        code = ast.unparse(tree).replace(THYME_OUTPUT_PREFIX, output)
+        sandbox_globals = {"cv2": cv2, "np": np, "numpy": np, "Image": Image, "os": os, "random": random,
+                           "math": math, "re": re, "json": json, "string": string}  # fmt: skip
+        sandbox_locals = {**context, "image_path": input_path, "temp_output_dir": output}
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(code, sandbox_globals, sandbox_locals)  # the tests' own fixture code, run as the sandbox runs it
+        paths = []
+        processed = sandbox_locals.get("processed_path")
+        if "processed_path" not in context and isinstance(processed, str) and os.path.isfile(processed):
+            paths.append(processed)
+        matches = re.findall(rf"({re.escape(output)}[^\s'\"]+\.(?:jpg|jpeg|png|bmp|gif|tiff))", printed.getvalue())
+        paths += [path for path in dict.fromkeys(matches) if os.path.isfile(path) and path not in paths]
+        if not paths:  # its fallback: as many image names printed as images in the folder (glob order; sorted here)
+            files = sorted(
+                p for ext in ("jpg", "jpeg", "png", "bmp", "gif", "tiff") for p in glob.glob(f"{output}*.{ext}")
+            )
+            names = re.findall(r"([^\s'\"]+\.(?:jpg|jpeg|png|bmp|gif|tiff))", printed.getvalue())
+            if files and len(files) in (len(matches), len(names)):
+                paths = files
+        images = []
+        for path in paths:
+            with Image.open(path) as image:
+                images.append(image.convert("RGB"))
+    context.update({k: v for k, v in sandbox_locals.items() if k not in ("image_path", "temp_output_dir")})
+    return images
 
 
 THYME_PATH = "/mllm_hdd/data/images/0001.jpg"
@@ -439,9 +531,9 @@ def thyme_record(blocks, answer="red", question=QUESTION, plant_code=None, encod
     for k, (thought, code) in enumerate(blocks):
         response += f"{thought}\n<code>\n```python\n{code}\n```\n</code>"
         try:
-            written = thyme_run(code, original, THYME_PATH, context)
+            written = thyme_run(code, original, context)
             if plant_code is not None:
-                written = thyme_run(plant_code[k], original, THYME_PATH, planted)
+                written = thyme_run(plant_code[k], original, planted)
         except Exception as err:  # the sandbox returns the error as text, no image
             response += f"<sandbox_output>Error: {err!r}</sandbox_output>"
             continue
@@ -463,3 +555,24 @@ def write_thyme(root: Path, records: list[dict], form: str = "parquet", split: s
         lines = "\n".join(json.dumps(record) for record in records) + "\n"
         (root / "data" / f"{split}.jsonl").write_text(lines, encoding="utf-8")
     return root
+
+
+# ====================================================================================================== re-saved
+def resave_with_datasets(release_file: Path, records: list[dict]) -> None:
+    """`release_file` as a copy that passed through `datasets` holds it (the Hub's parquet conversion,
+    `load_dataset(...).to_json`, `save_to_disk`): `Dataset.from_list` unifies the keys of every record, message and
+    content part into one schema, so a key one of them lacks is there, null; then `to_parquet`, or `to_json` (JSON
+    Lines, its default, even under a `.json` name), writes it in place."""
+    import datasets
+
+    dataset = datasets.Dataset.from_list(records)
+    if release_file.suffix == ".parquet":
+        dataset.to_parquet(str(release_file))
+    else:
+        dataset.to_json(str(release_file))
+
+
+def as_null_keyed_parts(content):
+    """A message's string content as Qwen's typed parts, every part with every key (`text`, `image`, `video`), as
+    `datasets` writes them."""
+    return [{"type": "text", "text": content, "image": None, "video": None}] if isinstance(content, str) else content

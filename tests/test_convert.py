@@ -6,6 +6,7 @@ onto the target; the defects of issue 29, one row each with its hand-worked box;
 reason; a wrong convention caught as `crop_mismatch`; a wrong `--format` failing at once; the derived labels; the
 preview (rendered in headless Chromium where it exists); and SFT training on a converted set."""
 
+import html
 import json
 import subprocess
 from pathlib import Path
@@ -24,9 +25,13 @@ from data.converters import (
     CodeReader,
     LayoutError,
     SkipRow,
+    content_images,
+    content_parts,
+    content_text,
     crop_disagreement,
     derive_label,
     relative_to_pixels,
+    thyme_clamp,
     to_image_box,
 )
 from data.task import build_prompt, extract_answer
@@ -35,6 +40,7 @@ from tests.release_fixtures import (
     QUESTION,
     SIZE,
     TARGET,
+    as_null_keyed_parts,
     cof_crop,
     cof_record,
     deepeyes_v2_record,
@@ -44,6 +50,7 @@ from tests.release_fixtures import (
     pixel_reasoner_crop,
     pixel_reasoner_record,
     pixel_reasoner_resize,
+    resave_with_datasets,
     scene,
     think,
     thyme_record,
@@ -53,6 +60,7 @@ from tests.release_fixtures import (
     write_pixel_reasoner,
     write_thyme,
 )
+from tests.release_fixtures import thyme_clamp as release_thyme_clamp
 from tiny import stages
 from tools import ToolConfig, box_contains, make_environment_factory
 from utils.recipes import parse_args_and_record
@@ -353,34 +361,110 @@ def test_deepeyes_v2_a_failed_cell_adds_no_image_and_names_persist(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- Thyme code forms
-THYME_WRITE = "cv2.imwrite(os.path.join(temp_output_dir, 'c0.png'), crop)"
+# Thyme's code as its README (section 6) and paper (figures 8-16) show it: the path written as a literal the sandbox
+# rewrites, the image saved under /mnt/data/temp_processed_images/ with a random suffix, and its path printed (how
+# the sandbox finds it). A literal `x1, y1, x2, y2` or `crop_box` is widened by the sandbox to 64 px a side.
+THYME_CV2_SAVE = """random_suffix = str(uuid4())[:8]
+processed_filename = f"0001_{random_suffix}.jpg"
+processed_path = os.path.join("/mnt/data/temp_processed_images/", processed_filename)
+cv2.imwrite(processed_path, resized_image)
+print(processed_path)"""
+THYME_PIL_SAVE = """random_suffix = random.randint(1000, 9999)
+processed_filename = f"0001_{random_suffix}.jpg"
+processed_path = "/mnt/data/temp_processed_images/" + processed_filename
+zoomed_image.save(processed_path)
+print(processed_path)"""
+THYME_CV2_OPEN = 'import cv2\nimport os\nimport numpy as np\nfrom uuid import uuid4\nimage_path = "/data/0001.jpg"\n'
+THYME_CV2_OPEN += "image = cv2.imread(image_path)\n"
+THYME_PIL_OPEN = (
+    'import os\nimport random\nfrom PIL import Image\nimage_path = "/data/0001.jpg"\nimage = Image.open(image_path)\n'
+)
+THYME_CV2_ZOOM = "resized_image = cv2.resize(cropped_image, None, fx=2, fy=2, interpolation=cv2.INTER_CUBIC)\n"
+THYME_PIL_ZOOM = "zoomed_image = cropped_image.resize((cropped_image.width * 2, cropped_image.height * 2))\n"
+
+
+def thyme_cv2(crop: str) -> str:
+    return THYME_CV2_OPEN + crop + "\n" + THYME_CV2_ZOOM + THYME_CV2_SAVE
+
+
+def thyme_pil(crop: str) -> str:
+    return THYME_PIL_OPEN + crop + "\n" + THYME_PIL_ZOOM + THYME_PIL_SAVE
+
+
+# Each form with the boxes it must give, worked by hand on the 400 x 300 scene (the target is (250, 100, 290, 140)).
 THYME_FORMS = {
-    "slice": (f"img = cv2.imread(image_path)\ncrop = img[90:150, 240:300]\n{THYME_WRITE}", [SQUARE]),
-    "unpacked": (
-        f"image = cv2.imread(image_path)\nx1, y1, x2, y2 = 240, 90, 300, 150\ncrop = image[y1:y2, x1:x2]\n"
-        f"{THYME_WRITE}",
+    # README: 240..300 is 60 px; the sandbox widens both sides to 64 from their low edge
+    "README: unpacked literals, numpy slice, cv2.resize": (
+        thyme_cv2("x1, y1, x2, y2 = 240, 90, 300, 150\ncropped_image = image[y1:y2, x1:x2]"),
+        [[240, 90, 304, 154]],
+    ),
+    "figure 8: PIL crop of unpacked literals, resize": (
+        thyme_pil("x1, y1, x2, y2 = 200, 60, 320, 180\ncropped_image = image.crop((x1, y1, x2, y2))"),
+        [[200, 60, 320, 180]],
+    ),
+    "figure 16: img, a name from splitext, no resize": (
+        'from PIL import Image\nimage_path = "/data/0001.jpg"\nimg = Image.open(image_path)\n'
+        "x1, y1, x2, y2 = 230, 80, 310, 160\ncropped_img = img.crop((x1, y1, x2, y2))\n"
+        "random_suffix = random.randint(1000, 9999)\n"
+        "filename, ext = os.path.splitext(os.path.basename(image_path))\n"
+        'processed_filename = f"{filename}_{random_suffix}{ext}"\n'
+        'processed_path = os.path.join("/mnt/data/temp_processed_images/", processed_filename)\n'
+        "cropped_img.save(processed_path)\nprint(processed_path)",
+        [[230, 80, 310, 160]],
+    ),
+    # (250, 100, 290, 140) is 40 px: widened to (250, 100, 314, 164)
+    "named box widened": (
+        thyme_pil("crop_box = (250, 100, 290, 140)\ncropped_image = image.crop(crop_box)"),
+        [[250, 100, 314, 164]],
+    ),
+    # a literal slice is not widened: the sandbox's slice case never runs on Python 3.9+
+    "literal slice with a channel slice": (
+        thyme_cv2("cropped_image = image[90:150, 240:300, :]"),
         [SQUARE],
     ),
-    "channel slice": (f"img = cv2.imread(image_path)\ncrop = img[90:150, 240:300, :]\n{THYME_WRITE}", [SQUARE]),
-    "named box": (
-        f"img = cv2.imread(image_path)\nbox = (240, 90, 300, 150)\ncrop = img[box[1]:box[3], box[0]:box[2]]\n"
-        f"{THYME_WRITE}",
+    "literal slice with an ellipsis": (thyme_cv2("cropped_image = image[90:150, 240:300, ...]"), [SQUARE]),
+    # 0.6 * 400, 0.3 * 300: not literals, not widened
+    "coordinates from the shape": (
+        thyme_cv2(
+            "h, w = image.shape[:2]\nx1, y1 = int(w * 0.6), int(h * 0.3)\n"
+            "cropped_image = image[y1:y1 + 60, x1:x1 + 60]"
+        ),
+        [SQUARE],
+    ),  # fmt: skip
+    "coordinates from the PIL size": (
+        thyme_pil(
+            "width, height = image.size\nbox = (width * 0.6, height * 0.3, width * 0.75, height * 0.5)\n"
+            "cropped_image = image.crop(box)"
+        ),
+        [SQUARE],
+    ),  # fmt: skip
+    # (200, 60) + (40, 30, 100, 90); an inline tuple is not widened
+    "a crop of a crop": (
+        thyme_pil(
+            "x1, y1, x2, y2 = 200, 60, 320, 180\nfirst = image.crop((x1, y1, x2, y2))\n"
+            "cropped_image = first.crop((40, 30, 100, 90))"
+        ),
+        [SQUARE],
+    ),  # fmt: skip
+    "cv. for cv2.": (
+        thyme_cv2("cropped_image = image[90:150, 240:300]").replace("cv2.resize", "cv.resize"),
         [SQUARE],
     ),
-    "size arithmetic": (
-        f"img = cv2.imread(image_path)\nh, w = img.shape[:2]\ncrop = img[int(0.3 * h):h // 2, "
-        f"int(0.6 * w):int(0.75 * w)]\n{THYME_WRITE}",
-        [SQUARE],
+    # the sandbox's own test: names that are not exactly x1..bottom are not widened; two crops, printed in order
+    "prefixed names, two crops": (
+        THYME_PIL_OPEN + "sq_x1, sq_y1, sq_x2, sq_y2 = 240, 90, 300, 150\n"
+        "wide_x1, wide_y1, wide_x2, wide_y2 = 200, 60, 320, 180\n"
+        "sq = image.crop((sq_x1, sq_y1, sq_x2, sq_y2))\nwide = image.crop((wide_x1, wide_y1, wide_x2, wide_y2))\n"
+        'sq_path = f"/mnt/data/temp_processed_images/sq_{random.randint(1000, 9999)}.png"\n'
+        'wide_path = f"/mnt/data/temp_processed_images/wide_{random.randint(1000, 9999)}.png"\n'
+        "sq.save(sq_path)\nwide.save(wide_path)\nprint(sq_path)\nprint(wide_path)",
+        [SQUARE, [200, 60, 320, 180]],
     ),
-    # the 2x image: (480, 180, 600, 300) / 2
-    "crop of a resized image": (
-        f"img = cv2.imread(image_path)\nbig = cv2.resize(img, None, fx=2, fy=2)\n"
-        f"crop = big[180:300, 480:600]\n{THYME_WRITE}",
-        [SQUARE],
-    ),
-    "PIL": (
-        "im = Image.open(image_path)\ncrop = im.crop((240, 90, 300, 150))\n"
-        "crop.save(os.path.join(temp_output_dir, 'c0.png'))",
+    # a basename printed: the sandbox counts the names printed against the files written
+    "a basename printed": (
+        THYME_PIL_OPEN + "cropped = image.crop((240, 90, 300, 150))\n"
+        'path = f"/mnt/data/temp_processed_images/sq_{random.randint(1000, 9999)}.png"\n'
+        'cropped.save(path)\nprint(f"Cropped: {os.path.basename(path)}")',
         [SQUARE],
     ),
 }
@@ -395,7 +479,19 @@ def test_thyme_code_forms_are_evaluated(tmp_path, form):
     code, expected = THYME_FORMS[form]
     dataset, stats = thyme_converted(tmp_path, thyme_record([("Let me crop the small square.", code)]))
     assert stats["rows_skipped"] == {} and boxes(dataset) == [expected], stats
+    assert stats["crop_check"]["calls_checked_by_content"] == len(expected)
     assert_every_crop_shows_the_target(dataset)
+
+
+def test_the_sandbox_clamp_is_thymes():
+    """`thyme_clamp` against the fixture's line-for-line transcription of the sandbox's, on boxes that take each of its
+    branches (ordered, cut at the edges, widened from the low edge, pulled back from the far one, a tiny image)."""
+    cases = [((240, 90, 300, 150), SIZE), ((300, 150, 240, 90), SIZE), ((-5, -5, 30, 20), SIZE),
+             ((380, 280, 420, 330), SIZE), ((399.6, 10, 500, 12), SIZE), ((10, 10, 20, 20), (50, 40)),
+             ((1250, 1030, 1360, 1070), (2496, 1392))]  # fmt: skip
+    for box, size in cases:
+        assert thyme_clamp(box, size) == release_thyme_clamp(*box, *size), (box, size)
+    assert thyme_clamp((1250, 1030, 1360, 1070), (2496, 1392)) == [1250, 1030, 1360, 1094]  # README: 110 x 64
 
 
 @pytest.mark.parametrize("form", ["parquet", "jsonl"])
@@ -403,14 +499,14 @@ def test_thyme_release_reads_parquet_shards_and_base64_images_with_clean_text(tm
     """Defect 1: Thyme's release is parquet shards under data/ whose `image` cells are base64 (the old reader globbed
     JSON only, and took a base64 string for a file name: every row `missing_image`). Defect 3: its code sits inside
     one `<think>`, so neither a call's thought nor the final thought may keep a `<think>` or `</think>`, and the
-    question loses the sandbox's path, size and output-format lines. Two code blocks share the sandbox's names."""
+    question loses the sandbox's path, size and output-format lines. Two code blocks share the sandbox's names: the
+    second crops the first's crop."""
     blocks = [
-        (
-            "Let me crop the small square.",
-            f"img = cv2.imread(image_path)\ncrop = img[60:180, 200:320]\n{THYME_WRITE}",
-        ),
-        ("Closer still.", "crop = crop[30:90, 40:100]\ncv2.imwrite(os.path.join(temp_output_dir, 'c1.png'), crop)"),
-    ]
+        ("Let me crop the small square.",
+         thyme_cv2("x1, y1, x2, y2 = 200, 60, 320, 180\ncropped_image = image[y1:y2, x1:x2]")),
+        ("Closer still.",
+         "cropped_image = cropped_image[30:90, 40:100]\n" + THYME_CV2_ZOOM + THYME_CV2_SAVE),
+    ]  # fmt: skip
     dataset, stats = thyme_converted(tmp_path, thyme_record(blocks), form=form)
     assert stats["rows_converted"] == 1 and boxes(dataset) == [[[200, 60, 320, 180], SQUARE]]
     calls = dataset[0]["gold_calls"]
@@ -424,21 +520,30 @@ def test_thyme_release_reads_parquet_shards_and_base64_images_with_clean_text(tm
 def test_thyme_rows_whose_crops_cannot_be_read_or_disagree_are_skipped(tmp_path):
     """An image written through a path the reader does not follow is `unread_code`; a crop the release cut with x and
     y swapped (`img[x1:x2, y1:y2]` run, `img[y1:y2, x1:x2]` written) is `crop_mismatch`; a block that failed in the
-    sandbox (no image) is dropped, the row kept."""
-    read = "img = cv2.imread(image_path)\n"
-    unread = (
-        read
-        + "crop = img[90:150, 240:300]\nsavers = {'png': cv2.imwrite}\nsavers['png'](temp_output_dir + '/c.png', crop)"
+    sandbox (no image) is dropped, the row kept; a loop is `unsupported_code`, the statement quoted in the stats and
+    the preview."""
+    unread = thyme_cv2("cropped_image = image[90:150, 240:300]").replace(
+        "cv2.imwrite(processed_path, resized_image)",
+        "savers = {'png': cv2.imwrite}\nsavers['png'](processed_path, resized_image)",
     )
-    swapped = read + f"crop = img[240:300, 90:150]\n{THYME_WRITE}"
-    good = read + f"crop = img[90:160, 240:300]\n{THYME_WRITE}"
-    failing = read + f"crop = img[90:150, 240:300]\ncrop.no_such_method()\n{THYME_WRITE}"
+    swapped = thyme_cv2("cropped_image = image[240:300, 90:150]")
+    good = thyme_cv2("cropped_image = image[90:160, 240:300]")
+    failing = thyme_cv2("cropped_image = image[90:150, 240:300]\ncropped_image.no_such_method()")
+    loop = thyme_pil("for box in [(240, 90, 300, 150)]:\n    cropped_image = image.crop(box)")
     records = [thyme_record([("Crop.", unread)]), thyme_record([("Crop.", good)], plant_code=[swapped]),
-               thyme_record([("Crop.", failing), ("Again.", f"crop = img[90:150, 240:300]\n{THYME_WRITE}")])]  # fmt: skip
-    dataset, stats = thyme_converted(tmp_path, *records)
-    assert stats["rows_skipped"] == {"unread_code": 1, "crop_mismatch": 1}
+               thyme_record([("Crop.", failing), ("Again.", thyme_cv2("cropped_image = image[90:150, 240:300]"))]),
+               thyme_record([("Crop.", loop)])]  # fmt: skip
+    root = write_thyme(tmp_path / "in", records)
+    out = tmp_path / "out"
+    stats = convert.main(["--format", "thyme_sft", "--input", str(root), "--output", str(out), "--preview", "1"])
+    assert stats["rows_skipped"] == {"unsupported_code": 1, "unread_code": 1, "crop_mismatch": 1}
+    dataset = datasets.load_from_disk(str(out))["train"]
     assert boxes(dataset) == [[SQUARE]] and dataset[0]["gold_calls"][0]["thought"] == "Again."
     assert stats["calls_failed_upstream"] == 1
+    (why,) = stats["skipped_examples"]["unsupported_code"]
+    assert why == ("2round-00000-of-00001.parquet row 3: line 6: a `For` statement in "
+                   "`for box in [(240, 90, 300, 150)]:`")  # fmt: skip
+    assert html.escape("for box in [(240, 90, 300, 150)]:") in Path(stats["preview"]).read_text()
 
 
 def test_the_code_reader_reports_what_it_cannot_evaluate():
@@ -452,6 +557,86 @@ def test_the_code_reader_reports_what_it_cannot_evaluate():
 
 
 # ------------------------------------------------------------------------------------------------------ shared
+def release(tmp_path: Path, fmt: str, parts: bool = False) -> tuple[Path, Path, list[dict]]:
+    """Two good rows of `fmt` as the release ships them (the folder, the record file, its records); the first record
+    has a key the second lacks, as releases do. `parts`: message contents as null-keyed typed parts."""
+    root = tmp_path / fmt
+    if fmt == "mini_o3_coldstart":
+        rows = [mini_o3_row([FIRST, SECOND], index=0), mini_o3_row([FIRST], index=1)]
+        rows[1]["rollout_index"] = None  # read as a missing index: 0
+        if parts:
+            for row in rows:
+                turns = json.loads(row["conversations"])
+                row["conversations"] = json.dumps([{**t, "value": as_null_keyed_parts(t["value"])} for t in turns])
+        return write_mini_o3(root, rows), root / "data" / "train-00000-of-00001.parquet", rows
+    if fmt == "pixel_reasoner_sft":
+        records = [pixel_reasoner_record([([0.6, 0.3, 0.75, 0.5], 1)], qid=f"q{k}") for k in range(2)]
+        del records[1][0]["qid"]  # read as a missing id: the file and row
+        return write_pixel_reasoner(root, records), root / "release.json", [r for r, _ in records]
+    if fmt == "thyme_sft":
+        records = [thyme_record([("Crop.", thyme_cv2("cropped_image = image[60:180, 200:320]"))]) for _ in range(2)]
+        records[0]["id"] = "unread"
+        return write_thyme(root, records), root / "data" / "2round-00000-of-00001.parquet", records
+    if fmt == "cof_sft":
+        records = [cof_record([(SQUARE, "the red square")], image_name=f"{k}.png") for k in range(2)]
+        records[0][0]["id"] = "first"
+        write, file = write_cof, "cof_sft_data.json"
+    else:
+        records = [deepeyes_v2_record(["display(image_1.crop((240, 90, 300, 150)))"], image_name=f"{k}.png")
+                   for k in range(2)]  # fmt: skip
+        records[0][0]["id"] = "first"
+        write, file = write_deepeyes_v2, "json/sft_part_0.json"
+    if parts:
+        for record, _ in records:
+            record["messages"] = [{**m, "content": as_null_keyed_parts(m["content"])} for m in record["messages"]]
+    return write(root, records), root / file, [r for r, _ in records]
+
+
+def test_content_parts_are_read_by_type_and_non_null_value():
+    """A part is of the kind its `type` names, read from that key's non-null value (a part without `type`, from the key
+    it has); `datasets`' null keys name nothing."""
+    parts = [
+        {"type": "text", "text": "What is it?", "image": None, "video": None},
+        {"type": "image", "image": "a.png", "text": None, "video": None},
+        {"type": "video", "video": None, "text": None, "image": "b.png"},  # a video part with no video: nothing
+        {"image": "c.png", "text": None},
+        {"type": "image_url", "image_url": {"url": "d.png"}, "text": None},
+    ]
+    assert content_parts(parts) == [("text", "What is it?"), ("image", "a.png"), ("image", "c.png"),
+                                     ("image", {"url": "d.png"})]  # fmt: skip
+    assert content_text(parts) == "What is it?" and content_images(parts) == 3
+    assert content_parts("<image>\nWhat is it?") == [("text", "<image>\nWhat is it?")]
+    assert content_images("<image>\nWhat is it?") == 1 and content_parts(None) == []
+
+
+FORMATS_ALL = ["mini_o3_coldstart", "cof_sft", "pixel_reasoner_sft", "deepeyes_v2_sft", "thyme_sft"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS_ALL)
+def test_a_release_re_saved_by_datasets_converts_the_same_rows(tmp_path, fmt):
+    """Issue 37: what `datasets` writes (every record, message and part with every key, most null; `to_json`'s JSON
+    Lines under a `.json` name) converts to the same rows as the release: a null key is a missing key, and a part is
+    read by its type and its non-null value (PixelReasoner's text parts carry `"image": null`, which every row was
+    skipped on as showing two images). Where messages can hold typed parts (sharegpt, Mini-o3's turns), the same
+    conversation written as null-keyed parts converts the same too."""
+    root, file, records = release(tmp_path / "as_released", fmt)
+    expected, stats = converted(tmp_path, fmt, root)
+    assert stats["rows_converted"] == 2, stats
+    resave_with_datasets(file, records)
+    assert "null" in file.read_text(errors="ignore") or file.suffix == ".parquet"
+    again, stats = converted(tmp_path / "re_saved", fmt, root)
+    assert stats["rows_converted"] == 2, stats
+    assert again["id"] == expected["id"] and "None" not in "".join(again["id"])
+    assert boxes(again) == boxes(expected) and again["prompt"] == expected["prompt"]
+    assert_every_crop_shows_the_target(again)
+    if fmt in ("mini_o3_coldstart", "cof_sft", "deepeyes_v2_sft"):
+        root, file, records = release(tmp_path / "as_parts", fmt, parts=True)
+        resave_with_datasets(file, records)
+        as_parts, stats = converted(tmp_path / "parts", fmt, root)
+        assert stats["rows_converted"] == 2, stats
+        assert boxes(as_parts) == boxes(expected) and as_parts["prompt"] == expected["prompt"]
+
+
 # A final turn that answers twice: blue, then red on second thought.
 TWO_ANSWERS = think("Blue, at first sight.") + "<answer>blue</answer>" + think("No: red.") + "<answer>red</answer>"
 
@@ -490,7 +675,9 @@ def test_label_limits_are_the_tool_s_unless_the_command_line_says_otherwise(tmp_
 
 def test_a_wrong_format_fails_at_once_naming_what_it_expected_and_found(tmp_path):
     root = write_mini_o3(tmp_path / "in", [mini_o3_row([FIRST])])
-    with pytest.raises(LayoutError, match=r"--format cof_sft: no cof_sft_data\*.json under .* \(found: \['data'\]\)"):
+    with pytest.raises(
+        LayoutError, match=r"--format cof_sft: no cof_sft_data\*.json or .* under .* \(found: \['data'\]\)"
+    ):
         convert.main(["--format", "cof_sft", "--input", str(root), "--output", str(tmp_path / "out")])
     sharegpt = write_cof(tmp_path / "pr", [cof_record([(SQUARE, "the red square")])])
     (sharegpt / "cof_sft_data.json").rename(sharegpt / "x.json")
