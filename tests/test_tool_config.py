@@ -3,6 +3,8 @@ from the record unless the recipe or command line says otherwise (with a warning
 verifier that scores the whole crop."""
 
 import json
+import logging
+import shutil
 import warnings
 
 import pytest
@@ -128,6 +130,40 @@ def test_a_run_that_sets_another_box_convention_than_its_checkpoint_fails_at_sta
         parse_args_and_record(
             (EvalArguments, ToolConfig), ["--model_name_or_path", str(older), "--box_convention", "relative_1000"]
         )
+
+
+def box_convention(*argv: str) -> str:
+    return parse_args_and_record((EvalArguments, ToolConfig), list(argv))[1].box_convention
+
+
+def test_without_a_record_the_box_convention_is_the_model_familys_own(tiny_kit, tmp_path, caplog):
+    """Issue 37: a Qwen3-VL with no `tool_config.json` (the hub model as a zero-shot baseline, an SFT recipe that
+    leaves the key out) writes its boxes on its 0-1000 grid; read as pixels, every crop would be wrong, silently. Left
+    unset, the convention is the family's, logged; a recipe or command line that sets the other one warns, naming
+    both; a record still wins over the family."""
+    qwen3, qwen25 = str(tiny_kit["qwen3_vl"]), str(tiny_kit["policy"])
+    with caplog.at_level(logging.WARNING, logger="utils.recipes"):
+        assert box_convention("--model_name_or_path", qwen3) == "relative_1000"
+    assert f"no recipe, command line or record of {qwen3} sets it: 'relative_1000', its family's own" in caplog.text
+    assert box_convention("--model_name_or_path", "Qwen/Qwen3-VL-8B-Instruct") == "relative_1000"  # shipped config
+    assert box_convention("--model_name_or_path", "Qwen/Qwen2.5-VL-7B-Instruct") == "pixels"
+    sft = ["--model_name_or_path", qwen3, "--output_dir", str(tmp_path / "sft"), "--use_cpu", "true"]
+    assert parse_args_and_record(SFT_TYPES, sft)[-1].box_convention == "relative_1000"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the family's own, set: no warning
+        box_convention("--model_name_or_path", qwen25, "--box_convention", "pixels")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"model_name_or_path: {qwen3}\nbox_convention: pixels\n")
+    named = rf"recipe {recipe} sets 'pixels' for {qwen3}, a qwen3_vl model, whose own convention is 'relative_1000'"
+    with pytest.warns(UserWarning, match=named):
+        assert box_convention("--config", str(recipe)) == "pixels"
+    named = r"the command line sets 'relative_1000' for .*, a qwen2_5_vl model, whose own convention is 'pixels'"
+    with pytest.warns(UserWarning, match=named):
+        box_convention("--model_name_or_path", qwen25, "--box_convention=relative_1000")
+    trained = tmp_path / "trained_in_pixels"  # a Qwen3-VL SFT checkpoint trained in pixels: its record says so
+    shutil.copytree(qwen3, trained)
+    write_record(trained, ToolConfig(box_convention="pixels").as_record(verifier=False))
+    assert box_convention("--model_name_or_path", str(trained)) == "pixels"
 
 
 def test_the_tiny_rl_recipe_starts_from_the_tiny_sft_output():

@@ -29,6 +29,9 @@ CLIP_RESIZE = tuple(OPEN_CLIP_RESIZE_MODE)
 # How the model writes `bbox_2d` (`ToolConfig.box_convention`): Qwen2.5-VL's absolute pixels of the resized image it
 # sees, or Qwen3-VL's 0-1000 grid relative to the image (its pre-training's grounding format).
 BOX_CONVENTIONS = ("pixels", "relative_1000")
+# Each supported model family's own convention (config.json `model_type`): what a run takes when neither the recipe,
+# the command line nor the starting checkpoint's record sets `box_convention` (`utils.recipes.parse_args_and_record`).
+FAMILY_BOX_CONVENTION = {"qwen2_5_vl": "pixels", "qwen3_vl": "relative_1000"}
 
 
 def open_clip_resize_mode(clip_resize: str) -> str:
@@ -84,7 +87,9 @@ class ToolConfig:
             "help": "The frame the model writes bbox_2d in, as the tool, the system prompt, the SFT gold calls and "
             "evaluation read it. 'pixels': absolute pixels of the resized image the model sees (Qwen2.5-VL's "
             "grounding). 'relative_1000': a 0-1000 grid over the image, whatever its size (Qwen3-VL's). A checkpoint "
-            "records it; a run that sets another one than its starting checkpoint's fails at start.",
+            "records it; a run that sets another one than its starting checkpoint's fails at start. Left unset, the "
+            "starting checkpoint's record, else the model family's own (qwen3_vl: relative_1000, qwen2_5_vl: pixels); "
+            "'pixels' only when neither can be read.",
             "choices": list(BOX_CONVENTIONS),
         },
     )

@@ -194,6 +194,17 @@ def resolve_config_path(config_dir_or_name: str | os.PathLike) -> str:
     return str(shipped) if (shipped / "config.json").is_file() else os.fspath(config_dir_or_name)
 
 
+def model_type(config_dir_or_name: str | os.PathLike, revision: str | None = None) -> str | None:
+    """The `model_type` of a checkpoint's `config.json` (a local folder's, or for a hub name the copy shipped under
+    `recipes/model_configs/`, else the hub's), or None when it cannot be read (offline, no such model)."""
+    source = resolve_config_path(config_dir_or_name)
+    try:
+        raw, _ = PretrainedConfig.get_config_dict(source, revision=revision if source == config_dir_or_name else None)
+    except OSError:
+        return None
+    return raw.get("model_type")
+
+
 def build_on_meta(config: PretrainedConfig | str | os.PathLike) -> PreTrainedModel:
     """`AutoModelForImageTextToText.from_config` under `torch.device("meta")`: the real module tree and parameter
     shapes, no storage, built in about a second even for 8B models. `config` is a config or what

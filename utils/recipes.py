@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ import trl
 import yaml
 
 from tools import PixelBudget, ToolConfig, read_record, record_mismatches, refuse_mismatch, warn_on_mismatch
+from tools.config import FAMILY_BOX_CONVENTION
+from utils.models import model_type
 
 logger = logging.getLogger(__name__)
 
@@ -141,8 +144,9 @@ def parse_args_and_record(
     Precedence: the command line, then the recipe (`--config`, its `base:` files merged under it: `load_recipe`),
     then the record of the checkpoint named by `model_name_or_path` (`tool_config.json`: the tool settings it was
     trained with and, after RL, its rollout budget), then, for the `unrecorded_keys` the record lacks (all of them
-    for a checkpoint without one: a hub model), their values in the recipe `unrecorded`, then the dataclass
-    defaults. A value that differs from the record warns with both values (`box_convention` fails instead:
+    for a checkpoint without one: a hub model), their values in the recipe `unrecorded`, then, for `box_convention`,
+    the model family's own (`tools.config.FAMILY_BOX_CONVENTION`, logged; a recipe or command line that sets the
+    other one for that family warns, naming both), then the dataclass defaults. A value that differs from the record warns with both values (`box_convention` fails instead:
     `tools.config.refuse_mismatch`); a value taken from `unrecorded` is logged. With `save_recipe` (the entry
     scripts' command line) the merged recipe is written to
     `<output_dir>/recipe.yaml` by the first process, with the command line in its header.
@@ -157,6 +161,8 @@ def parse_args_and_record(
     if unrecorded is not None:
         recipe_values = load_recipe(unrecorded).values
         fallback = {k: recipe_values[k] for k in unrecorded_keys if k in recipe_values and recorded.get(k) is None}
+    family = _family_box_convention(dataclass_types, argv, checkpoint, recorded)
+    fallback = family | fallback
     if recorded or fallback:
         parser = RecipeParser(dataclass_types)
         parser.set_defaults_with_config(**fallback, **recorded)  # keys no dataclass has are ignored
@@ -166,7 +172,7 @@ def parse_args_and_record(
             mismatches = record_mismatches(record, values)
             refuse_mismatch(checkpoint, mismatches)  # the box convention: an error at start, naming both values
             warn_on_mismatch(checkpoint, mismatches)
-        taken = {k: v for k, v in fallback.items() if values.get(k) == v}
+        taken = {k: v for k, v in fallback.items() if values.get(k) == v and k not in family}
         if taken:
             logger.warning(
                 "%s has no training record of %s: using %s's (%s)",
@@ -183,6 +189,49 @@ def parse_args_and_record(
         if save_recipe and output_dir and int(os.environ.get("RANK", "0")) == 0:
             save_resolved_recipe(recipe, output_dir, argv)
     return parsed
+
+
+def _family_box_convention(
+    dataclass_types: Sequence[type], argv: Sequence[str], checkpoint: str | None, recorded: dict[str, Any]
+) -> dict[str, str]:
+    """`{"box_convention": <the model family's own>}` when nothing else sets it (the command line, the recipe, the
+    checkpoint's record) and the family can be read, logged; empty otherwise. A command line or recipe that sets the
+    other convention for a family that has its own warns, naming both: a Qwen3-VL asked for pixels writes its boxes on
+    its 0-1000 grid all the same, unless it was trained to (an SFT recipe may mean it)."""
+    if checkpoint is None or not any(f.name == "box_convention" for cls in dataclass_types for f in fields(cls)):
+        return {}
+    kind = model_type(checkpoint)
+    own = FAMILY_BOX_CONVENTION.get(kind)
+    flag = next((a for a in argv if a == "--box_convention" or a.startswith("--box_convention=")), None)
+    if flag is not None:
+        given, where = (flag.split("=", 1)[1] if "=" in flag else argv[argv.index(flag) + 1]), "the command line"
+    elif "--config" in argv and "box_convention" in (recipe := load_recipe(argv[argv.index("--config") + 1])).values:
+        given, where = recipe.values["box_convention"], f"recipe {recipe.origin['box_convention']}"
+    elif "box_convention" in recorded:
+        return {}
+    else:
+        if own is None:
+            logger.warning(
+                "box_convention: no recipe, command line or record of %s sets it and its model family cannot be read "
+                "(model_type %r): the default, 'pixels'",
+                checkpoint,
+                kind,
+            )
+            return {}
+        logger.warning(
+            "box_convention: no recipe, command line or record of %s sets it: %r, its family's own (model_type %s)",
+            checkpoint,
+            own,
+            kind,
+        )
+        return {"box_convention": own}
+    if own is not None and given != own:
+        warnings.warn(
+            f"box_convention: {where} sets {given!r} for {checkpoint}, a {kind} model, whose own convention is "
+            f"{own!r}; a model not trained to write boxes in {given!r} will write them in {own!r}",
+            stacklevel=3,
+        )
+    return {}
 
 
 def save_resolved_recipe(recipe: Recipe, output_dir: str | os.PathLike, argv: Sequence[str]) -> Path:
