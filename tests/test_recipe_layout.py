@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tools import ToolConfig
+from tools.config import FAMILY_TOOL_SETTINGS
 from utils.recipes import load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,20 +95,18 @@ def test_the_tiny_sft_and_rl_recipes_agree_on_the_pixel_budgets_and_label_limit(
     assert not disagreements(TINY, TOOL_KEYS)
 
 
-# Each family's own grounding convention (tools.ToolConfig.box_convention), by the model_type of its config.
-OWN_BOX_CONVENTION = {"qwen2_5_vl": "pixels", "qwen3_vl": "relative_1000"}
-
-
 @pytest.mark.parametrize("model", sorted({r.relative_to(RECIPES_DIR).parts[0] for r in REAL}))
 def test_a_models_recipes_speak_its_own_box_convention(model):
-    """SFT writes gold boxes in the convention RL and evaluation read them in, so a model's recipes agree on it, and
-    it is the model's own (read from its shipped config): the released model's boxes land where it means them."""
+    """SFT writes gold boxes in the convention RL and evaluation read them in, so a model's recipes agree on it and on
+    the tool's arguments, and they are the model's own (`tools.config.FAMILY_TOOL_SETTINGS`, by the model_type of its
+    shipped config): the released model's boxes land where it means them, and its `img_idx` is understood."""
     recipes = [r for r in REAL if r.relative_to(RECIPES_DIR).parts[0] == model]
     model_type = json.loads((RECIPES_DIR / "model_configs" / model / "config.json").read_text())["model_type"]
+    defaults = ToolConfig()
     for recipe in recipes:
-        assert load_recipe(recipe).values.get("box_convention", "pixels") == OWN_BOX_CONVENTION[model_type], rel(
-            recipe
-        )
+        values = load_recipe(recipe).values
+        for name, own in FAMILY_TOOL_SETTINGS[model_type].items():
+            assert values.get(name, getattr(defaults, name)) == own, (rel(recipe), name)
 
 
 def test_every_real_recipe_sets_the_same_precision_attention_and_seed():
@@ -124,7 +124,7 @@ def test_every_real_lora_recipe_has_the_same_adapters():
         (
             "Qwen2.5-VL-7B-Instruct/sft/config_sft.yaml",
             "Qwen3-VL-8B-Instruct/sft/config_sft.yaml",
-            ("box_convention",),
+            ("box_convention", "accept_img_idx"),
         ),
         (
             "Qwen2.5-VL-7B-Instruct/sft/config_sft.yaml",

@@ -181,6 +181,49 @@ def test_the_tool_description_says_its_convention():
     )
 
 
+# Issue 37: Qwen3-VL's released image_zoom_in_tool (Qwen-Agent) takes `img_idx`, the image to crop. TARGET's crop is
+# 448 x 224, shown at that size under both budgets (crop_max_pixels 401408). Its middle, [250, 250, 750, 750] on its
+# 0-1000 grid or [112, 56, 336, 168] in its pixels, is (1120 + 112, 560 + 56, 1120 + 336, 560 + 168) in the original;
+# the left half of that 224 x 112 crop, [0, 0, 500, 1000] or [0, 0, 112, 112], is (1232, 616, 1344, 728).
+MIDDLE, MIDDLE_LEFT = (1232, 616, 1456, 728), (1232, 616, 1344, 728)
+BY_CONVENTION = {
+    "relative_1000": (QWEN3_VL_BUDGET, [500, 500, 700, 700], [250, 250, 750, 750], [0, 0, 500, 1000]),
+    "pixels": (QWEN2_5_VL_BUDGET, [700, 350, 980, 490], [112, 56, 336, 168], [0, 0, 112, 112]),
+}
+
+
+@pytest.mark.parametrize("convention", BY_CONVENTION)
+def test_img_idx_zooms_into_an_image_shown_its_box_composed_into_the_original(convention):
+    budget, target, middle, left = BY_CONVENTION[convention]
+    config = ToolConfig(box_convention=convention, accept_img_idx=True, crop_max_pixels=401408)
+    env = make_environment_factory(config, budget)()
+    env.reset(image=Image.new("RGB", ORIGINAL))
+    (tool,) = environment_tools(env)  # called as TRL calls it: tool(**arguments)
+    tool(bbox_2d=target, label="the target")  # absent: the original
+    assert env.calls[-1].crop.size == (448, 224)
+    tool(bbox_2d=middle, label="the middle", img_idx=1)
+    tool(bbox_2d=left, label="its left half", img_idx=2)
+    tool(bbox_2d=target, label="the target", img_idx=0.0)
+    assert [call.box for call in env.calls] == [TARGET, MIDDLE, MIDDLE_LEFT, TARGET]
+    assert env.calls[1].arguments == {"bbox_2d": middle, "label": "the middle", "img_idx": 1}
+    for bad, says in ((5, "img_idx 5 names no image shown: use 0 (the original image) to 4"), (1.5, "whole number"),
+                      ("1", "whole number"), (True, "whole number")):  # fmt: skip
+        reply = tool(bbox_2d=middle, label="the middle", img_idx=bad)
+        assert says in reply[-1]["text"] and reply[-1]["text"].startswith("Error:") and not env.calls[-1].ok
+    assert len(env.shown) == 5  # failed calls show no image
+
+
+def test_the_tool_describes_img_idx_only_when_it_takes_it():
+    for accept in (False, True):
+        env = make_environment_factory(ToolConfig(box_convention="relative_1000", accept_img_idx=accept), BUDGET)()
+        (tool,) = environment_tools(env)
+        parameters = get_json_schema(tool)["function"]["parameters"]
+        assert parameters["required"] == ["bbox_2d", "label"] and ("img_idx" in parameters["properties"]) is accept
+        assert "on a 0-1000 grid" in " ".join(parameters["properties"]["bbox_2d"]["description"].split())
+    described = " ".join(parameters["properties"]["img_idx"]["description"].split())
+    assert "0 (the default) is the original image, and i the image the i-th successful zoom returned" in described
+
+
 def test_an_environment_of_another_convention_than_its_config_is_refused():
     with pytest.raises(ValueError, match="make_environment_factory"):
         ZoomInEnv(ToolConfig(box_convention="relative_1000"), BUDGET)

@@ -37,9 +37,9 @@ from tools.zoom_in import (
 
 
 def make_environment_factory(config: ToolConfig, image_budget: PixelBudget) -> functools.partial:
-    """A zero-argument factory for TRL's `environment_factory`: the `ZoomInEnv` of `config.box_convention`
-    (`ENVIRONMENTS`) in the processor's frame (`utils.models.pixel_budget(processor)`)."""
-    return functools.partial(ENVIRONMENTS[config.box_convention], config, image_budget)
+    """A zero-argument factory for TRL's `environment_factory`: the `ZoomInEnv` of `config.box_convention` and
+    `config.accept_img_idx` (`ENVIRONMENTS`) in the processor's frame (`utils.models.pixel_budget(processor)`)."""
+    return functools.partial(ENVIRONMENTS[config.box_convention, config.accept_img_idx], config, image_budget)
 
 
 __all__ = [

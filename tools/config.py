@@ -29,9 +29,12 @@ CLIP_RESIZE = tuple(OPEN_CLIP_RESIZE_MODE)
 # How the model writes `bbox_2d` (`ToolConfig.box_convention`): Qwen2.5-VL's absolute pixels of the resized image it
 # sees, or Qwen3-VL's 0-1000 grid relative to the image (its pre-training's grounding format).
 BOX_CONVENTIONS = ("pixels", "relative_1000")
-# Each supported model family's own convention (config.json `model_type`): what a run takes when neither the recipe,
-# the command line nor the starting checkpoint's record sets `box_convention` (`utils.recipes.parse_args_and_record`).
-FAMILY_BOX_CONVENTION = {"qwen2_5_vl": "pixels", "qwen3_vl": "relative_1000"}
+# Each supported model family's own tool settings (config.json `model_type`): what a run takes for a setting neither
+# the recipe, the command line nor the starting checkpoint's record sets (`utils.recipes.parse_args_and_record`).
+FAMILY_TOOL_SETTINGS = {
+    "qwen2_5_vl": {"box_convention": "pixels", "accept_img_idx": False},
+    "qwen3_vl": {"box_convention": "relative_1000", "accept_img_idx": True},
+}
 
 
 def open_clip_resize_mode(clip_resize: str) -> str:
@@ -91,6 +94,16 @@ class ToolConfig:
             "starting checkpoint's record, else the model family's own (qwen3_vl: relative_1000, qwen2_5_vl: pixels); "
             "'pixels' only when neither can be read.",
             "choices": list(BOX_CONVENTIONS),
+        },
+    )
+    accept_img_idx: bool = field(
+        default=False,
+        metadata={
+            "help": "Let the zoom tool take `img_idx`, the image to crop, as Qwen3-VL's released image_zoom_in_tool "
+            "does (Qwen-Agent): 0 or absent the original, i the image the i-th successful zoom returned, bbox_2d in "
+            "that image's frame, composed into the original's for the crop and z_t. The tool's description states "
+            "it. Left unset, the starting checkpoint's record, else the model family's own (qwen3_vl: true, "
+            "qwen2_5_vl: false)."
         },
     )
     max_label_words: int = field(
@@ -162,8 +175,8 @@ def write_record(output_dir: str | os.PathLike, tool: dict[str, Any], **rollout:
 # ever was, the zoom-in tool.
 RETIRED_SETTINGS = ("environment",)
 # Settings earlier checkpoints did not record, read as what they were trained with: before `box_convention` existed,
-# every checkpoint wrote its boxes in pixels.
-UNRECORDED_SETTINGS = {"box_convention": "pixels"}
+# every checkpoint wrote its boxes in pixels, and before `accept_img_idx`, no tool took `img_idx`.
+UNRECORDED_SETTINGS = {"box_convention": "pixels", "accept_img_idx": False}
 # Recorded settings a run may not change: a policy trained to write boxes in one frame, read in another, crops the
 # wrong region on every call, silently (a pixel budget changed only rescales the frame, which a warning covers).
 MUST_MATCH = ("box_convention",)

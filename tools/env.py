@@ -10,8 +10,10 @@ read a rollout's calls through `executed_calls`, so both count and score exactly
 from __future__ import annotations
 
 import inspect
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from numbers import Real
 from typing import Any
 
 from PIL import Image
@@ -53,20 +55,22 @@ class ZoomInEnv:
     """Environment exposing `image_zoom_in_tool` over the row's image, its boxes in absolute pixels of the image the
     model sees (`box_convention` "pixels"; `RelativeZoomInEnv` reads Qwen3-VL's 0-1000 grid).
 
-    Built by `tools.make_environment_factory(config, processor)`, which picks the class of `config.box_convention`, so
-    the frame the model's coordinates refer to is the one the processor really produced (`image_budget`), and crops
-    come back at `config.crop_budget(image_budget)`. One class per convention because TRL renders the tool's schema,
-    its description of `bbox_2d` included, from the method's docstring.
+    Built by `tools.make_environment_factory(config, processor)`, which picks the class of `config.box_convention`
+    and `config.accept_img_idx`, so the frame the model's coordinates refer to is the one the processor really produced
+    (`image_budget`), and crops come back at `config.crop_budget(image_budget)`. One class per convention (and one
+    more with `img_idx`: `accepting_img_idx`) because TRL renders the tool's schema, its description of `bbox_2d`
+    included, from the method's signature and docstring.
     """
 
     box_convention = "pixels"
+    accept_img_idx = False
 
     def __init__(self, config: ToolConfig, image_budget: PixelBudget):
-        if config.box_convention != self.box_convention:
+        if (config.box_convention, config.accept_img_idx) != (self.box_convention, self.accept_img_idx):
             raise ValueError(
-                f"{type(self).__name__} reads boxes in {self.box_convention!r}, but config.box_convention is "
-                f"{config.box_convention!r}: build it with tools.make_environment_factory(config, image_budget), "
-                "which picks the environment of the convention."
+                f"{type(self).__name__} reads boxes in {self.box_convention!r} with accept_img_idx="
+                f"{self.accept_img_idx}, but the config sets {config.box_convention!r}, {config.accept_img_idx}: build "
+                "it with tools.make_environment_factory(config, image_budget), which picks the environment of both."
             )
         self.config, self.image_budget = config, image_budget
         self.crop_budget = config.crop_budget(image_budget)
@@ -74,6 +78,9 @@ class ZoomInEnv:
         self.seen_size: tuple[int, int] | None = None  # the resized image the model sees, in pixels
         self.box_frame: tuple[int, int] | None = None  # the frame its bbox_2d is written in (`tools.box_frame`)
         self.calls: list[ZoomCall] = []
+        # Every image the rollout has shown, as (its region of the original, the frame a box on it is written in):
+        # the original, then each crop a call returned; Qwen3-VL's `img_idx` indexes them.
+        self.shown: list[tuple[tuple[int, int, int, int], tuple[int, int]]] = []
 
     def reset(self, **row) -> None:
         """Start a rollout on `row["image"]` (or the first of `row["images"]`); returns no extra observation."""
@@ -86,6 +93,7 @@ class ZoomInEnv:
         self.seen_size = seen_size(self.image.size, self.image_budget)
         self.box_frame = box_frame(self.seen_size, self.box_convention)
         self.calls = []
+        self.shown = [((0, 0, *self.image.size), self.box_frame)]
 
     def image_zoom_in_tool(self, bbox_2d: list[float], label: str) -> list[dict]:
         """Zoom in on a region of the image by cropping it with a bounding box, to see small details clearly.
@@ -97,26 +105,37 @@ class ZoomInEnv:
         """
         return self._zoom(bbox_2d, label)
 
-    def _zoom(self, bbox_2d: list[float], label: str) -> list[dict]:
-        """The tool's work, whatever the convention: `bbox_2d` is read in `self.box_frame`."""
+    def _zoom(self, bbox_2d: list[float], label: str, img_idx: Any = None) -> list[dict]:
+        """The tool's work, whatever the convention: `bbox_2d` is read in the frame of the image `img_idx` names
+        (`self.shown`; None or 0: the original, in `self.box_frame`), composed into the original's pixels."""
         config, turn = self.config, len(self.calls) + 1
-        arguments = {"bbox_2d": bbox_2d, "label": label}
+        arguments = {"bbox_2d": bbox_2d, "label": label} | ({} if img_idx is None else {"img_idx": img_idx})
         try:
             clean_label = validate_label(label, config.max_label_words, config.max_label_chars)
-            box = crop_box(
-                self.image.size,
-                bbox_2d,
-                seen_size=self.box_frame,
-                min_side=config.min_side,
-                max_aspect=config.max_aspect,
+            (x1, y1, x2, y2), frame = self.shown[self._image_index(img_idx)]
+            left, top, right, bottom = crop_box(
+                (x2 - x1, y2 - y1), bbox_2d, seen_size=frame, min_side=config.min_side, max_aspect=config.max_aspect
             )
+            box = (x1 + left, y1 + top, x1 + right, y1 + bottom)
         except ToolError as err:
             raw_label = label if isinstance(label, str) else None
             self.calls.append(ZoomCall(turn, arguments, raw_label, None, None, str(err)))
             return observation(None, f"Error: {err} Fix the call, or answer if you can.")
         crop = resize_to_budget(self.image.crop(box), self.crop_budget)
         self.calls.append(ZoomCall(turn, arguments, clean_label, box, crop))
+        self.shown.append((box, box_frame(crop.size, self.box_convention)))
         return observation(crop, f"Zoomed in on {list(bbox_2d)}.")
+
+    def _image_index(self, img_idx: Any) -> int:
+        """`img_idx` as an index into `self.shown`, or a `ToolError` saying which values it takes."""
+        if img_idx is None:
+            return 0
+        valid = f"0 (the original image) to {len(self.shown) - 1} (the image the last zoom returned)"
+        if isinstance(img_idx, bool) or not isinstance(img_idx, Real) or img_idx != int(img_idx):
+            raise ToolError(f"img_idx must be a whole number, {valid}; got {img_idx!r}.")
+        if not 0 <= int(img_idx) < len(self.shown):
+            raise ToolError(f"img_idx {int(img_idx)} names no image shown: use {valid}.")
+        return int(img_idx)
 
 
 class RelativeZoomInEnv(ZoomInEnv):
@@ -136,8 +155,34 @@ class RelativeZoomInEnv(ZoomInEnv):
         return self._zoom(bbox_2d, label)
 
 
-# The environment of each `ToolConfig.box_convention` (`tools.make_environment_factory`).
-ENVIRONMENTS = {env.box_convention: env for env in (ZoomInEnv, RelativeZoomInEnv)}
+IMG_IDX_DESCRIPTION = (
+    "img_idx: Which image to zoom in on: 0 (the default) is the original image, and i the image the i-th successful "
+    "zoom returned. bbox_2d is written in that image's frame."
+)
+
+
+def accepting_img_idx(env: type[ZoomInEnv]) -> type[ZoomInEnv]:
+    """`env` whose tool also takes `img_idx`, the image to crop, as Qwen3-VL's released `image_zoom_in_tool` does
+    (Qwen-Agent `qwen_agent/tools/image_zoom_in_qwen3vl.py`: `images[img_idx]` over every image the conversation
+    shows, crops included), described in its docstring, so in its schema. Optional, 0 when absent."""
+
+    def image_zoom_in_tool(self, bbox_2d: list[float], label: str, img_idx: int = 0) -> list[dict]:
+        return self._zoom(bbox_2d, label, img_idx)
+
+    argument = textwrap.fill(IMG_IDX_DESCRIPTION, 116, initial_indent=" " * 12, subsequent_indent=" " * 16)
+    image_zoom_in_tool.__doc__ = f"{env.image_zoom_in_tool.__doc__.rstrip()}\n{argument}\n        "
+    name = env.__name__.removesuffix("Env") + "WithImageIndexEnv"
+    return type(name, (env,), {"accept_img_idx": True, "image_zoom_in_tool": image_zoom_in_tool, "__doc__": (
+        f"`{env.__name__}` whose tool also takes Qwen3-VL's `img_idx` (`accepting_img_idx`)."
+    )})  # fmt: skip
+
+
+# The environment of each (`ToolConfig.box_convention`, `ToolConfig.accept_img_idx`) (`tools.make_environment_factory`).
+ENVIRONMENTS = {
+    (env.box_convention, accept): accepting_img_idx(env) if accept else env
+    for env in (ZoomInEnv, RelativeZoomInEnv)
+    for accept in (False, True)
+}
 
 
 def environment_tools(environment: object) -> list[Callable]:

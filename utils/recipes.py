@@ -19,7 +19,7 @@ import trl
 import yaml
 
 from tools import PixelBudget, ToolConfig, read_record, record_mismatches, refuse_mismatch, warn_on_mismatch
-from tools.config import FAMILY_BOX_CONVENTION
+from tools.config import FAMILY_TOOL_SETTINGS
 from utils.models import model_type
 
 logger = logging.getLogger(__name__)
@@ -144,9 +144,10 @@ def parse_args_and_record(
     Precedence: the command line, then the recipe (`--config`, its `base:` files merged under it: `load_recipe`),
     then the record of the checkpoint named by `model_name_or_path` (`tool_config.json`: the tool settings it was
     trained with and, after RL, its rollout budget), then, for the `unrecorded_keys` the record lacks (all of them
-    for a checkpoint without one: a hub model), their values in the recipe `unrecorded`, then, for `box_convention`,
-    the model family's own (`tools.config.FAMILY_BOX_CONVENTION`, logged; a recipe or command line that sets the
-    other one for that family warns, naming both), then the dataclass defaults. A value that differs from the record warns with both values (`box_convention` fails instead:
+    for a checkpoint without one: a hub model), their values in the recipe `unrecorded`, then, for `box_convention`
+    and `accept_img_idx`, the model family's own (`tools.config.FAMILY_TOOL_SETTINGS`, logged; a recipe or command
+    line that sets another box convention than the family's warns, naming both), then the dataclass defaults. A value
+    that differs from the record warns with both values (`box_convention` fails instead:
     `tools.config.refuse_mismatch`); a value taken from `unrecorded` is logged. With `save_recipe` (the entry
     scripts' command line) the merged recipe is written to
     `<output_dir>/recipe.yaml` by the first process, with the command line in its header.
@@ -161,7 +162,7 @@ def parse_args_and_record(
     if unrecorded is not None:
         recipe_values = load_recipe(unrecorded).values
         fallback = {k: recipe_values[k] for k in unrecorded_keys if k in recipe_values and recorded.get(k) is None}
-    family = _family_box_convention(dataclass_types, argv, checkpoint, recorded)
+    family = _family_settings(dataclass_types, argv, checkpoint, recorded)
     fallback = family | fallback
     if recorded or fallback:
         parser = RecipeParser(dataclass_types)
@@ -191,47 +192,54 @@ def parse_args_and_record(
     return parsed
 
 
-def _family_box_convention(
+def _family_settings(
     dataclass_types: Sequence[type], argv: Sequence[str], checkpoint: str | None, recorded: dict[str, Any]
-) -> dict[str, str]:
-    """`{"box_convention": <the model family's own>}` when nothing else sets it (the command line, the recipe, the
-    checkpoint's record) and the family can be read, logged; empty otherwise. A command line or recipe that sets the
-    other convention for a family that has its own warns, naming both: a Qwen3-VL asked for pixels writes its boxes on
-    its 0-1000 grid all the same, unless it was trained to (an SFT recipe may mean it)."""
-    if checkpoint is None or not any(f.name == "box_convention" for cls in dataclass_types for f in fields(cls)):
+) -> dict[str, Any]:
+    """The model family's own tool settings (`tools.config.FAMILY_TOOL_SETTINGS`: `box_convention`, `accept_img_idx`)
+    for those nothing else sets (the command line, the recipe, the checkpoint's record), logged. A command line or
+    recipe that sets another `box_convention` than the family's warns, naming both: a Qwen3-VL asked for pixels writes
+    its boxes on its 0-1000 grid all the same, unless it was trained to (an SFT recipe may mean it)."""
+    known = {f.name for cls in dataclass_types for f in fields(cls)}
+    if checkpoint is None or "box_convention" not in known:
         return {}
     kind = model_type(checkpoint)
-    own = FAMILY_BOX_CONVENTION.get(kind)
-    flag = next((a for a in argv if a == "--box_convention" or a.startswith("--box_convention=")), None)
-    if flag is not None:
-        given, where = (flag.split("=", 1)[1] if "=" in flag else argv[argv.index(flag) + 1]), "the command line"
-    elif "--config" in argv and "box_convention" in (recipe := load_recipe(argv[argv.index("--config") + 1])).values:
-        given, where = recipe.values["box_convention"], f"recipe {recipe.origin['box_convention']}"
-    elif "box_convention" in recorded:
-        return {}
-    else:
-        if own is None:
+    own = FAMILY_TOOL_SETTINGS.get(kind, {})
+    recipe = load_recipe(argv[argv.index("--config") + 1]) if "--config" in argv else None
+    taken = {}
+    for name in FAMILY_TOOL_SETTINGS["qwen3_vl"]:
+        flag = next((a for a in argv if a == f"--{name}" or a.startswith(f"--{name}=")), None)
+        if flag is not None:
+            given, where = (flag.split("=", 1)[1] if "=" in flag else argv[argv.index(flag) + 1]), "the command line"
+        elif recipe is not None and name in recipe.values:
+            given, where = recipe.values[name], f"recipe {recipe.origin[name]}"
+        elif name in recorded:
+            continue
+        elif name in own:
+            taken[name] = own[name]
+            continue
+        else:
             logger.warning(
-                "box_convention: no recipe, command line or record of %s sets it and its model family cannot be read "
-                "(model_type %r): the default, 'pixels'",
+                "%s: no recipe, command line or record of %s sets it and its model family cannot be read "
+                "(model_type %r): the default",
+                name,
                 checkpoint,
                 kind,
             )
-            return {}
+            continue
+        if name == "box_convention" and name in own and given != own[name]:
+            warnings.warn(
+                f"box_convention: {where} sets {given!r} for {checkpoint}, a {kind} model, whose own convention is "
+                f"{own[name]!r}; a model not trained to write boxes in {given!r} will write them in {own[name]!r}",
+                stacklevel=3,
+            )
+    if taken:
         logger.warning(
-            "box_convention: no recipe, command line or record of %s sets it: %r, its family's own (model_type %s)",
+            "no recipe, command line or record of %s sets %s: its family's own (model_type %s)",
             checkpoint,
-            own,
+            ", ".join(f"{name}={value!r}" for name, value in taken.items()),
             kind,
         )
-        return {"box_convention": own}
-    if own is not None and given != own:
-        warnings.warn(
-            f"box_convention: {where} sets {given!r} for {checkpoint}, a {kind} model, whose own convention is "
-            f"{own!r}; a model not trained to write boxes in {given!r} will write them in {own!r}",
-            stacklevel=3,
-        )
-    return {}
+    return taken
 
 
 def save_resolved_recipe(recipe: Recipe, output_dir: str | os.PathLike, argv: Sequence[str]) -> Path:
