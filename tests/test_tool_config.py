@@ -144,7 +144,10 @@ def test_without_a_record_the_box_convention_is_the_model_familys_own(tiny_kit, 
     qwen3, qwen25 = str(tiny_kit["qwen3_vl"]), str(tiny_kit["policy"])
     with caplog.at_level(logging.WARNING, logger="utils.recipes"):
         assert box_convention("--model_name_or_path", qwen3) == "relative_1000"
-    assert f"no recipe, command line or record of {qwen3} sets box_convention='relative_1000', accept_img_idx=True: its family's own" in caplog.text
+    assert (
+        f"no recipe, command line or record of {qwen3} sets box_convention='relative_1000', accept_img_idx=True: its family's own"
+        in caplog.text
+    )
     assert box_convention("--model_name_or_path", "Qwen/Qwen3-VL-8B-Instruct") == "relative_1000"  # shipped config
     assert box_convention("--model_name_or_path", "Qwen/Qwen2.5-VL-7B-Instruct") == "pixels"
     sft = ["--model_name_or_path", qwen3, "--output_dir", str(tmp_path / "sft"), "--use_cpu", "true"]
