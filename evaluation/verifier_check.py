@@ -141,7 +141,7 @@ def miss_crops(
             out.append(None)
             continue
         env.reset(image=scene.image)
-        env.image_zoom_in_tool(bbox_2d=seen_box(box, env.image.size, env.seen_size), label=call.label)
+        env.image_zoom_in_tool(bbox_2d=seen_box(box, env.image.size, env.box_frame), label=call.label)
         miss = env.calls[-1]
         out.append(miss if miss.ok and not boxes_overlap(miss.box, scene.target_bbox) else None)
     return out
@@ -288,7 +288,7 @@ def converted_crops(
             if source not in label_sources:
                 skipped[source] += 1
                 continue
-            env.image_zoom_in_tool(bbox_2d=seen_box(given["box"], env.image.size, env.seen_size), label=label)
+            env.image_zoom_in_tool(bbox_2d=seen_box(given["box"], env.image.size, env.box_frame), label=label)
             if not env.calls[-1].ok:
                 counts["calls_rejected"] += 1
                 continue

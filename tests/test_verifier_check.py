@@ -108,16 +108,18 @@ class TalkVerifier:
         return torch.tensor([float(c.label == s.target_label) for c, s in zip(calls, scenes, strict=True)])
 
 
-def env_factory(budget: PixelBudget = SAME_FRAME):
-    return make_environment_factory(ToolConfig(), budget)
+def env_factory(budget: PixelBudget = SAME_FRAME, box_convention: str = "pixels"):
+    return make_environment_factory(ToolConfig(box_convention=box_convention), budget)
 
 
 # ------------------------------------------------------------------------------------------------- miss crops
-def test_miss_crops_are_the_tools_crops_of_the_gold_size_away_from_the_target():
+@pytest.mark.parametrize("box_convention", ["pixels", "relative_1000"])
+def test_miss_crops_are_the_tools_crops_of_the_gold_size_away_from_the_target(box_convention):
     """In a frame half the image's size (the tool maps the model's boxes back), each miss crop is the tool's own call,
     with the gold call's label, a box of the gold box's size inside the image that misses the target; a crop that
-    no box of its size can move off the target gets none."""
-    make_env = env_factory(SAME_FRAME)  # a 448 px image is seen at 224 px
+    no box of its size can move off the target gets none. On Qwen3-VL's 0-1000 grid too (issue 37: the gate mapped
+    its boxes with the seen size, not the tool's frame)."""
+    make_env = env_factory(SAME_FRAME, box_convention)  # a 448 px image is seen at 224 px
     rows = hand_rows(40, seed=1, side=2 * SIDE)
     calls, scenes = gold_crops(rows, make_env, TrajectoryArguments(gold_box="region"))
     calls.append(ZoomCall(1, None, "the star", (0, 0, 348, 348), None))  # no 348 px box of 448 avoids the middle
@@ -127,9 +129,26 @@ def test_miss_crops_are_the_tools_crops_of_the_gold_size_away_from_the_target():
     for call, scene, miss in zip(calls[:-1], scenes[:-1], misses[:-1]):
         assert miss is not None and miss.ok and miss.label == call.label and miss.crop is not None
         assert not boxes_overlap(miss.box, scene.target_bbox)
-        # the seen frame is exactly half the image: boxes map both ways without rounding, so the sizes are equal
-        assert size(miss.box) == size(call.box), (call.box, miss.box)
+        # the seen frame is half the image, the grid 1000 / 448 of it: sizes equal, within the grid's rounding outwards
+        slack = 0 if box_convention == "pixels" else 1
+        assert all(0 <= m - c <= slack for m, c in zip(size(miss.box), size(call.box))), (call.box, miss.box)
         assert 0 <= miss.box[0] and 0 <= miss.box[1] and miss.box[2] <= 2 * SIDE and miss.box[3] <= 2 * SIDE
+
+
+@pytest.mark.parametrize("box_convention", ["pixels", "relative_1000"])
+def test_a_converted_sets_calls_are_cropped_where_their_boxes_are(box_convention):
+    """`converted_crops` replays each converted call's box (original pixels) through the tool in the model's frame, as
+    SFT does: the crop is the box, in either convention, within the frame's rounding outwards (issue 37)."""
+    rows = []
+    for row in hand_rows(12, seed=2, side=2 * SIDE):
+        x1, y1, x2, y2 = row["target_bbox"]  # 30-50 px: over the tool's min_side, which would widen it
+        box = [max(0, x1 - 10), max(0, y1 - 10), min(2 * SIDE, x2 + 10), min(2 * SIDE, y2 + 10)]
+        rows.append({"image": row["image"], "gold_calls": [{"box": box, "label": "x", "label_source": "dataset"}]})
+    calls, scenes, counts = verifier_check.converted_crops(rows, env_factory(SAME_FRAME, box_convention))
+    assert counts["calls_used"] == 12
+    for call, row in zip(calls, rows, strict=True):
+        given = row["gold_calls"][0]["box"]
+        assert box_contains(call.box, given) and all(abs(a - b) <= 2 for a, b in zip(call.box, given)), call.box
 
 
 # ------------------------------------------------------------------------------------------------- walk_auc
