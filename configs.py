@@ -98,6 +98,11 @@ HPO_FALLBACK = ("scaled", "unscaled")
 
 
 GRPO_FIELDS = {f.name for f in fields(GRPOConfig)}
+# TRL's losses that average over the rows of a micro-batch (grpo, sapo, luspo: the mean of the rows' terms; dr_grpo:
+# divided by rows x max_completion_length), so a row out of the loss still counts among them; the others normalise by
+# the tokens in the loss (bnpo: the micro-batch's; dapo, cispo, vespo: `num_items_in_batch`, which `mask_over_turn`
+# recounts). `MAPOTrainer._compute_loss` renormalises the first over the rows left in the loss.
+ROW_MEAN_LOSSES = ("grpo", "sapo", "luspo", "dr_grpo")
 
 
 @dataclass
@@ -157,8 +162,9 @@ class MAPOConfig(GRPOConfig):
             "overflowing max_completion_length or the context. Such a rollout has no answer, and its low reward "
             "would push the policy to stop exploring early. Not in the MAPO paper: Mini-o3's `ignore_exceed`, done "
             "the same way: the rollout still counts, with its reward, in its group's statistics (mean and std, R_sem "
-            "included; HPO's clouds), and only its own tokens leave the loss and its normaliser. Its fraction is "
-            "logged either way as tools/over_turn_frac.",
+            "included; HPO's clouds), and only its own tokens leave the loss and its normaliser: the token count "
+            "(dapo, bnpo) or, for a loss that averages over rollouts (grpo, dr_grpo, sapo, luspo), the rollout count. "
+            "Its fraction is logged either way as tools/over_turn_frac.",
         },
     )
 
@@ -276,6 +282,16 @@ class MAPOConfig(GRPOConfig):
             raise ValueError(f"hpo_omega must be >= 0; got {self.hpo_omega}")
         if self.gradient_variance_batches == 1:
             raise ValueError("gradient_variance_batches needs at least 2 batches for a variance (0: off)")
+        if (
+            self.mask_over_turn
+            and self.loss_type in ROW_MEAN_LOSSES
+            and (self.entropy_coef or self.use_adaptive_entropy)
+        ):
+            raise ValueError(
+                f"mask_over_turn under loss_type={self.loss_type!r} renormalises each micro-batch's loss over the "
+                "rollouts left in it, which would rescale the entropy bonus too: set entropy_coef: 0 and "
+                "use_adaptive_entropy: false, or use a token-normalised loss_type (dapo, bnpo)."
+            )
         if self.uses_semantic and self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
                 f"advantage_estimator={self.advantage_estimator!r} normalises the composite R_out + beta * R_sem "

@@ -16,7 +16,7 @@ import requests
 import torch
 from trl import GRPOTrainer
 
-from configs import MAPOConfig
+from configs import ROW_MEAN_LOSSES, MAPOConfig
 from data import prompts_in_box_convention
 from hpo import HPOAdvantages, kantorovich_potentials
 from mapo import groups_outcome_all_equal, mapo_advantages, scale_similarity, semantic_reward
@@ -67,6 +67,8 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
       on a tool call that never ran (`utils.rollout.over_turn`, logged as `tools/over_turn_frac`);
     - `_generate_and_score_completions`: HPO's per-token advantages; with `mask_over_turn`, over-turn rollouts out of
       the loss (Mini-o3's `ignore_exceed`); advantage and gradient-variance diagnostics;
+    - `_compute_loss`: with `mask_over_turn` under a loss that averages over rows (`ROW_MEAN_LOSSES`), the average
+      taken over the micro-batch's rows left in the loss;
     - `_tool_call_loop` (`utils.tool_rounds.AgreedToolRounds`): with several processes, every one takes part in
       every generation round of the tool loop, so ZeRO-3/FSDP's synchronized generation and vLLM's gathers cannot
       hang or mismatch on unequal tool depth (trl#6673);
@@ -293,3 +295,19 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         out["tool_mask"] = keep * (torch.ones_like(out["completion_mask"]) if tool_mask is None else tool_mask)
         loss_mask = out["completion_mask"] * out["tool_mask"]
         out["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        out["over_turn"] = self._over_turn  # per row: TRL splits it into micro-batches with the rest, for the loss
+
+    def _compute_loss(self, model, inputs):
+        """TRL's loss; with `mask_over_turn` under a loss that averages over the micro-batch's rows
+        (`ROW_MEAN_LOSSES`: `grpo`, eq. 3's 1/|tau_i| then the mean over rollouts), times rows / rows kept, so the
+        mean runs over the rollouts left in the loss, as Mini-o3's token mean leaves its masked rollouts out of its
+        normaliser. Without it, TRL's mean counts the masked rows (as terms of 0) and every step's gradient shrinks
+        by the fraction of over-turn rollouts in its micro-batch. Exact while the loss is the policy term alone
+        (`MAPOConfig` refuses an entropy bonus beside it; Qwen's VL models have no router loss)."""
+        loss = super()._compute_loss(model, inputs)
+        over = inputs.get("over_turn")
+        if over is not None and self.loss_type in ROW_MEAN_LOSSES:
+            kept = int((~over).sum())
+            if 0 < kept < over.numel():
+                loss = loss * (over.numel() / kept)
+        return loss

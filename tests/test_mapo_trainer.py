@@ -241,6 +241,7 @@ def test_over_turn_rollouts_leave_the_loss_but_stay_in_their_groups(tiny_kit, tr
         tmp_path,
         max_steps=1,
         mask_over_turn=True,
+        loss_type="grpo",  # the paper's: each rollout averaged over its tokens, then over the rollouts
         script={"labels": ("red circle", DEEPER), "depth": lambda context: 3 if DEEPER in context else 1},
     )
     batches = []
@@ -273,6 +274,25 @@ def test_over_turn_rollouts_leave_the_loss_but_stay_in_their_groups(tiny_kit, tr
     assert all(abs(a) > 1e-6 for a in expected[~torch.tensor(over)].tolist())  # the answered rollouts learn from it
     logged = [e for e in trainer.state.log_history if "tools/over_turn_frac" in e][-1]
     assert logged["tools/over_turn_frac"] == 0.5
+
+    # The gradient's scale (issue 37). Under grpo, TRL means the rows' terms over the micro-batch, the masked rows
+    # among them as zeros: half of these rows are over-turn, so without the repair every step's gradient is halved.
+    # The reference: the same batch with nothing masked and the over-turn rows' advantages zeroed, whose loss is
+    # (1/4) x the kept rows' terms (no KL: beta 0); the masked loss must be (1/2) x the same terms, twice it.
+    model = trainer.model
+    model.train()
+
+    def gradient(inputs):
+        model.zero_grad()
+        trainer._compute_loss(model, inputs).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    kept = (~torch.tensor(over)).float()
+    reference = dict(batch, over_turn=None, advantages=batch["advantages"] * kept)
+    reference["tool_mask"] = torch.where(kept.bool().unsqueeze(1), batch["tool_mask"], batch["completion_mask"])
+    masked, unmasked = gradient(batch), gradient(reference)
+    assert unmasked.norm() > 0
+    assert torch.allclose(masked, 2 * unmasked, rtol=1e-4, atol=1e-7), (masked.norm(), unmasked.norm())
 
 
 # ----------------------------------------------------------------------------------------------- recipes

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from configs import MAPOConfig
@@ -54,3 +55,13 @@ def test_masking_keeps_attention_and_trls_own_masks_and_recounts_the_normaliser(
 
 def test_over_turn_masking_is_off_by_default():
     assert MAPOConfig(output_dir="unused", use_cpu=True, bf16=False).mask_over_turn is False
+
+
+def test_the_row_renormalisation_is_refused_beside_an_entropy_bonus():
+    """Under a loss that averages over rollouts, `mask_over_turn` rescales each micro-batch's loss to the rollouts left
+    in it (`MAPOTrainer._compute_loss`): TRL's entropy bonus, added to that loss, would be rescaled with it."""
+    base = {"output_dir": "unused", "use_cpu": True, "bf16": False, "mask_over_turn": True}
+    with pytest.raises(ValueError, match="entropy bonus too: set entropy_coef: 0"):
+        MAPOConfig(**base, loss_type="grpo", entropy_coef=0.01)
+    assert MAPOConfig(**base, loss_type="dapo", entropy_coef=0.01).entropy_coef == 0.01  # token-normalised: no rescale
+    assert MAPOConfig(**base, loss_type="grpo").mask_over_turn

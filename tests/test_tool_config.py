@@ -149,6 +149,9 @@ def test_without_a_record_the_box_convention_is_the_model_familys_own(tiny_kit, 
         in caplog.text
     )
     assert box_convention("--model_name_or_path", "Qwen/Qwen3-VL-8B-Instruct") == "relative_1000"  # shipped config
+    for model, accepts in ((qwen3, True), (qwen25, False)):  # Qwen3-VL's own zoom tool takes img_idx
+        assert parse_args_and_record((EvalArguments, ToolConfig), ["--model_name_or_path", model])[1].accept_img_idx \
+            is accepts  # fmt: skip
     assert box_convention("--model_name_or_path", "Qwen/Qwen2.5-VL-7B-Instruct") == "pixels"
     sft = ["--model_name_or_path", qwen3, "--output_dir", str(tmp_path / "sft"), "--use_cpu", "true"]
     assert parse_args_and_record(SFT_TYPES, sft)[-1].box_convention == "relative_1000"
