@@ -1400,12 +1400,12 @@ class ThymeSandboxRewrites(ast.NodeTransformer):
                 and all(isinstance(t, ast.Name) for t in target.elts)
                 and any(t.id.lower() in THYME_COORD_NAMES for t in target.elts)
             )
-            numbers = [v.value if isinstance(v, ast.Constant) else None for v in value.elts]
+            literals = [v.value if isinstance(v, ast.Constant) else None for v in value.elts]
             if (unpacked or (isinstance(target, ast.Name) and target.id in THYME_BOX_NAMES)) and all(
-                isinstance(v, int | float) for v in numbers
+                isinstance(v, int | float) for v in literals
             ):
-                clamped = [int(round(v)) for v in thyme_clamp(numbers, self.size)]
-                if clamped != [int(round(v)) for v in numbers]:
+                clamped = [int(round(v)) for v in thyme_clamp(literals, self.size)]
+                if clamped != [int(round(v)) for v in literals]:
                     value.elts = [ast.copy_location(ast.Constant(v), old) for v, old in zip(clamped, value.elts)]
         return self.generic_visit(node)
 
