@@ -23,7 +23,7 @@ from mapo import groups_outcome_all_equal, mapo_advantages, scale_similarity, se
 from rewards.verifiers import ClipVerifier, Scene, build_verifier
 from tools import ToolConfig, ToolConfigRecorder, ZoomCall, executed_calls, make_environment_factory
 from utils.checks import check_vllm_server
-from utils.diagnostics import GradientVariance, GradientVarianceProbe, advantage_statistics
+from utils.diagnostics import GradientVariance, GradientVarianceProbe, LearningSignalCheck, advantage_statistics
 from utils.models import context_length, pixel_budget
 from utils.resume import ExactResume
 from utils.rollout import ban_placeholder_tokens, check_token_budget, over_turn
@@ -57,7 +57,7 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
     this list against the class hierarchy):
     - `__init__`: the datasets' prompts in `tool_config.box_convention` (`data.prompts_in_box_convention`), the
       token-budget check (before any engine or verifier loads), the zoom-in environment, the verifier, the R_sem reward column, the
-      gradient-variance callback (`gradient_variance_batches`: `utils.diagnostics.GradientVariance`); a
+      warning of a run that cannot learn (`utils.diagnostics.LearningSignalCheck`), the gradient-variance callback (`gradient_variance_batches`: `utils.diagnostics.GradientVariance`); a
       colocated vLLM engine built with the recipe's pixel budget and `vllm_dtype` (`utils.vllm_images`); generation
       in either backend kept from sampling image and video placeholders (`utils.rollout.ban_placeholder_tokens`);
       every vLLM weight sync followed by a reset of vLLM's encoder cache
@@ -152,6 +152,7 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
             if self.args.variance_probe_steps > 0
             else None
         )
+        self.add_callback(LearningSignalCheck(self.args.max_completion_length, self.args.max_tool_calling_iterations))
         if self.args.gradient_variance_batches > 0:
             self.add_callback(GradientVariance(self.args.gradient_variance_batches, self._record_train_metrics))
         self._outcome: torch.Tensor | None = None  # the last batch's R_out, gathered: HPO's success signal

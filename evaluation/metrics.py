@@ -3,6 +3,7 @@ definitions are in docs/evaluation.md. Each benchmark's own accuracy rule is bes
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -133,3 +134,25 @@ def compute_metrics(records: Sequence[dict], benchmark: str, skipped_rows: int =
         "gap_rate": mean([float(call["gap"]) for call in scored]),
     }
     return metrics | benchmark_metrics(benchmark, records)
+
+
+def no_valid_call(records: Sequence[dict], max_completion_length: int, max_tool_calling_iterations: int) -> str | None:
+    """Why an evaluation in which no zoom-in call was valid cannot say anything of the tool (no crop, no z_t), with the
+    likely causes and the fields to change; None when some call was valid."""
+    calls = [call for record in records for call in record["calls"]]
+    if not records or any(call["box"] is not None for call in calls):
+        return None
+    if not calls:
+        made = (
+            f"no sample called image_zoom_in_tool in {len(records)}: the model has not learned the tool's format (no "
+            "SFT cold start, or too short a one), or max_tool_calling_iterations="
+            f"{max_tool_calling_iterations} or max_completion_length={max_completion_length} leaves it no room"
+        )
+    else:
+        errors = Counter(str(call["error"]) for call in calls).most_common(1)[0]
+        made = (
+            f"all {len(calls)} zoom-in calls of {len(records)} samples were rejected, most often ({errors[1]}x) "
+            f"with {errors[0][:200]!r}: a model trained in another box_convention, a label over the tool's limits, "
+            "or a call format its SFT did not teach"
+        )
+    return f"No valid zoom-in call: {made}. Accuracy here is the model's without the tool, and mean_z is empty."

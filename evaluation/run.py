@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,14 @@ from transformers import set_seed
 from configs import EvalArguments
 from data.benchmarks import read_benchmark
 from evaluation.agent import TransformersBackend, VLLMBackend, ZoomAgent, open_image
-from evaluation.metrics import clip_scores, compute_metrics, episode_record
+from evaluation.metrics import clip_scores, compute_metrics, episode_record, no_valid_call
 from evaluation.report import write_report
 from rewards.verifiers import ClipVerifier
 from tools import ToolConfig
 from utils.models import context_length, load_model, load_processor, pixel_budget
 from utils.rollout import check_token_budget
+
+logger = logging.getLogger(__name__)
 
 # Fields that change what a run measures: a resumed run must not mix samples scored under different values (every
 # `ToolConfig` field counts too).
@@ -142,6 +145,9 @@ def run_evaluation(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
     records = read_samples(samples_path)
     metrics = compute_metrics(records, args.benchmark, skipped_rows=len(skipped))
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    silent = no_valid_call(records, args.max_completion_length, args.max_tool_calling_iterations)
+    if silent is not None:
+        logger.warning(silent)
     index = {row_id: i for i, row_id in enumerate(ids)}
 
     def image_of(row_id: str):

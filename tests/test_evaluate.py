@@ -5,6 +5,7 @@ import base64
 import contextlib
 import io
 import json
+import logging
 from types import SimpleNamespace
 
 import datasets
@@ -409,6 +410,16 @@ def test_a_budget_a_zoom_cannot_fit_warns_with_the_numbers(tiny_kit, synthetic_d
     overflow max_completion_length is dropped, and the samples lost to it would read as the model's failures."""
     with scripted_model(), pytest.warns(UserWarning, match=r"over max_completion_length=60: its later tool"):
         run_evaluation(*eval_args(tiny_kit, synthetic_dir, tmp_path, max_completion_length=60, limit=1))
+
+
+def test_an_evaluation_with_no_valid_call_says_so(tiny_kit, synthetic_dir, tmp_path, caplog):
+    """Issue 41: the tiny policy without SFT (not scripted) makes no valid call; the run warns that it cannot say
+    anything of the tool, naming the likely causes and fields."""
+    with caplog.at_level(logging.WARNING, logger="evaluation.run"):
+        metrics = run_evaluation(*eval_args(tiny_kit, synthetic_dir, tmp_path, limit=2, max_completion_length=40))
+    assert metrics["valid_call_rate"] in (None, 0.0) and metrics["mean_z"] is None
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "evaluation.run"]
+    assert message.startswith("No valid zoom-in call: ") and ("SFT cold start" in message or "rejected" in message)
 
 
 def test_resumed_run_gives_the_same_metrics(tiny_kit, synthetic_dir, tmp_path, whole_run):

@@ -1,6 +1,7 @@
 """MAPOTrainer on the tiny models, CPU: forced tool calls (`scripted.force_tool_calls`), real crops, real CLIP
 scoring, real optimizer steps."""
 
+import logging
 import math
 import re
 import shutil
@@ -58,14 +59,16 @@ def spy_on_verifier(trainer):
     return calls
 
 
-def test_mapo_run_scores_real_crops_and_trains(tiny_kit, train_dataset, tmp_path):
+def test_mapo_run_scores_real_crops_and_trains(tiny_kit, train_dataset, tmp_path, caplog):
     trainer = make_trainer(tiny_kit, train_dataset, tmp_path)
     scored = spy_on_verifier(trainer)
     batches = []
     generate_and_score = trainer._generate_and_score_completions
     trainer._generate_and_score_completions = lambda inputs: batches.append(generate_and_score(inputs)) or batches[-1]
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    trainer.train()
+    with caplog.at_level(logging.WARNING, logger="utils.diagnostics"):
+        trainer.train()
+    assert not [r for r in caplog.records if r.name == "utils.diagnostics"]  # calls and advantages: nothing to warn
 
     # One batched CLIP call per generation batch (per optimizer step here), never one per tool call.
     assert len(scored) == 2
@@ -226,6 +229,37 @@ def test_unscorable_outcome_rows_get_zero_advantage_as_in_stock_grpo(tiny_kit, t
     assert advantages == pytest.approx(expected.tolist(), abs=1e-5)
     logged = [e for e in mapo.state.log_history if "mapo/frac_unscorable" in e][-1]
     assert logged["mapo/frac_unscorable"] == 0.25
+
+
+def test_a_run_that_cannot_learn_says_so_once(tiny_kit, train_dataset, tmp_path, caplog):
+    """Issue 41: the tiny policy without SFT (not scripted), made never to end a turn (no end-of-turn before 12 tokens:
+    `min_new_tokens`) under a 12-token budget: every completion clipped, no zoom-in call, every advantage 0 (loss and
+    grad_norm 0). The first window warns with each cause and the fields to change; the next, 1 step later, does not
+    repeat it (`SIGNAL_WARN_EVERY`)."""
+    model = load_model(str(tiny_kit["policy"]), dtype=torch.float32)
+    processor = load_processor(str(tiny_kit["policy"]))
+    trainer = make_trainer(
+        tiny_kit,
+        train_dataset,
+        tmp_path,
+        model=model,
+        processor=processor,
+        max_completion_length=12,
+        generation_kwargs={"min_new_tokens": 12},
+        max_steps=2,
+    )
+    with caplog.at_level(logging.WARNING, logger="utils.diagnostics"):
+        trainer.train()
+    steps = [e for e in trainer.state.log_history if "adv/zero_frac" in e]
+    assert len(steps) == 2 and all(
+        (e["completions/clipped_ratio"], e["tools/zoom_calls_per_rollout"], e["adv/zero_frac"]) == (1, 0, 1)
+        for e in steps
+    )  # the run produces the three cases
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "utils.diagnostics"]
+    assert message.startswith("step 1: this run cannot learn as it is (next warning in 50 steps at the earliest)")
+    assert "every completion ran into max_completion_length=12 without ending its turn" in message
+    assert "no rollout called image_zoom_in_tool: the policy has not learned the tool's format" in message
+    assert "every advantage is 0 (adv/zero_frac 1), so loss and grad_norm are 0" in message
 
 
 DEEPER = "deeper still"  # the label of the rollouts scripted to call the tool past max_tool_calling_iterations

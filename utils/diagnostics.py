@@ -1,14 +1,18 @@
 """Advantage and gradient-variance diagnostics, logged by `MAPOTrainer` for every estimator: whether an estimator
-lowers the variance of the policy gradient, as MAPO and HPO both claim, measured on the run itself."""
+lowers the variance of the policy gradient, as MAPO and HPO both claim, measured on the run itself; and the warning
+of a run that cannot learn (`LearningSignalCheck`)."""
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable
 
 import torch
 from transformers import TrainerCallback
 from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
+
+logger = logging.getLogger(__name__)
 
 
 def trained_token_mask(batch: dict) -> torch.Tensor:
@@ -152,3 +156,59 @@ def gradient_variance(mean: torch.Tensor, squares: torch.Tensor, n: int) -> dict
     trace = float(squares.sum() / (n - 1))
     norm = float(mean.square().sum())
     return {"gradvar/trace": trace, "gradvar/relative": trace / norm if norm > 0 else float("inf")}
+
+
+# ------------------------------------------------------------------------------------------- a run that cannot learn
+SIGNAL_WARN_EVERY = 50  # steps between two warnings of the same run (the first window that shows it always warns)
+
+
+def missing_signal(logs: dict[str, float], max_completion_length: int, max_tool_calling_iterations: int) -> list[str]:
+    """What a training log (TRL's metrics averaged over one logging window) says stops the run from learning, each
+    with its likely causes and the fields to change; empty when the window has a learning signal. Three cases: every
+    completion clipped, no zoom-in call, every advantage 0 (then loss and grad_norm are 0: the policy does not
+    move)."""
+    reasons = []
+    if logs.get("completions/clipped_ratio") == 1:
+        reasons.append(
+            f"every completion ran into max_completion_length={max_completion_length} without ending its turn: a "
+            "policy that never learned the format does not stop (no SFT cold start, or too short a one: start from "
+            "`make sft`'s output, or give SFT more max_steps), or the budget holds no call, crop and answer (raise "
+            "max_completion_length; lower crop_max_pixels or max_tool_calling_iterations)"
+        )
+    if logs.get("tools/zoom_calls_per_rollout") == 0:
+        reasons.append(
+            "no rollout called image_zoom_in_tool: the policy has not learned the tool's format (no SFT cold start, "
+            "or too short a one: model_name_or_path should be an SFT checkpoint that writes <tool_call>s)"
+            + (", and max_tool_calling_iterations=0 allows none" if max_tool_calling_iterations == 0 else "")
+        )
+    if logs.get("adv/zero_frac") == 1:
+        reasons.append(
+            "every advantage is 0 (adv/zero_frac 1), so loss and grad_norm are 0 and the policy does not move: each "
+            "group's rewards were equal. The outcome reward never separates them (check that reward_funcs score your "
+            "data's answers: rewards/<name>/mean), and R_sem cannot either without zoom-in calls, or with "
+            "semantic_beta 0 or advantage_estimator grpo"
+        )
+    return reasons
+
+
+class LearningSignalCheck(TrainerCallback):
+    """Warns when a training log shows a run that cannot learn (`missing_signal`): at the first such window, then at
+    most once every `every` steps, naming what is missing and the fields to change. Without it, such a run logs zeros
+    in silence (a 7B run from an SFT checkpoint that never learned the tool format looks like a slow start)."""
+
+    def __init__(self, max_completion_length: int, max_tool_calling_iterations: int, every: int = SIGNAL_WARN_EVERY):
+        self.budget = (max_completion_length, max_tool_calling_iterations)
+        self.every, self.warned_at = every, None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "adv/zero_frac" not in logs:  # a training step's log
+            return
+        reasons = missing_signal(logs, *self.budget)
+        if reasons and (self.warned_at is None or state.global_step - self.warned_at >= self.every):
+            self.warned_at = state.global_step
+            logger.warning(
+                "step %d: this run cannot learn as it is (next warning in %d steps at the earliest):\n- %s",
+                state.global_step,
+                self.every,
+                "\n- ".join(reasons),
+            )
