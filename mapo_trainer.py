@@ -23,7 +23,13 @@ from mapo import groups_outcome_all_equal, mapo_advantages, scale_similarity, se
 from rewards.verifiers import ClipVerifier, Scene, build_verifier
 from tools import ToolConfig, ToolConfigRecorder, ZoomCall, executed_calls, make_environment_factory
 from utils.checks import check_vllm_server
-from utils.diagnostics import GradientVariance, GradientVarianceProbe, LearningSignalCheck, advantage_statistics
+from utils.diagnostics import (
+    GradientVariance,
+    GradientVarianceProbe,
+    LearningSignalCheck,
+    advantage_statistics,
+    sampling_mismatch,
+)
 from utils.models import context_length, pixel_budget
 from utils.resume import ExactResume
 from utils.rollout import ban_placeholder_tokens, check_token_budget, over_turn
@@ -152,7 +158,13 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
             if self.args.variance_probe_steps > 0
             else None
         )
-        self.add_callback(LearningSignalCheck(self.args.max_completion_length, self.args.max_tool_calling_iterations))
+        self.add_callback(
+            LearningSignalCheck(
+                self.args.max_completion_length,
+                self.args.max_tool_calling_iterations,
+                self.args.vllm_importance_sampling_mode,
+            )
+        )
         if self.args.gradient_variance_batches > 0:
             self.add_callback(GradientVariance(self.args.gradient_variance_batches, self._record_train_metrics))
         self._outcome: torch.Tensor | None = None  # the last batch's R_out, gathered: HPO's success signal
@@ -279,7 +291,10 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
             self._logs["extra"]["turn_advantages"].extend(turn_values)
         if self.args.mask_over_turn:  # after HPO, whose clouds keep the rollout, as its group's statistics do
             self._mask_over_turn(out)
-        metrics |= advantage_statistics(out, lambda t: self.accelerator.reduce(t, reduction="sum"))
+        reduce_sum = lambda t: self.accelerator.reduce(t, reduction="sum")  # noqa: E731
+        metrics |= advantage_statistics(out, reduce_sum)
+        if "sampling_per_token_logps" in out and "old_per_token_logps" in out:  # vLLM, with its logprobs
+            metrics |= sampling_mismatch(out, reduce_sum)
         if mode == "train" and self.probe is not None:
             metrics |= self.probe(self, out)
         for name, value in metrics.items():

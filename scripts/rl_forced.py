@@ -32,6 +32,7 @@ from mapo_trainer import MAPOConfig, MAPOTrainer
 from tiny.scripted import force_tool_calls, force_vllm_tool_calls
 from tiny.vllm_server import disk_weight_transfer
 from tools import ToolConfig
+from utils.diagnostics import LearningSignalCheck
 from utils.recipes import parse_args_and_record
 
 
@@ -72,17 +73,42 @@ class ForcedMAPOTrainer(MAPOTrainer):
         self.meter = StepMeter()
         self.add_callback(self.meter)
         self.generation_peaks: list[float] = []
+        self.logp_offsets: list[dict] = []
 
     def _generate_and_score_completions(self, inputs):
-        if not torch.cuda.is_available():
-            return super()._generate_and_score_completions(inputs)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
+        cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         out = super()._generate_and_score_completions(inputs)
-        torch.cuda.synchronize()
-        self.generation_peaks.append(torch.cuda.max_memory_allocated() / 2**30)
-        torch.cuda.reset_peak_memory_stats()  # what follows in the step is training's
+        if cuda:
+            torch.cuda.synchronize()
+            self.generation_peaks.append(torch.cuda.max_memory_allocated() / 2**30)
+            torch.cuda.reset_peak_memory_stats()  # what follows in the step is training's
+        if "sampling_per_token_logps" in out and "old_per_token_logps" in out:
+            self.logp_offsets.append(logp_offsets(out))
         return out
+
+
+def logp_offsets(out: dict) -> dict:
+    """The trainer's logprob minus vLLM's, signed, over the scripted first turn's tokens and over the sampled ones.
+    The scripted call is scored by the engine with `prompt_logprobs` and no ban (`force_vllm_tool_calls`); sampled
+    tokens are drawn with the image placeholders banned, so vLLM reports them renormalised: the scripted tokens are
+    the control that has everything (engine, dtype, context) but the ban."""
+    old, sampled = out["old_per_token_logps"], out["sampling_per_token_logps"]
+    mask = out["completion_mask"].bool()
+    tool = out["tool_mask"].bool() if out.get("tool_mask") is not None else mask
+    first_response = (~tool & mask).int().argmax(-1)  # where the first tool response starts (0: none)
+    positions = torch.arange(mask.shape[1]).unsqueeze(0)
+    scripted = mask & tool & (positions < first_response.unsqueeze(1)) & (first_response.unsqueeze(1) > 0)
+    rest = mask & tool & ~scripted
+    diff = torch.nan_to_num(old - sampled, nan=0.0)
+    return {
+        "scripted_mean": float(diff[scripted].mean()) if scripted.any() else None,
+        "sampled_mean": float(diff[rest].mean()) if rest.any() else None,
+        "scripted_tokens": int(scripted.sum()),
+        "sampled_tokens": int(rest.sum()),
+    }
 
 
 def rank_depth():
@@ -117,6 +143,15 @@ def summary(trainer: ForcedMAPOTrainer) -> dict:
         # vLLM only: its logprobs of the sampled tokens against the trainer's, per step (TRL's metric), and its calls
         "sampling_logp_difference_mean": [e.get("sampling/sampling_logp_difference/mean") for e in logs],
         "sampling_logp_difference_max": [e.get("sampling/sampling_logp_difference/max") for e in logs],
+        # vLLM only: the signed offset (trainer minus vLLM), the mean sequence ratio, and the offset split by whether
+        # the tokens were scored without the placeholder ban (the scripted call) or sampled with it
+        "logp_offset": [e.get("vllm/logp_offset") for e in logs],
+        "sequence_ratio": [e.get("vllm/sequence_ratio") for e in logs],
+        "logp_offsets_by_origin": trainer.logp_offsets,
+        # what the run warned of (utils.diagnostics.LearningSignalCheck)
+        "signal_warnings": [
+            w for c in trainer.callback_handler.callbacks if isinstance(c, LearningSignalCheck) for w in c.warnings
+        ],
         "vllm_calls": trainer.vllm_calls,
         "vllm_weight_pushes": getattr(
             getattr(getattr(trainer, "vllm_generation", None), "vllm_client", None), "_pushes", None

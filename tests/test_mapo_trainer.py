@@ -256,7 +256,9 @@ def test_a_run_that_cannot_learn_says_so_once(tiny_kit, train_dataset, tmp_path,
         for e in steps
     )  # the run produces the three cases
     (message,) = [r.getMessage() for r in caplog.records if r.name == "utils.diagnostics"]
-    assert message.startswith("step 1: this run cannot learn as it is (next warning in 50 steps at the earliest)")
+    assert message.startswith(
+        "step 1: this run is not learning as it should (next warning in 50 steps at the earliest)"
+    )
     assert "every completion ran into max_completion_length=12 without ending its turn" in message
     assert "no rollout called image_zoom_in_tool: the policy has not learned the tool's format" in message
     assert "every advantage is 0 (adv/zero_frac 1), so loss and grad_norm are 0" in message

@@ -105,6 +105,36 @@ def test_after_an_optimizer_step_the_engine_generates_with_the_new_weights(coloc
     assert mean[1] < STEP_LOGP_DIFFERENCE and largest[1] < STEP_2_LARGEST_LOGP_DIFFERENCE
 
 
+def test_the_engines_logprob_offset_is_the_placeholder_ban_and_compounds_over_a_rollout(colocate):
+    """Issue 41: the trainer's logprob minus vLLM's, signed, per token. The scripted call is scored by the engine
+    without the ban (`prompt_logprobs`: the control, same engine, dtype and context); the sampled answer, with the
+    image placeholders banned, is reported renormalised. Measured on 2 CPU cores (Qwen2.5-VL; Qwen3-VL alike): scripted
+    +4e-8, sampled -0.0019 per token, = log(1 - 2/1027): the random tiny policy's near-uniform mass on its 2
+    placeholders of 1,027 tokens. One sign, so it compounds: the mean sequence ratio was 0.88 over ~67 sampled tokens
+    a rollout, inside the warning's band; the signed `vllm/logp_offset` equals TRL's unsigned mean (-0.0011 / 0.0011:
+    no token is off the other way)."""
+    for step in colocate["logp_offsets_by_origin"]:
+        assert abs(step["scripted_mean"]) < 1e-5 and step["scripted_tokens"] > 0
+        assert -4e-3 < step["sampled_mean"] < -1e-3 and step["sampled_tokens"] > 0
+    assert colocate["logp_offset"] == pytest.approx([-m for m in colocate["sampling_logp_difference_mean"]], rel=1e-3)
+    assert all(0.5 < ratio < 1.0 for ratio in colocate["sequence_ratio"])
+    assert not [w for w in colocate["signal_warnings"] if "drift" in w]
+
+
+def test_rollouts_whose_sequence_ratio_leaves_the_band_are_warned_of(tiny_kit, tmp_path):
+    """Issue 41: the same per-token offset over a long rollout. With max_completion_length 2048 the random tiny
+    policy samples ~500-1,000 tokens a rollout before it ends, so -0.0019 a token compounds to a mean sequence ratio
+    under the band's 0.5 (measured 0.45 at 1,024 tokens, ~500 sampled a rollout); the run says so once."""
+    argv = ["--config", COLOCATE_RECIPE, "--model_name_or_path", str(tiny_kit["policy"]), "--max_steps", "1"]
+    argv += ["--clip_model", str(tiny_kit["clip"]), "--output_dir", str(tmp_path / "rl"), "--num_samples", "2"]
+    argv += ["--max_completion_length", "2048"]
+    result = launch(argv, tmp_path / "summary.json")
+    (ratio,) = result["sequence_ratio"]
+    assert ratio < 0.5, result["logp_offsets_by_origin"]
+    (warning,) = [w for w in result["signal_warnings"] if "drift" in w]
+    assert f"mean sequence importance ratio {ratio:.3g}, outside [0.5, 2.0]" in warning and "placeholders" in warning
+
+
 # ---------------------------------------------------------------------------------------------------- evaluation
 def test_evaluation_runs_on_the_vllm_backend(tiny_kit, tmp_path):
     """`evaluate.py --backend vllm` end to end: the engine built with the processor's budget, every call's image

@@ -37,6 +37,23 @@ def advantage_statistics(out: dict, reduce_sum: Callable[[torch.Tensor], torch.T
     return {"adv/variance": square / count - (total / count) ** 2, "adv/zero_frac": zero / count}
 
 
+def sampling_mismatch(out: dict, reduce_sum: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, float]:
+    """How far vLLM's rollouts are from the policy being trained, over all processes (`out`: a generation batch with
+    TRL's `old_per_token_logps`, the trainer's, and `sampling_per_token_logps`, vLLM's):
+    - `vllm/logp_offset`: the signed mean, over trained tokens, of the trainer's logprob minus vLLM's (TRL's
+      `sampling/sampling_logp_difference` is its absolute value). A per-token offset of one sign compounds over a
+      rollout: vLLM's placeholder ban (`utils.rollout.ban_placeholder_tokens`) makes it log(1 - p_banned) < 0;
+    - `vllm/sequence_ratio`: the mean over rollouts of exp(sum of those differences), the raw sequence importance
+      ratio TRL's `sequence_*` modes weight (or mask) each whole rollout by, before any clipping.
+    Tokens vLLM did not score (NaN) count as no difference, as TRL counts them."""
+    mask = trained_token_mask(out).bool()
+    diff = torch.nan_to_num(out["old_per_token_logps"] - out["sampling_per_token_logps"], nan=0.0) * mask
+    sequence = diff.sum(-1).double().exp()
+    local = torch.stack([diff.sum().double(), mask.sum().double(), sequence.sum(), sequence.new_tensor(len(sequence))])
+    total, tokens, ratios, rows = reduce_sum(local).tolist()
+    return {"vllm/logp_offset": total / max(tokens, 1.0), "vllm/sequence_ratio": ratios / max(rows, 1.0)}
+
+
 def rollout_rows(out: dict, rows: int | None = None) -> list[dict]:
     """The first `rows` rollouts (all by default) of a generation batch `out` (`_generate_and_score_completions`'s
     output), one batch-of-one dict each, pixel values split by image grid as TRL splits them."""
@@ -191,24 +208,59 @@ def missing_signal(logs: dict[str, float], max_completion_length: int, max_tool_
     return reasons
 
 
-class LearningSignalCheck(TrainerCallback):
-    """Warns when a training log shows a run that cannot learn (`missing_signal`): at the first such window, then at
-    most once every `every` steps, naming what is missing and the fields to change. Without it, such a run logs zeros
-    in silence (a 7B run from an SFT checkpoint that never learned the tool format looks like a slow start)."""
+# The band the mean sequence importance ratio (`vllm/sequence_ratio`) should stay in: outside it, vLLM's rollouts are
+# far enough from the trained policy that a sequence-level correction halves or doubles whole rollouts' weight.
+SEQUENCE_RATIO_BAND = (0.5, 2.0)
 
-    def __init__(self, max_completion_length: int, max_tool_calling_iterations: int, every: int = SIGNAL_WARN_EVERY):
+
+def sampling_drift(logs: dict[str, float], importance_sampling_mode: str) -> str | None:
+    """Why a training log's mean sequence importance ratio (`sampling_mismatch`) left `SEQUENCE_RATIO_BAND`, with the
+    likely causes and the fields to change; None inside it, or without vLLM."""
+    ratio, offset = logs.get("vllm/sequence_ratio"), logs.get("vllm/logp_offset")
+    low, high = SEQUENCE_RATIO_BAND
+    if ratio is None or low <= ratio <= high:
+        return None
+    effect = (
+        "it weights each whole rollout's loss by that ratio (truncate: clipped to vllm_importance_sampling_clip_min "
+        "and _max; mask: zeroed outside them)"
+        if importance_sampling_mode.startswith("sequence")
+        else "token_* modes weight each token by its own ratio, which does not compound"
+    )
+    return (
+        f"vLLM's rollouts drift from the trained policy: mean sequence importance ratio {ratio:.3g}, outside "
+        f"[{low}, {high}] (per-token offset {offset:+.2g}, trainer minus vLLM; it compounds over a rollout's tokens). "
+        f"vllm_importance_sampling_mode={importance_sampling_mode}: {effect}. Likely causes: an engine in another "
+        "dtype than the trained weights (vllm_dtype), weights not synced to the engine, or a policy that puts mass on "
+        "the banned image placeholders (an untrained one; docs/vllm.md)"
+    )
+
+
+class LearningSignalCheck(TrainerCallback):
+    """Warns when a training log shows a run that cannot learn (`missing_signal`) or whose vLLM rollouts drift from
+    the policy (`sampling_drift`): at the first such window, then at most once every `every` steps, naming what is
+    wrong and the fields to change. Without it, such a run logs zeros in silence (a 7B run from an SFT checkpoint that
+    never learned the tool format looks like a slow start)."""
+
+    def __init__(
+        self,
+        max_completion_length: int,
+        max_tool_calling_iterations: int,
+        importance_sampling_mode: str = "sequence_mask",
+        every: int = SIGNAL_WARN_EVERY,
+    ):
         self.budget = (max_completion_length, max_tool_calling_iterations)
-        self.every, self.warned_at = every, None
+        self.mode, self.every, self.warned_at = importance_sampling_mode, every, None
+        self.warnings: list[str] = []  # what it warned, for a run's summary
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or "adv/zero_frac" not in logs:  # a training step's log
             return
-        reasons = missing_signal(logs, *self.budget)
+        drift = sampling_drift(logs, self.mode)
+        reasons = missing_signal(logs, *self.budget) + ([drift] if drift else [])
         if reasons and (self.warned_at is None or state.global_step - self.warned_at >= self.every):
             self.warned_at = state.global_step
-            logger.warning(
-                "step %d: this run cannot learn as it is (next warning in %d steps at the earliest):\n- %s",
-                state.global_step,
-                self.every,
-                "\n- ".join(reasons),
+            self.warnings.append(
+                f"step {state.global_step}: this run is not learning as it should (next warning in {self.every} "
+                "steps at the earliest):\n- " + "\n- ".join(reasons)
             )
+            logger.warning(self.warnings[-1])

@@ -232,8 +232,11 @@ def _family_settings(
                 f"{own[name]!r}; a model not trained to write boxes in {given!r} will write them in {own[name]!r}",
                 stacklevel=3,
             )
-    if taken:
-        logger.warning(
+    if taken:  # a warning where the family's value is not the dataclass default it would otherwise have had
+        defaults = {f.name: f.default for cls in dataclass_types for f in fields(cls) if f.name in taken}
+        level = logging.INFO if all(defaults[name] == value for name, value in taken.items()) else logging.WARNING
+        logger.log(
+            level,
             "no recipe, command line or record of %s sets %s: its family's own (model_type %s)",
             checkpoint,
             ", ".join(f"{name}={value!r}" for name, value in taken.items()),
