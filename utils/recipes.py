@@ -207,30 +207,30 @@ def _family_settings(
     recipe = load_recipe(argv[argv.index("--config") + 1]) if "--config" in argv else None
     taken = {}
     for name in FAMILY_TOOL_SETTINGS["qwen3_vl"]:
-        flag = next((a for a in argv if a == f"--{name}" or a.startswith(f"--{name}=")), None)
-        if flag is not None:
-            given, where = (flag.split("=", 1)[1] if "=" in flag else argv[argv.index(flag) + 1]), "the command line"
-        elif recipe is not None and name in recipe.values:
-            given, where = recipe.values[name], f"recipe {recipe.origin[name]}"
-        elif name in recorded:
-            continue
-        elif name in own:
+        flag = next((i for i, a in enumerate(argv) if a == f"--{name}" or a.startswith(f"--{name}=")), None)
+        if flag is not None or (recipe is not None and name in recipe.values):
+            if name == "box_convention" and name in own:
+                given, where = (
+                    (argv[flag].split("=", 1)[1] if "=" in argv[flag] else argv[flag + 1], "the command line")
+                    if flag is not None
+                    else (recipe.values[name], f"recipe {recipe.origin[name]}")
+                )
+                if given != own[name]:
+                    warnings.warn(
+                        f"box_convention: {where} sets {given!r} for {checkpoint}, a {kind} model, whose own "
+                        f"convention is {own[name]!r}; a model not trained to write boxes in {given!r} will write "
+                        f"them in {own[name]!r}",
+                        stacklevel=3,
+                    )
+        elif name in own and name not in recorded:
             taken[name] = own[name]
-            continue
-        else:
+        elif name not in recorded:
             logger.warning(
                 "%s: no recipe, command line or record of %s sets it and its model family cannot be read "
                 "(model_type %r): the default",
                 name,
                 checkpoint,
                 kind,
-            )
-            continue
-        if name == "box_convention" and name in own and given != own[name]:
-            warnings.warn(
-                f"box_convention: {where} sets {given!r} for {checkpoint}, a {kind} model, whose own convention is "
-                f"{own[name]!r}; a model not trained to write boxes in {given!r} will write them in {own[name]!r}",
-                stacklevel=3,
             )
     if taken:  # a warning where the family's value is not the dataclass default it would otherwise have had
         defaults = {f.name: f.default for cls in dataclass_types for f in fields(cls) if f.name in taken}
