@@ -149,6 +149,8 @@ def test_without_a_record_the_box_convention_is_the_model_familys_own(tiny_kit, 
         in caplog.text
     )
     assert box_convention("--model_name_or_path", "Qwen/Qwen3-VL-8B-Instruct") == "relative_1000"  # shipped config
+    flag_last = ["--model_name_or_path", qwen25, "--accept_img_idx"]  # a bare boolean flag, last on the line
+    assert parse_args_and_record((EvalArguments, ToolConfig), flag_last)[1].accept_img_idx is True
     for model, accepts in ((qwen3, True), (qwen25, False)):  # Qwen3-VL's own zoom tool takes img_idx
         assert parse_args_and_record((EvalArguments, ToolConfig), ["--model_name_or_path", model])[1].accept_img_idx \
             is accepts  # fmt: skip
