@@ -147,21 +147,6 @@ def batch_indicators(batches: Sequence[Sequence[int]], prompts: int) -> np.ndarr
     return np.stack([np.bincount(b, minlength=prompts) for b in batches]).astype(np.float64)
 
 
-def batch_cosines(products: Products, draw: Draw, batch_prompts: int) -> np.ndarray:
-    """The cosine of every batch's gradient (`batch_prompts` consecutive prompts of a fold) with its fold's reference
-    gradient, fold by fold: one value per batch."""
-    prompts = products.own.shape[0]
-    out = []
-    for f, members in enumerate(draw.folds):
-        w = draw.reference_weights(f, prompts)
-        ref_norm2 = float(w @ products.ref @ w)
-        u = batch_indicators(batches_of(members, batch_prompts), prompts)
-        dots = u @ (products.cross @ w)  # <g_b, reference>, up to the batch's scale
-        norms2 = ((u @ products.own) * u).sum(axis=1)
-        out += [cosine(float(d), float(n), ref_norm2) for d, n in zip(dots, norms2)]
-    return np.asarray(out)
-
-
 def variance_trace(own: np.ndarray, draw: Draw, batch_prompts: int, group: int) -> float:
     """The trace of the covariance of batch gradients across all batches of every fold (unbiased, ddof 1). A batch
     gradient is its prompts' contributions summed over its rollouts' number (`batch_prompts` x `group`): the loss's
@@ -173,13 +158,169 @@ def variance_trace(own: np.ndarray, draw: Draw, batch_prompts: int, group: int) 
     return float((np.trace(grams) - grams.sum() / n) / (n - 1))
 
 
-def fold_signal(own: np.ndarray, draw: Draw, group: int) -> float:
-    """||E g||^2, g a batch gradient, estimated without the noise's upward bias: the mean over pairs of disjoint folds
-    of the inner product of their mean gradients (each the mean over its rollouts, the scale of a batch's)."""
-    prompts = own.shape[0]
-    means = [np.bincount(m, minlength=prompts) / (len(m) * group) for m in draw.folds]
-    pairs = [(f, g) for f in range(len(means)) for g in range(f + 1, len(means))]
-    return float(np.mean([means[f] @ own @ means[g] for f, g in pairs]))
+def pair_mean(c: np.ndarray, w: np.ndarray | None = None) -> float:
+    """The mean of C_ab over ordered pairs of different units, unit a counted w_a times (a bootstrap's repeats; None:
+    once each): for C_ab = <x_a, y_b> over independent units with E x_a = X and E y_b = Y, an unbiased estimate of
+    <X, Y> (a unit with itself, or a repeat of itself, would add its noise)."""
+    w = np.ones(c.shape[0]) if w is None else np.asarray(w, dtype=np.float64)
+    return float((w @ c @ w - (w**2 * np.diag(c)).sum()) / (w.sum() ** 2 - (w**2).sum()))
+
+
+def _disjoint_sum(c: np.ndarray) -> float:
+    """sum of C_ab C_cd over ordered quadruples of distinct indices: all pairs of off-diagonal entries minus those
+    sharing an index, by inclusion-exclusion (two shared indices: the same pair or its transpose)."""
+    off = c - np.diag(np.diag(c))
+    rows, cols = off.sum(axis=1), off.sum(axis=0)
+    shared = (rows**2).sum() + 2 * (rows * cols).sum() + (cols**2).sum() - (off**2).sum() - (off * off.T).sum()
+    return float(off.sum() ** 2 - shared)
+
+
+def disjoint_product_mean(c: np.ndarray, w: np.ndarray | None = None) -> float:
+    """The mean of C_ab C_cd over ordered quadruples of four different units (an order-4 U-statistic), unit a counted
+    w_a times as in `pair_mean`: with C_ab = <x_a, y_b> over independent units, an unbiased estimate of <X, Y>^2,
+    where squaring `pair_mean` would add its variance."""
+    w = np.ones(c.shape[0]) if w is None else np.asarray(w, dtype=np.float64)
+    if np.count_nonzero(w) < 4:
+        raise ValueError(f"an unbiased square needs at least 4 independent units; got {np.count_nonzero(w)}")
+    ww = np.outer(w, w)
+    return _disjoint_sum(ww * c) / _disjoint_sum(ww)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One estimator's prompt-level products (`prompt_products`): `own` = H_gg and `cross` = H_g,ref against a
+    reference's coefficients. For a randomised control, their mean over its draws, which are independent from prompt
+    to prompt: `gain` and `noise_over_signal` are linear in `own` and `cross` for one prompt and multiply different
+    prompts', so the mean products give them for the control's expected gradient and second moment exactly."""
+
+    own: np.ndarray
+    cross: np.ndarray
+
+
+def counts(draw: Draw, prompts: int) -> np.ndarray:
+    """How many times each prompt is in the draw (a bootstrap's repeats)."""
+    return np.bincount([p for m in draw.folds for p in m], minlength=prompts).astype(np.float64)
+
+
+def figures(arm: Arm, ref: np.ndarray, draw: Draw, batch_prompts: int, group: int) -> dict[str, float]:
+    """How a batch gradient g (the trainer's loss: a batch's prompts' contributions over its rollouts' number) serves
+    the direction grad J that the reference contributions estimate (`ref` = H_ref,ref), on one draw:
+
+    - `gain`: <grad J, E g>^2 / (|grad J|^2 E|g|^2), the fraction of |grad J|^2 / 2L that one normalised SGD step at
+      its best size gains on J (the step eta g gains eta <grad J, g> - L eta^2 |g|^2 / 2 in expectation). Its
+      numerator is `disjoint_product_mean` of the prompts' products and |grad J|^2 is `pair_mean`: every product pairs
+      different prompts (cross-fitting at its finest), so neither is inflated by noise. E|g|^2 is the mean over
+      batches.
+    - `with_gradient`: the fraction of batches whose gradient is not zero (a batch whose groups all tie has none).
+    - `cosine_given_gradient` and `cosine` (0 for a batch without one): each batch's <g_b, r_f> / (|g_b| |grad J|),
+      r_f the reference on the other folds' prompts and |grad J| from `pair_mean`. Dividing by |r_f| instead would
+      shrink every cosine by |grad J| / |r_f|, the reference's noise.
+    - `noise_over_signal`: tr Cov(g) = E|g|^2 - |E g|^2 (|E g|^2 by `pair_mean`) over the signal projected on
+      grad J, <grad J, E g>^2 / |grad J|^2.
+    """
+    prompts = arm.own.shape[0]
+    w = counts(draw, prompts)
+    ref2 = pair_mean(ref, w)
+    along = disjoint_product_mean(arm.cross, w) / group**2
+    mean2 = pair_mean(arm.own, w) / group**2
+    norms2, dots = [], []
+    for f, members in enumerate(draw.folds):
+        u = batch_indicators(batches_of(members, batch_prompts), prompts) / (batch_prompts * group)
+        norms2.append(((u @ arm.own) * u).sum(axis=1))
+        dots.append(u @ (arm.cross @ draw.reference_weights(f, prompts)))
+    norms2, dots = np.concatenate(norms2), np.concatenate(dots)
+    second = float(norms2.mean())
+    has = norms2 > 1e-12 * max(float(norms2.max()), 1e-300)
+    cos = np.zeros_like(dots)
+    if ref2 > 0:
+        cos[has] = dots[has] / np.sqrt(norms2[has] * ref2)
+    projected = along / ref2 if ref2 > 0 else math.nan
+    return {
+        "gain": along / (ref2 * second) if ref2 > 0 and second > 0 else math.nan,
+        "with_gradient": float(has.mean()),
+        "cosine_given_gradient": float(cos[has].mean()) if has.any() and ref2 > 0 else math.nan,
+        "cosine": float(cos.mean()) if ref2 > 0 else math.nan,
+        "noise_over_signal": (second - mean2) / projected if projected > 0 else math.nan,
+    }
+
+
+def projection_coefficient(qv: np.ndarray, vv: np.ndarray, draw: Draw) -> float:
+    """c = <grad Q, grad V> / |grad V|^2 from the references' prompt products (`qv` = H_Q,V, `vv` = H_V,V), each inner
+    product over different prompts (`pair_mean`)."""
+    w = counts(draw, vv.shape[0])
+    vv2 = pair_mean(vv, w)
+    return pair_mean(qv, w) / vv2 if vv2 > 0 else 0.0
+
+
+def framing_products(qq: np.ndarray, qv: np.ndarray, vv: np.ndarray, c: float) -> np.ndarray:
+    """H_d,d for d = grad Q - c grad V (grad Q with grad V projected out when c = `projection_coefficient`): the
+    products are bilinear, so d's contributions h_Q - c h_V need no new gradients."""
+    return qq - c * (qv + qv.T) + c**2 * vv
+
+
+def rollout_split(coefficients: np.ndarray, rollout_gram: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """For scalar advantages A_i per rollout and the rollouts' score products <S_i, S_k> (`rollout_gram`, rollouts
+    ordered group by group): the prompt-level products H (`prompt_products`) and, per prompt, the part of its diagonal
+    entry made of each rollout with itself, sum_i A_i^2 |S_i|^2."""
+    a = np.asarray(coefficients, dtype=np.float64)
+    prompts = len(a) // group
+    blocks = (a[:, None] * rollout_gram * a[None, :]).reshape(prompts, group, prompts, group)
+    return blocks.sum(axis=(1, 3)), np.einsum("pipi->p", blocks)
+
+
+def trace_split(own: np.ndarray, self_part: np.ndarray, draw: Draw, batch_prompts: int, group: int):
+    """`variance_trace` split exactly into its per-rollout part (the terms A_i^2 |S_i|^2 of each batch's |g_b|^2) and
+    the rest: products of different rollouts, and the mean's. `own`, `self_part` from `rollout_split`. Returns
+    (trace, per_rollout, cross)."""
+    batches = [b for members in draw.folds for b in batches_of(members, batch_prompts)]
+    u = batch_indicators(batches, own.shape[0]) / (batch_prompts * group)
+    trace = variance_trace(own, draw, batch_prompts, group)
+    per_rollout = float((u**2 @ self_part).sum() / (len(batches) - 1))
+    return trace, per_rollout, trace - per_rollout
+
+
+# --------------------------------------------------------------------------------------------------- controls
+def zoom_constant_scores(
+    valid: Sequence[Sequence[bool]], zoom: Sequence[Sequence[bool]], c: float
+) -> list[list[float]]:
+    """`C_zoom`'s z_t: `c` on every valid call whose box is a zoom, 0 on every other call."""
+    return [[c if ok and z else 0.0 for ok, z in zip(v, zs, strict=True)] for v, zs in zip(valid, zoom, strict=True)]
+
+
+def valid_constant_scores(valid: Sequence[Sequence[bool]], c: float) -> list[list[float]]:
+    """`C_valid`'s z_t: `c` on every valid call, 0 on failed ones."""
+    return [[c if ok else 0.0 for ok in v] for v in valid]
+
+
+def noise_scores(calls: Sequence[int], rate: float, rng: np.random.Generator) -> list[list[float]]:
+    """`C_noise`'s z_t: for each of a rollout's calls (valid or not), 1 with probability `rate`, drawn independently
+    of the calls."""
+    return [(rng.random(n) < rate).astype(float).tolist() for n in calls]
+
+
+def permuted_within_groups(values: np.ndarray, group: int, rng: np.random.Generator) -> np.ndarray:
+    """`C_all`'s R_sem: each group's values permuted among its `group` rollouts, no-call ones included."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1, group)
+    return np.take_along_axis(v, rng.permuted(np.tile(np.arange(group), (len(v), 1)), axis=1), axis=1).reshape(-1)
+
+
+def garbled_scores(
+    walk: Sequence[Sequence[float | None]], zoom: Sequence[Sequence[bool]], quality: float, rng: np.random.Generator
+) -> list[list[float]]:
+    """A walk verifier of quality q among valid zoom calls: each such call keeps its verdict with probability q and
+    otherwise gets a fresh draw at the verdicts' own rate among those calls, so E[z | valid] is the same at every q
+    (q = 0: pure noise at that rate). Other valid calls keep their verdict; failed calls score 0. One pair of draws
+    per call for every q (common random numbers when `rng` is seeded alike)."""
+    verdicts = [v for calls, zs in zip(walk, zoom) for v, z in zip(calls, zs) if v is not None and z]
+    rate = float(np.mean(verdicts)) if verdicts else 0.0
+    out = []
+    for calls, zs in zip(walk, zoom, strict=True):
+        keep, fresh = rng.random(len(calls)), rng.random(len(calls))
+        out.append([
+            0.0 if v is None else (float(fresh[i] < rate) if z and keep[i] >= quality else v)
+            for i, (v, z) in enumerate(zip(calls, zs))
+        ])  # fmt: skip
+    return out
 
 
 # --------------------------------------------------------------------------------------------------- verdicts
@@ -202,6 +343,7 @@ def paired_difference(value: float, reference: float, replicates: np.ndarray, re
     """`Difference` of `value - reference`, its SE the std (ddof 1) of the same difference over bootstrap
     replicates (each replicate computes both on the same draw, so the pairing is kept)."""
     diffs = np.asarray(replicates) - np.asarray(reference_replicates)
+    diffs = diffs[~np.isnan(diffs)]  # a replicate without a measurable reference (|grad J|^2 <= 0) defines neither
     se = float(diffs.std(ddof=1)) if diffs.size > 1 else float("nan")
     return Difference(value - reference, se)
 
@@ -217,25 +359,40 @@ def better_verdict(difference: Difference, sigmas: float = SIGMAS) -> str:
     return INCONCLUSIVE
 
 
-def prop2_cosine_verdict(walk: Difference, shuffled: Difference, sigmas: float = SIGMAS) -> str:
-    """Proposition 2 (a), stated before the numbers: MAPO's batch gradient lies closer to the gradient of Q* than
-    GRPO's. `HOLDS` when the walk verifier's cosine beats GRPO's by more than `sigmas` SE and its shuffled control's
-    (the same z_t values, no information) does not; `FAILS` when the walk verifier's is below GRPO's by more than
-    `sigmas` SE; else `INCONCLUSIVE` (including a control that gains as much: sizes, not information, would explain
-    the gain)."""
-    if walk.above(sigmas) and not shuffled.above(sigmas):
+POWER_Z = 0.84  # a one-sided 80% power on top of the SIGMAS bar
+
+
+def detectable(se: float, sigmas: float = SIGMAS) -> float:
+    """The smallest true difference the run detects with 80% power at the `sigmas` bar: (sigmas + 0.84) SE."""
+    return (sigmas + POWER_Z) * se
+
+
+def prompts_needed(se: float, prompts: int, effect: float, sigmas: float = SIGMAS) -> int:
+    """The prompts a run needs to detect `effect` with 80% power, from an SE measured on `prompts` prompts (an SE
+    shrinks as 1 / sqrt(prompts))."""
+    return math.ceil(prompts * (detectable(se, sigmas) / abs(effect)) ** 2) if effect else math.inf
+
+
+def prop2a_verdict(walk_minus_zoom: Difference, walk_minus_grpo: Difference, sigmas: float = SIGMAS) -> str:
+    """Proposition 2 (a), stated before the numbers, on the expected gain towards grad Q*: `HOLDS` when the walk
+    verifier beats its zoom control `C_zoom` (a constant z on every valid zoom call: the same bonus for zooming,
+    no word on which crop framed the target) by more than `sigmas` SE, and beats GRPO by more than `sigmas` SE;
+    `FAILS` when it is below `C_zoom` by more than `sigmas` SE (the framing information hurts); else `INCONCLUSIVE`,
+    reported with `detectable` of the walk-minus-`C_zoom` SE."""
+    if walk_minus_zoom.above(sigmas) and walk_minus_grpo.above(sigmas):
         return HOLDS
-    if walk.below(sigmas):
+    if walk_minus_zoom.below(sigmas):
         return FAILS
     return INCONCLUSIVE
 
 
-def break_even(qualities: Sequence[float], cosines: Sequence[float], baseline: float) -> float:
-    """The verifier quality q* above which the cosine reaches `baseline` (GRPO's), by linear interpolation between
-    the measured qualities (ascending): `qualities[0]` if it already does there, `inf` if it never does."""
-    if cosines[0] >= baseline:
-        return float(qualities[0])
-    for (q0, c0), (q1, c1) in zip(zip(qualities, cosines), zip(qualities[1:], cosines[1:])):
-        if c1 >= baseline:
-            return float(q0 + (q1 - q0) * (baseline - c0) / (c1 - c0))
+def break_even(qualities: Sequence[float], differences: Sequence[float]) -> float:
+    """The verifier quality q* where an arm's difference from GRPO (ascending `qualities`) first reaches 0, by linear
+    interpolation: `-inf` when it is already at or above 0 at the lowest quality (a verifier with no information
+    does as well: the gain is the bonus's, not the verdicts'), `inf` when it never is."""
+    if differences[0] >= 0:
+        return -math.inf
+    for (q0, d0), (q1, d1) in zip(zip(qualities, differences), zip(qualities[1:], differences[1:])):
+        if d1 >= 0:
+            return float(q0 + (q1 - q0) * (0 - d0) / (d1 - d0))
     return math.inf

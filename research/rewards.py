@@ -20,14 +20,19 @@ READER_MISS_P = 0.1
 READER_MAX_AREA = 0.25  # a box over a quarter of the image is no zoom: the target stays as small as in the prompt
 
 
-def frames_target(box: Sequence[int] | None, target_bbox: Sequence[int], image_size: tuple[int, int]) -> bool:
-    """Whether a crop `box` (original pixels; None: no crop) frames the target: it holds the whole `target_bbox` and
-    covers at most `READER_MAX_AREA` of the image, so zooming out to the whole image does not count."""
+def is_zoom(box: Sequence[int] | None, image_size: tuple[int, int]) -> bool:
+    """Whether a crop `box` (original pixels; None: no crop) is a zoom: it covers at most `READER_MAX_AREA` of the
+    image."""
     if box is None:
         return False
     x1, y1, x2, y2 = box
-    small = (x2 - x1) * (y2 - y1) <= READER_MAX_AREA * image_size[0] * image_size[1]
-    return small and box_contains(box, target_bbox)
+    return (x2 - x1) * (y2 - y1) <= READER_MAX_AREA * image_size[0] * image_size[1]
+
+
+def frames_target(box: Sequence[int] | None, target_bbox: Sequence[int], image_size: tuple[int, int]) -> bool:
+    """Whether a crop `box` (original pixels; None: no crop) frames the target: it holds the whole `target_bbox` and
+    is a zoom (`is_zoom`), so zooming out to the whole image does not count."""
+    return is_zoom(box, image_size) and box_contains(box, target_bbox)
 
 
 def target_in_view(call: ZoomCall, target_bbox: Sequence[int], image_size: tuple[int, int]) -> bool:

@@ -12,7 +12,7 @@ import torch
 
 from data.task import normalize
 from research.rewards import target_in_view
-from rewards.verifiers import Scene
+from rewards.verifiers import Scene, build_verifier
 from tools import ZoomCall
 from utils.registry import reads_columns
 
@@ -60,6 +60,21 @@ class ShuffledVerifier:
         return values[torch.from_numpy(order)]
 
 
+class CentredVerifier:
+    """Another verifier's scores minus their mean over the scored batch (the valid calls of one generation batch;
+    unscorable ones left out): the same ranking of calls with no bonus or penalty for calling at all. Under
+    `semantic_score: contrastive` the trainer scores the crops and the whole images in two batches, and the
+    difference of two centred scores is the centred difference."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def score(self, calls: Sequence[ZoomCall], scenes: Sequence[Scene]) -> torch.Tensor:
+        values = self.base.score(calls, scenes)
+        scored = ~torch.isnan(values)
+        return values - values[scored].mean() if scored.any() else values
+
+
 @reads_columns(*GROUND_TRUTH)
 def exact(config, device, seed) -> ExactVerifier:
     """z_t = 1 when the label names the target and the crop frames it (`ExactVerifier`)."""
@@ -82,3 +97,8 @@ def exact_walk(config, device, seed) -> WalkVerifier:
 def shuffled_exact_walk(config, device, seed) -> ShuffledVerifier:
     """`exact_walk`'s scores permuted across each batch's calls: same sizes, no information."""
     return ShuffledVerifier(WalkVerifier(), seed)
+
+
+def clip_centred(config, device, seed) -> CentredVerifier:
+    """The recipe's CLIP verifier (`clip_model`), centred on each scored batch (`CentredVerifier`)."""
+    return CentredVerifier(build_verifier("clip", config, device, seed))

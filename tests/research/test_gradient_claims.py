@@ -1,6 +1,7 @@
-"""`research.gradient_claims` shrunk to 16 rollouts on the tiny kit, with scripted zoom-in calls (a random policy
+"""`research.gradient_claims` shrunk to 32 rollouts on the tiny kit, with scripted zoom-in calls (a random policy
 writes none): every estimator's replayed advantages against the same trainer computing them live on the same
-rollouts, the step score vectors against the rollout's whole gradient, and the analysis and report run on it."""
+rollouts, the step score vectors against autograd through the trainer's `compute_loss`, and the analysis and report
+run on it."""
 
 import argparse
 
@@ -14,12 +15,12 @@ from research import gradient_claims as gc
 from tiny import stages
 from tiny.scripted import force_tool_calls, tool_call_turn
 from tools import seen_size
-from utils.diagnostics import completion_logps, policy_gradient_loss, rollout_rows, trained_token_mask
 from utils.models import pixel_budget
 
 pytestmark = pytest.mark.slow
 
 SIDE = 768
+LIVE_BATCHES = 2  # batches each estimator is run live on (the replay path is the same for every batch)
 
 
 def quadrant_turn(row: int, label: str, seen: tuple[int, int]) -> str:
@@ -53,8 +54,9 @@ def shrunk(tiny_kit, tmp_path_factory):
     (start / "sft").symlink_to(tiny_kit["policy"].resolve())
     (start / "clip").symlink_to(tiny_kit["clip"].resolve())
     stages.make_data(start / "data", 8, 4, min_size=SIDE, max_size=SIDE)
-    args = argparse.Namespace(rollouts=16, seed=0)
-    measurement, batches = gc.measure(args, start, log=lambda *_: None, recording_cls=ScriptedRecording)
+    measurement, batches = gc.measure(
+        argparse.Namespace(), start, start / "sft", 32, 0, log=lambda *_: None, recording_cls=ScriptedRecording
+    )
     return start, measurement, batches
 
 
@@ -68,52 +70,78 @@ def test_every_estimator_replays_what_the_trainer_computes_live(shrunk, tiny_kit
     # The recipe's scaling for every estimator, and `none` once: the replay path does not depend on the scaling, and
     # `analyse` checks every scalar estimator's replay under both against `mapo_advantages`.
     checked = [key for key in replays if key[1] == measurement["recipe_scaling"]] + [("grpo", "none")]
+    live_steps = int(np.sum(r.step_rollout < LIVE_BATCHES * len(batches[0]["inputs"])))
     for name, scaling in checked:
         replayed = replays[(name, scaling)]
         live = gc.build(
-            start, stages.tiny_kit(), f"live-{name}", ScriptedLive, scale_rewards=scaling, **gc.ESTIMATORS[name]
-        )
+            start, start / "sft", stages.tiny_kit(), f"live-{name}", ScriptedLive, scale_rewards=scaling,
+            **gc.ESTIMATORS[name],
+        )  # fmt: skip
         values = []
-        for b, batch in enumerate(batches):
+        for b, batch in enumerate(batches[:LIVE_BATCHES]):
             set_seed(0 * 1_000_003 + b)  # as `collect` seeds the batch
             out = live._generate_and_score_completions(batch["inputs"])
             values += gc.step_advantages(out["advantages"], gc.turns_of(out))
-        np.testing.assert_allclose(replayed.advantages, values, atol=1e-6, err_msg=f"{name}, scale_rewards {scaling}")
+        np.testing.assert_allclose(replayed.advantages[:live_steps], values, atol=1e-6, err_msg=f"{name}, {scaling}")
 
 
-def test_step_vectors_sum_to_the_rollouts_gradient(shrunk, tiny_kit):
+def test_the_score_vectors_are_the_trainers_compute_loss_gradients(shrunk, tiny_kit):
+    """Each step's score vector equals autograd through `MAPOTrainer.compute_loss` with a one-hot advantage on that
+    step's tokens, over B x (gradient accumulation): TRL's own loss, not the repo's helper. The recorded Gram matrix
+    holds their products."""
     start, measurement, batches = shrunk
     r = measurement["rollouts"]
-    trainer = gc.build(start, stages.tiny_kit(), "direct", ScriptedLive, **gc.ESTIMATORS["grpo"])
+    trainer = gc.build(start, start / "sft", stages.tiny_kit(), "direct", ScriptedLive, **gc.ESTIMATORS["grpo"])
     set_seed(0)
     out = trainer._generate_and_score_completions(batches[0]["inputs"])
     params = [p for p in trainer.model.parameters() if p.requires_grad]
-    row = rollout_rows(out)[0]
-    loss = policy_gradient_loss(completion_logps(trainer, row), torch.ones(1), trained_token_mask(row))
-    whole = torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)]).double()
-    steps = np.flatnonzero(r.step_rollout == 0)
-    assert len(steps) == 2  # the scripted call, then the answer
-    # |sum_k s_k|^2 from the Gram matrix equals the squared norm of the rollout's whole loss gradient
-    assert r.gram[np.ix_(steps, steps)].sum() == pytest.approx(float(whole @ whole), rel=1e-4)
+    vectors, counts, _ = gc.step_vectors(trainer, out)
+    turns = gc.turns_of(out)
+    rows = turns.shape[0]
+    trainer.current_gradient_accumulation_steps = 2  # what `Trainer.train` sets; the loss divides by it
+    scale = 1.0 / (rows * 2)
+    first = np.flatnonzero(r.step_rollout == 0)
+    assert counts[0] == len(first) == 2  # the scripted call, then the answer
+    autograd = []
+    for k in (1, 2):
+        one_hot = torch.zeros(turns.shape)
+        one_hot[0][turns[0] == k] = 1.0
+        loss = trainer.compute_loss(trainer.model, dict(out, advantages=one_hot))
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        autograd.append(
+            torch.cat([(torch.zeros_like(p) if g is None else g).flatten() for g, p in zip(grads, params)])
+        )
+        torch.testing.assert_close(autograd[-1], scale * vectors[k - 1], rtol=1e-4, atol=1e-9)
+    # a rollout-level one-hot advantage (the episode advantage TRL applies) is the sum of its steps'
+    loss = trainer.compute_loss(trainer.model, dict(out, advantages=torch.eye(rows)[0]))
+    whole = torch.cat([g.flatten() for g in torch.autograd.grad(loss, params, allow_unused=False)])
+    torch.testing.assert_close(whole, autograd[0] + autograd[1], rtol=1e-4, atol=1e-9)
+    stacked = torch.stack(autograd).double() / scale
+    assert r.gram[np.ix_(first, first)] == pytest.approx((stacked @ stacked.T).numpy(), rel=1e-4)
     assert np.allclose(r.gram, r.gram.T)
 
 
 def test_the_analysis_and_report_run_on_the_shrunk_measurement(shrunk, tmp_path):
     start, measurement, _ = shrunk
-    results = gc.analyse(measurement, folds=2, bootstrap=3, seed=0, log=lambda *_: None)
-    assert results["rollouts"] == 16 and results["prompts"] == 4
+    results = gc.analyse(measurement, folds=4, bootstrap=3, seed=0, log=lambda *_: None)
+    assert results["rollouts"] == 32 and results["prompts"] == 8
     for entry in results["table"].values():
-        assert np.isfinite(entry["cosine"]) and -1 <= entry["cosine"] <= 1
-    assert results["prop1"]["moments"]["lhs"] == pytest.approx(results["prop1"]["moments"]["rhs"])
-    assert results["prop2"]["cosine"]["verdict"] in ("holds", "fails", "inconclusive")
+        for direction in gc.DIRECTIONS:
+            figures = entry[direction]
+            assert 0 <= figures["with_gradient"] <= 1
+            assert np.isnan(figures["cosine"]) or -1 - 1e-9 <= figures["cosine"] * figures["with_gradient"] <= 1
+    assert set(results["chain"]) == {f"{a} - {b}" for a, b in zip(gc.CHAIN, gc.CHAIN[1:])}
+    assert results["prop2"]["a"]["verdict"] in ("holds", "fails", "inconclusive")
+    assert results["prop1"]["mixed"]["moments"]["lhs"] == pytest.approx(results["prop1"]["mixed"]["moments"]["rhs"])
+    replication = gc.analyse_replication(measurement, folds=4, bootstrap=3, seed=0)
+    # the same rollouts give the replication the primary's walk-minus-control point estimate
+    assert replication["walk_minus_zoom"]["value"] == pytest.approx(results["prop2"]["a"]["walk_minus_zoom"]["value"])
     setup = {
-        "date": "today", "command": "test", "start": str(start), "sft_steps": 0, "recipe_beta": 0.4,
-        "parameters": 1, "timings": {"all": 1.0}, "minutes": 0.1, "cores": 1, "gate": None, "curves_verdict": None,
+        "date": "today", "command": "test", "start": str(start), "sft_steps": 0, "parameters": 1,
+        "timings": {"all": 1.0}, "minutes": 0.1, "cores": 1, "gate": None, "curves_verdict": None,
     }  # fmt: skip
-    report = gc.write_report(tmp_path / "experiment.md", results, setup)
+    report = gc.write_report(tmp_path / "experiment.md", results, [replication], setup)
     text = report.read_text()
-    assert "## What it shows" in text and "Proposition 2 (a)" in text
+    assert "## What it shows" in text and "Proposition 2 (a)" in text and "## Replication" in text
     assert (tmp_path / "experiment" / "results.json").exists()
-    assert sorted(p.name for p in (tmp_path / "experiment").glob("*.png")) == [
-        "batch_size.png", "beta.png", "quality.png", "reader.png",
-    ]  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "experiment").glob("*.png")) == ["quality.png"]

@@ -1,6 +1,7 @@
 """`research.gradient_stats` and the pure parts of `research.gradient_claims`, on hand-made inputs with every figure
 worked by hand in the comments."""
 
+import itertools
 import math
 import re
 
@@ -8,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from research import gradient_claims as gc
 from research import gradient_stats as gs
-from research.gradient_claims import noisy_walk_semantic, step_advantages
+from research.gradient_claims import step_advantages
 from tiny import stages
 
 
@@ -46,25 +48,134 @@ def test_prompt_products_collapse_steps_to_prompts():
     assert out == pytest.approx(np.array([[3.0, 0.0], [0.0, 4.0]]))
 
 
-def test_batch_cosines_score_each_fold_against_the_others():
-    # h0 = (1, 0), h1 = (0, 1); reference contributions r0 = (1, 1), r1 = (1, 0); one prompt per fold
-    h, r = np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[1.0, 1.0], [1.0, 0.0]])
-    products = gs.Products(h @ h.T, h @ r.T, r @ r.T)
-    draw = gs.Draw.of(np.array([0, 1]))
-    # fold 0's batch h0 against fold 1's reference r1: cos 1; fold 1's h1 against r0: 1 / sqrt(2)
-    assert gs.batch_cosines(products, draw, 1) == pytest.approx([1.0, 1 / math.sqrt(2)])
-
-
-def test_variance_trace_and_fold_signal():
+def test_variance_trace():
     # four orthogonal prompt gradients of squared norms 1, 4, 9, 16, one prompt per batch, G = 1:
     # sum |g|^2 = 30, n |g-bar|^2 = 30 / 4, so the trace is (30 - 7.5) / 3
     own = np.diag([1.0, 4.0, 9.0, 16.0])
     assert gs.variance_trace(own, gs.Draw.of(np.array([0, 0, 1, 1])), 1, 1) == pytest.approx(7.5)
-    # h = (1, 0), (3, 0) in fold 0 and (2, 1), (0, 1) in fold 1: means (2, 0) and (1, 1), inner product 2
-    h = np.array([[1.0, 0.0], [3.0, 0.0], [2.0, 1.0], [0.0, 1.0]])
-    assert gs.fold_signal(h @ h.T, gs.Draw.of(np.array([0, 0, 1, 1])), 1) == pytest.approx(2.0)
-    # a group of 2 halves each mean (the loss averages over rollouts): the product drops by 4
-    assert gs.fold_signal(h @ h.T, gs.Draw.of(np.array([0, 0, 1, 1])), 2) == pytest.approx(0.5)
+
+
+def test_unbiased_inner_products_and_squares_leave_each_unit_with_itself_out():
+    assert gs.pair_mean(np.array([[1.0, 2.0], [3.0, 4.0]])) == pytest.approx(2.5)  # (2 + 3) / 2
+    # the closed form against its definition, the mean over ordered quadruples of distinct indices
+    c = np.random.default_rng(0).normal(size=(6, 6))
+    quads = list(itertools.permutations(range(6), 4))
+    assert gs.disjoint_product_mean(c) == pytest.approx(np.mean([c[a, b] * c[x, y] for a, b, x, y in quads]))
+    # a bootstrap's repeats: unit 0 twice, unit 3 never; slots of one unit never pair (they are the same draw)
+    w = np.array([2, 1, 1, 0, 1, 1])
+    slots = np.repeat(np.arange(6), w)
+    quads = [q for q in itertools.permutations(range(len(slots)), 4) if len(set(slots[list(q)])) == 4]
+    want = np.mean([c[slots[a], slots[b]] * c[slots[x], slots[y]] for a, b, x, y in quads])
+    assert gs.disjoint_product_mean(c, w) == pytest.approx(want)
+    pairs = [(a, b) for a, b in itertools.permutations(range(len(slots)), 2) if slots[a] != slots[b]]
+    assert gs.pair_mean(c, w) == pytest.approx(np.mean([c[slots[a], slots[b]] for a, b in pairs]))
+    with pytest.raises(ValueError, match="at least 4"):
+        gs.disjoint_product_mean(np.ones((4, 4)), np.array([1, 1, 1, 0]))
+
+
+def one_prompt_folds(h, r):
+    """Prompt contributions h (arm) and r (reference), as rows; one prompt per fold, one per batch."""
+    h, r = np.asarray(h, dtype=float), np.asarray(r, dtype=float)
+    return gs.Arm(h @ h.T, h @ r.T), r @ r.T, gs.Draw.of(np.arange(len(h)))
+
+
+def test_the_expected_gain_and_its_companions_on_one_dimension():
+    # h = 1, 3, 1, 3 against r = 2 everywhere, G = 1, batches of one prompt:
+    # |grad J|^2 = 4; <grad J, E g>^2: the mean of h_a r_b h_c r_d over distinct a, b, c, d = 4 * mean_{a != c} h_a h_c
+    # = 4 * ((1 + 3 + 1 + 3)^2 - (1 + 9 + 1 + 9)) / 12 = 4 * 44 / 12; E|g|^2 = 20 / 4 = 5; gain = (44 / 3) / (4 * 5)
+    arm, ref, draw = one_prompt_folds([[1.0], [3.0], [1.0], [3.0]], [[2.0]] * 4)
+    f = gs.figures(arm, ref, draw, 1, 1)
+    assert f["gain"] == pytest.approx(11 / 15)
+    assert (f["with_gradient"], f["cosine"], f["cosine_given_gradient"]) == pytest.approx((1.0, 1.0, 1.0))
+    # noise: E|g|^2 - |E g|^2 = 5 - 44 / 12; projected signal (44 / 3) / 4
+    assert f["noise_over_signal"] == pytest.approx((5 - 11 / 3) / (11 / 3))
+
+
+def test_the_gain_is_the_squared_cosine_without_noise_and_a_batch_without_gradient_counts_zero():
+    # h = (1, 1) against r = (2, 0): cosine 1 / sqrt(2), gain 1 / 2 (no noise: E|g|^2 = |E g|^2)
+    arm, ref, draw = one_prompt_folds([[1.0, 1.0]] * 4, [[2.0, 0.0]] * 4)
+    f = gs.figures(arm, ref, draw, 1, 1)
+    assert (f["gain"], f["cosine"]) == pytest.approx((0.5, 1 / math.sqrt(2)))
+    assert f["noise_over_signal"] == pytest.approx(0.0)
+    # the fourth prompt's advantages all 0: its batch has no gradient; groups of 2 halve every g (the gain is
+    # scale-free)
+    arm, ref, draw = one_prompt_folds([[1.0, 1.0]] * 3 + [[0.0, 0.0]], [[2.0, 0.0]] * 4)
+    f = gs.figures(arm, ref, draw, 1, 2)
+    assert f["with_gradient"] == pytest.approx(0.75)
+    assert f["cosine_given_gradient"] == pytest.approx(1 / math.sqrt(2))
+    assert f["cosine"] == pytest.approx(0.75 / math.sqrt(2))
+    # <grad J, E g>^2 = mean over distinct a, c of h_a h_c in the first coordinate times 4: 6 / 12 * 4 = 2, over 4
+    # (G = 2 twice); E|g|^2 = (3 * 2 + 0) / 4 / 4; |grad J|^2 = 4
+    assert f["gain"] == pytest.approx((2 / 4) / (4 * 0.375))
+
+
+def test_the_framing_direction_projects_grad_v_out():
+    # h_Q = (1, 1), h_V = (0, 2) on every prompt: c = <Q, V> / |V|^2 = 2 / 4, d = Q - V / 2 = (1, 0)
+    q, v = np.array([[1.0, 1.0]] * 4), np.array([[0.0, 2.0]] * 4)
+    draw = gs.Draw.of(np.arange(4))
+    c = gs.projection_coefficient(q @ v.T, v @ v.T, draw)
+    assert c == pytest.approx(0.5)
+    assert gs.framing_products(q @ q.T, q @ v.T, v @ v.T, c) == pytest.approx(np.ones((4, 4)))
+
+
+def test_the_trace_splits_into_per_rollout_and_cross_rollout_parts():
+    # 2 prompts x 2 rollouts, A = (1, -1, 2, 0), one prompt per fold and batch, so each batch is a prompt over 2
+    a = np.array([1.0, -1.0, 2.0, 0.0])
+    draw = gs.Draw.of(np.array([0, 1]))
+    # orthogonal unit scores: h_0 = e0 - e1 (|h_0|^2 = 2), h_1 = 2 e2 (4); |g|^2 = 0.5, 1; |g-bar|^2 = 6 / 16
+    own, self_part = gs.rollout_split(a, np.eye(4), 2)
+    assert own == pytest.approx(np.diag([2.0, 4.0])) and self_part == pytest.approx([2.0, 4.0])
+    trace, per_rollout, cross = gs.trace_split(own, self_part, draw, 1, 2)
+    assert (trace, per_rollout, cross) == pytest.approx((1.5 - 2 * 0.375, 1.5, -0.75))
+    # rollouts 0 and 1 share their score: h_0 = 0, but the per-rollout part still counts 1 + 1; the cross part
+    # holds the cancellation
+    gram = np.eye(4)
+    gram[0, 1] = gram[1, 0] = 1.0
+    own, self_part = gs.rollout_split(a, gram, 2)
+    assert own == pytest.approx(np.diag([0.0, 4.0])) and self_part == pytest.approx([2.0, 4.0])
+    assert gs.trace_split(own, self_part, draw, 1, 2) == pytest.approx((1.0 - 2 * 0.25, 1.5, -1.0))
+
+
+# ---------------------------------------------------------------------------------------------- controls
+VALID = [[True, False, True], [], [True]]
+ZOOM = [[True, False, False], [], [True]]
+WALK_VERDICTS = [[1.0, None, 0.0], [], [0.0]]
+
+
+def test_the_constant_controls_put_c_on_valid_zooms_or_valid_calls():
+    assert gs.zoom_constant_scores(VALID, ZOOM, 0.4) == [[0.4, 0.0, 0.0], [], [0.4]]
+    assert gs.valid_constant_scores(VALID, 0.4) == [[0.4, 0.0, 0.4], [], [0.4]]
+    # through eq. 2 at lambda 0.5: rollout 0 = (0.25 * 0.4 + 0 + 0) / 3, no calls = no_tool_semantic
+    sem = gc.semantics(gs.zoom_constant_scores(VALID, ZOOM, 0.4), 0.5, -0.1)
+    assert sem == pytest.approx([0.1 / 3, -0.1, 0.4])
+
+
+def test_the_randomised_controls():
+    rng = np.random.default_rng(0)
+    assert gs.noise_scores([3, 0, 1], 1.0, rng) == [[1.0, 1.0, 1.0], [], [1.0]]
+    assert gs.noise_scores([2], 0.0, rng) == [[0.0, 0.0]]
+    assert np.mean(gs.noise_scores([4000], 0.3, rng)[0]) == pytest.approx(0.3, abs=0.03)
+    values = np.arange(8.0)
+    permuted = [gs.permuted_within_groups(values, 4, rng) for _ in range(20)]
+    for p in permuted:  # each group keeps its values
+        assert sorted(p[:4]) == [0, 1, 2, 3] and sorted(p[4:]) == [4, 5, 6, 7]
+    assert any(not np.array_equal(p, values) for p in permuted)
+
+
+def test_a_garbled_walk_verifier_keeps_its_rate_among_valid_zooms():
+    rng = np.random.default_rng
+    assert gs.garbled_scores(WALK_VERDICTS, ZOOM, 1.0, rng(0)) == [[1.0, 0.0, 0.0], [], [0.0]]
+    # q = 0: both zooms drawn afresh at their verdicts' rate (1 of 2); the failed call 0, the valid non-zoom kept
+    for seed in range(5):
+        out = gs.garbled_scores(WALK_VERDICTS, ZOOM, 0.0, rng(seed))
+        assert out[0][1:] == [0.0, 0.0] and out[0][0] in (0.0, 1.0) and out[2][0] in (0.0, 1.0)
+    many = [[1.0], [0.0], [0.0], [0.0]] * 1000  # rate 0.25 among zooms, kept at every q
+    zooms = [[True]] * 4000
+    for q in (0.0, 0.5):
+        assert np.mean(gs.garbled_scores(many, zooms, q, rng(1))) == pytest.approx(0.25, abs=0.02)
+    # q = 0.5: half the framing verdicts are kept, the rest right at 0.25: P(z = 1 | framed) = 0.5 + 0.5 * 0.25
+    framed = np.array(gs.garbled_scores(many, zooms, 0.5, rng(1)))[0::4]
+    assert framed.mean() == pytest.approx(0.625, abs=0.04)
 
 
 def test_a_bootstrap_draw_stays_within_its_folds():
@@ -82,26 +193,26 @@ def test_paired_standard_error_and_the_verdicts():
     assert gs.better_verdict(gs.Difference(0.25, 0.1)) == gs.HOLDS
     assert gs.better_verdict(gs.Difference(-0.25, 0.1)) == gs.FAILS
     assert gs.better_verdict(gs.Difference(0.15, 0.1)) == gs.INCONCLUSIVE
-    walk, control = gs.Difference(0.05, 0.01), gs.Difference(0.0, 0.01)
-    assert gs.prop2_cosine_verdict(walk, control) == gs.HOLDS
-    assert gs.prop2_cosine_verdict(walk, gs.Difference(0.05, 0.01)) == gs.INCONCLUSIVE  # sizes explain it too
-    assert gs.prop2_cosine_verdict(gs.Difference(-0.05, 0.01), control) == gs.FAILS
+    up, flat = gs.Difference(0.05, 0.01), gs.Difference(0.01, 0.01)
+    assert gs.prop2a_verdict(up, up) == gs.HOLDS
+    assert gs.prop2a_verdict(flat, up) == gs.INCONCLUSIVE  # the zoom control gains as much: no framing information
+    assert gs.prop2a_verdict(up, flat) == gs.INCONCLUSIVE  # framing information, but no gain over GRPO
+    assert gs.prop2a_verdict(gs.Difference(-0.05, 0.01), up) == gs.FAILS
 
 
-def test_break_even_interpolates_between_qualities():
-    # 0.3 lies half-way between 0.2 (q 0.6) and 0.4 (q 0.7)
-    assert gs.break_even([0.5, 0.6, 0.7], [0.1, 0.2, 0.4], 0.3) == pytest.approx(0.65)
-    assert gs.break_even([0.5, 0.6, 0.7], [0.1, 0.2, 0.25], 0.3) == math.inf
-    assert gs.break_even([0.5, 0.6, 0.7], [0.35, 0.4, 0.45], 0.3) == 0.5
+def test_the_power_calculation():
+    assert gs.detectable(0.01) == pytest.approx(0.0284)  # (2 + 0.84) SE
+    # (0.0284 / 0.0142)^2 = 4 times the prompts
+    assert gs.prompts_needed(0.01, 100, 0.0142) == 400
+    # the first version: 256 * (2.84 * 0.0101 / 0.0035)^2 = 17,194.3
+    assert gs.prompts_needed(0.0101, 256, 0.0035) == 17195
 
 
-def test_a_walk_verifier_of_controlled_quality():
-    # one rollout: a framing call (1), then a failed call (None: scored 0); lambda 0.5, T = 2
-    walk = [[1.0, None]]
-    assert noisy_walk_semantic(walk, 1.0, 0.5, 0.0, seed=0) == pytest.approx([0.25])  # (0.5 * 1 + 0) / 2
-    assert noisy_walk_semantic(walk, 0.0, 0.5, 0.0, seed=0) == pytest.approx([0.0])  # flipped; the failure stays 0
-    many = [[1.0]] * 4000
-    assert noisy_walk_semantic(many, 0.8, 0.5, 0.0, seed=1).mean() == pytest.approx(0.8, abs=0.03)
+def test_break_even_finds_where_the_difference_reaches_zero():
+    # -0.1 at q 0.5 to +0.1 at q 1: zero half-way, 0.75
+    assert gs.break_even([0.0, 0.5, 1.0], [-0.2, -0.1, 0.1]) == pytest.approx(0.75)
+    assert gs.break_even([0.0, 0.5, 1.0], [0.01, 0.2, 0.3]) == -math.inf  # no information already does as well
+    assert gs.break_even([0.0, 0.5, 1.0], [-0.3, -0.2, -0.1]) == math.inf
 
 
 def test_step_advantages_read_one_value_per_step():

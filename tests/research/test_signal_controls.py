@@ -14,11 +14,12 @@ from research.rewards import (
     READER_HIT_P,
     READER_MISS_P,
     frames_target,
+    is_zoom,
     reader_draw,
     simulated_reader_reward,
     target_in_view_reward,
 )
-from research.verifiers import ExactVerifier, ShuffledVerifier, WalkVerifier
+from research.verifiers import CentredVerifier, ExactVerifier, ShuffledVerifier, WalkVerifier
 from rewards import check_columns
 from rewards.verifiers import Scene, build_verifier
 from tools import ToolConfig, ZoomCall
@@ -139,3 +140,29 @@ def test_a_dataset_without_the_columns_the_controls_read_fails_naming_them():
     with pytest.raises(ValueError, match=rf"data/x: reward {reader} needs \['target_bbox', 'id'\]; "
                        rf"semantic_verifier {exact} needs \['target_bbox', 'target_label'\]"):  # fmt: skip
         check_columns(["prompt", "image", "answer"], [reader, "outcome"], exact, "data/x")
+
+
+class Fixed:
+    """A verifier that returns the scores it is given, batch after batch."""
+
+    def __init__(self, *batches):
+        self.batches = iter(batches)
+
+    def score(self, calls, scenes):
+        return torch.tensor(next(self.batches))
+
+
+def test_the_centred_verifier_subtracts_the_batch_mean_of_scored_calls():
+    centred = CentredVerifier(Fixed([0.2, float("nan"), 0.6]))
+    out = centred.score([None] * 3, [None] * 3)
+    assert out[0].item() == pytest.approx(-0.2) and out[2].item() == pytest.approx(0.2) and out[1].isnan()
+    # contrastive scores crops, then whole images: centred crops [0.1, -0.1] minus centred wholes [-0.1, 0.1]
+    # = the centred difference, (0.5 - 0.2, 0.3 - 0.4) - 0.1
+    centred = CentredVerifier(Fixed([0.5, 0.3], [0.2, 0.4]))
+    crops, wholes = centred.score([None] * 2, [None] * 2), centred.score([None] * 2, [None] * 2)
+    assert (crops - wholes).tolist() == pytest.approx([0.2, -0.2])
+
+
+def test_a_zoom_covers_at_most_a_quarter_of_the_image():
+    assert is_zoom((0, 0, 50, 100), IMAGE.size) and not is_zoom((0, 0, 51, 100), IMAGE.size)
+    assert not is_zoom(None, IMAGE.size)
