@@ -508,22 +508,35 @@ class Directions:
     the arms keep the trainer's own terms."""
 
     def __init__(self, r: Rollouts, group: int):
-        steps = len(r.step_rollout)
-        self.prompts = len(r.rollout_prompt) // group
+        steps, rollouts = len(r.step_rollout), len(r.rollout_prompt)
+        self.group, self.prompts = group, rollouts // group
+        self.step_rollout = r.step_rollout
         self.collapse = np.zeros((self.prompts, steps))  # (prompts x steps): which prompt each step belongs to
         self.collapse[r.step_prompt, np.arange(steps)] = 1.0
         self.gram = r.gram
-        tokens = r.tokens[r.step_rollout]
-        coef = {d: gs.loo_advantages(values, group)[r.step_rollout] * tokens for d, values in
-                (("q", r.q_star), ("v", r.valid_call))}  # fmt: skip
-        self.k = {d: self.gram @ (c[:, None] * self.collapse.T) for d, c in coef.items()}  # K M_d
-        self.qq = self.collapse @ (coef["q"][:, None] * self.k["q"])
-        self.qv = self.collapse @ (coef["q"][:, None] * self.k["v"])
-        self.vv = self.collapse @ (coef["v"][:, None] * self.k["v"])
+        self.rollout_gram = r.rollout_gram()
+        coef = {d: gs.loo_advantages(values, group) * r.tokens for d, values in (("q", r.q_star), ("v", r.valid_call))}
+        self.coef = {d: c[r.step_rollout] for d, c in coef.items()}  # per step
+        self.k = {d: self.gram @ (c[:, None] * self.collapse.T) for d, c in self.coef.items()}  # K M_d
+        self.qq = self._rollout_products(coef["q"], coef["q"])
+        self.qv = self._rollout_products(coef["q"], coef["v"])
+        self.vv = self._rollout_products(coef["v"], coef["v"])
+        self.rollout_coef = coef
+
+    def _rollout_products(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """H_ab for coefficients constant over each rollout's steps (`a`, `b`: one per rollout)."""
+        p, g = self.prompts, self.group
+        return (a[:, None] * self.rollout_gram * b[None, :]).reshape(p, g, p, g).sum(axis=(1, 3))
 
     def arm(self, coefficients: np.ndarray) -> ArmProducts:
-        """The products of the batch gradients with per-step `coefficients` (advantages)."""
+        """The products of the batch gradients with per-step `coefficients` (advantages); through the rollouts' Gram
+        matrix when they are one value per rollout (an episode advantage), else through the steps'."""
         a = np.asarray(coefficients, dtype=np.float64)
+        per_rollout = np.zeros(len(self.rollout_gram))
+        per_rollout[self.step_rollout] = a
+        if np.array_equal(per_rollout[self.step_rollout], a):
+            return ArmProducts(*(self._rollout_products(per_rollout, b) for b in
+                                 (per_rollout, self.rollout_coef["q"], self.rollout_coef["v"])))  # fmt: skip
         m = a[:, None] * self.collapse.T
         return ArmProducts(m.T @ (self.gram @ m), m.T @ self.k["q"], m.T @ self.k["v"])
 
@@ -542,13 +555,14 @@ FIGURES = ("gain", "with_gradient", "cosine_given_gradient", "cosine", "noise_ov
 
 def evaluate(arms: dict, d: Directions, draw: gs.Draw, bp: int, group: int) -> dict:
     """Every arm's `gs.figures` on one draw, against grad Q* and against the framing direction."""
-    c = gs.projection_coefficient(d.qv, d.vv, draw)
+    weights = gs.DrawWeights(draw, d.prompts, bp, group)
+    c = gs.projection_coefficient(d.qv, d.vv, weights)
     framing = gs.framing_products(d.qq, d.qv, d.vv, c)
     out = {"projection": c}
     for key, arm in arms.items():
         out[key] = {
-            "q": gs.figures(gs.Arm(arm.own, arm.q), d.qq, draw, bp, group),
-            "framing": gs.figures(gs.Arm(arm.own, arm.q - c * arm.v), framing, draw, bp, group),
+            "q": gs.figures(gs.Arm(arm.own, arm.q), d.qq, weights),
+            "framing": gs.figures(gs.Arm(arm.own, arm.q - c * arm.v), framing, weights),
         }
     return out
 
@@ -748,6 +762,7 @@ def analyse(m: dict, folds: int, bootstrap: int, seed: int, log=print) -> dict:
             rows[f"{q:.2f}"]["minus_grpo"] = vars(measured.diff(key, (REFERENCE, s)))
         quality[s] = {
             "rows": rows,
+            "one_minus_zero": vars(measured.diff((f"walk_q{QUALITIES[-1]:.2f}", s), (f"walk_q{QUALITIES[0]:.2f}", s))),
             "break_even": gs.break_even(QUALITIES, [rows[f"{q:.2f}"]["minus_grpo"]["value"] for q in QUALITIES]),
         }
     clip = {}
@@ -761,6 +776,9 @@ def analyse(m: dict, folds: int, bootstrap: int, seed: int, log=print) -> dict:
             "gain": measured.value((name, scaling)),
             "gain_se": measured.se((name, scaling)),
         }
+        if name.endswith("_centred"):
+            plain = name.removesuffix("_centred")
+            clip[name]["minus_plain"] = vars(measured.diff((name, scaling), (plain, scaling)))
     zoom_calls = [z for calls, zs in zip(r.walk, r.zoom) for v, z in zip(calls, zs) if v is not None]
     return {
         "checkpoint": m["checkpoint"],
@@ -830,7 +848,7 @@ target), estimated without noise bias across folds of prompts (`gs.figures`). It
 being dense: noise in g enters E|g|^2, and a batch without a gradient adds nothing to either side.
 
 - **Proposition 1** (a group baseline removes the prompt-level part of the variance), in a world of mixed difficulty
-  (intra-group correlation rho >= 0.3; the (1 - rho) factor is untestable at rho near 0): the variance trace of batch
+  (inconclusive unless its intra-group correlation rho >= {RHO_MIN}: the (1 - rho) factor is untestable at rho near 0): the variance trace of batch
   gradients under `grpo` with `scale_rewards: none` (A = r - r-bar) over that under REINFORCE (A = r) is below 1 by
   more than {gs.SIGMAS:g} SE; fails above 1 by as much.
 - **Proposition 2 (a)** (MAPO's gradient serves J* better, and because the crop framed the target): at the recipe's
@@ -906,6 +924,15 @@ def estimator_table(results: dict, scaling: str) -> str:
     return markdown_table(header, rows)
 
 
+def significance(d: dict) -> str:
+    """Whether a difference clears the bar, in words."""
+    if d["value"] > gs.SIGMAS * d["se"]:
+        return f"above 0 by more than {gs.SIGMAS:g} SE"
+    if d["value"] < -gs.SIGMAS * d["se"]:
+        return f"below 0 by more than {gs.SIGMAS:g} SE"
+    return f"within {gs.SIGMAS:g} SE of 0"
+
+
 def verdict_line(name: str, verdict: str, text: str) -> str:
     return f"- **{name} {verdict}** here: {text}"
 
@@ -927,7 +954,14 @@ def what_it_shows(results: dict, replications: list[dict], gate: dict | None) ->
             f"in the world of mixed difficulty (rho {mixed['moments']['rho']:.2f}) the group baseline's gradient variance is "
             f"{mixed['trace_ratio']:.3f} ± {mixed['trace_ratio_se']:.3f} of REINFORCE's; the reward-level prediction "
             f"(1 - 1/G)(1 - rho) sigma^2 / (sigma^2 + mu^2) is {mixed['moments']['predicted_ratio']:.3f}; the per-rollout "
-            f"part alone is {mixed['per_rollout_ratio']:.3f} ± {mixed['per_rollout_ratio_se']:.3f} of REINFORCE's.",
+            f"part alone is {mixed['per_rollout_ratio']:.3f} ± {mixed['per_rollout_ratio_se']:.3f} of REINFORCE's; the "
+            f"measured ratio lies {gs.z_score(mixed['trace_ratio'] - mixed['moments']['predicted_ratio'], mixed['trace_ratio_se'])} "
+            "from the prediction"
+            + (
+                "."
+                if mixed["moments"]["rho"] >= RHO_MIN
+                else f"; rho is below {RHO_MIN}, where the verdict cannot be read."
+            ),
         ),
         verdict_line(
             "Proposition 2 (a)",
@@ -958,28 +992,22 @@ def what_it_shows(results: dict, replications: list[dict], gate: dict | None) ->
         + "; the others do not."
     )
     for s, sweep in results["quality"].items():
-        q_star = sweep["break_even"]
+        d = sweep["one_minus_zero"]
         lines.append(
             f"- Verifier quality (`scale_rewards: {s}`, E[z | valid] held fixed): the walk arm's gain minus GRPO's is "
-            f"{pm(sweep['rows']['0.00']['minus_grpo'], 5)} at q = 0 and {pm(sweep['rows']['1.00']['minus_grpo'], 5)} at "
-            f"q = 1; break-even q* " + (
-                "below 0 (a verifier with no information does as well: what helps is the bonus, not the verdicts)"
-                if q_star == -math.inf else "not reached by q = 1" if q_star == math.inf else f"= {q_star:.2f}")
-            + " (on point estimates)."
-        )  # fmt: skip
+            f"{pm(sweep['rows']['0.00']['minus_grpo'], 5)} at q = 0 (verdicts at random) and "
+            f"{pm(sweep['rows']['1.00']['minus_grpo'], 5)} at q = 1; the verdicts' quality itself (q = 1 minus q = 0) "
+            f"adds {pm(d, 5)}, {significance(d)}."
+        )
     for name, c in results["clip"].items():
         d = c["minus_grpo"]
-        sign = (
-            "above"
-            if d["value"] > gs.SIGMAS * d["se"]
-            else "below"
-            if d["value"] < -gs.SIGMAS * d["se"]
-            else "within 2 SE of"
+        line = (
+            f"- `{name}`: E[z | valid] - no_tool_semantic = {c['z_minus_no_tool']:+.3f}; its expected gain minus GRPO's "
+            f"is {pm(d, 5)}, {significance(d)}"
         )
-        lines.append(
-            f"- `{name}`: E[z | valid] - no_tool_semantic = {c['z_minus_no_tool']:+.3f}; expected gain {sign} GRPO's "
-            f"({pm(d, 5)})."
-        )
+        if "minus_plain" in c:
+            line += f"; minus the uncentred arm's {pm(c['minus_plain'], 5)}, {significance(c['minus_plain'])}"
+        lines.append(line + ".")
     if replications:
         agree = [x for x in replications if x["verdict"] == a["verdict"]]
         lines.append(
@@ -1256,8 +1284,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     def ints(text: str) -> list[int]:
         return [int(x) for x in text.split(",")]
 
-    add("--rollouts", type=int, default=1024, help="rollouts of the primary measurement (groups of the recipe's G)")
-    add("--replication_rollouts", type=int, default=512, help="rollouts of every other checkpoint and seed")
+    add("--rollouts", type=int, default=2560, help="rollouts of the primary measurement (groups of the recipe's G)")
+    add("--replication_rollouts", type=int, default=1024, help="rollouts of every other checkpoint and seed")
     add("--checkpoints", type=ints, default=[2, 1, 4], help="SFT rounds measured, the primary first (e.g. 2,1,4)")
     add("--seeds", type=ints, default=[0, 1], help="rollout seeds at the primary checkpoint, the primary first")
     add("--folds", type=int, default=4, help="folds by prompt (at least 4: the unbiased squares need 4)")

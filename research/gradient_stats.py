@@ -202,9 +202,39 @@ def counts(draw: Draw, prompts: int) -> np.ndarray:
     return np.bincount([p for m in draw.folds for p in m], minlength=prompts).astype(np.float64)
 
 
-def figures(arm: Arm, ref: np.ndarray, draw: Draw, batch_prompts: int, group: int) -> dict[str, float]:
+class DrawWeights:
+    """What `figures` needs of one draw, computed once for every arm: the prompts' counts `w` and the normalisers of
+    `pair_mean` and `disjoint_product_mean` under them; every batch's weights over prompts (`batches`: its prompts
+    over its rollouts' number, the loss's mean over sequences) and its fold's reference weights (`references`: the
+    other folds' prompts)."""
+
+    def __init__(self, draw: Draw, prompts: int, batch_prompts: int, group: int):
+        self.group = group
+        self.w = counts(draw, prompts)
+        self.pairs = self.w.sum() ** 2 - (self.w**2).sum()
+        if np.count_nonzero(self.w) < 4:
+            raise ValueError(
+                f"an unbiased square needs at least 4 independent prompts; got {np.count_nonzero(self.w)}"
+            )
+        self.quads = _disjoint_sum(np.outer(self.w, self.w))
+        batches, references = [], []
+        for f, members in enumerate(draw.folds):
+            own = batches_of(members, batch_prompts)
+            batches += own
+            references += [draw.reference_weights(f, prompts)] * len(own)
+        self.batches = batch_indicators(batches, prompts) / (batch_prompts * group)
+        self.references = np.stack(references)
+
+    def pair_mean(self, c: np.ndarray) -> float:
+        return float((self.w @ c @ self.w - (self.w**2 * np.diag(c)).sum()) / self.pairs)
+
+    def disjoint_product_mean(self, c: np.ndarray) -> float:
+        return _disjoint_sum(np.outer(self.w, self.w) * c) / self.quads
+
+
+def figures(arm: Arm, ref: np.ndarray, weights: DrawWeights) -> dict[str, float]:
     """How a batch gradient g (the trainer's loss: a batch's prompts' contributions over its rollouts' number) serves
-    the direction grad J that the reference contributions estimate (`ref` = H_ref,ref), on one draw:
+    the direction grad J that the reference contributions estimate (`ref` = H_ref,ref), on one draw (`weights`):
 
     - `gain`: <grad J, E g>^2 / (|grad J|^2 E|g|^2), the fraction of |grad J|^2 / 2L that one normalised SGD step at
       its best size gains on J (the step eta g gains eta <grad J, g> - L eta^2 |g|^2 / 2 in expectation). Its
@@ -218,17 +248,13 @@ def figures(arm: Arm, ref: np.ndarray, draw: Draw, batch_prompts: int, group: in
     - `noise_over_signal`: tr Cov(g) = E|g|^2 - |E g|^2 (|E g|^2 by `pair_mean`) over the signal projected on
       grad J, <grad J, E g>^2 / |grad J|^2.
     """
-    prompts = arm.own.shape[0]
-    w = counts(draw, prompts)
-    ref2 = pair_mean(ref, w)
-    along = disjoint_product_mean(arm.cross, w) / group**2
-    mean2 = pair_mean(arm.own, w) / group**2
-    norms2, dots = [], []
-    for f, members in enumerate(draw.folds):
-        u = batch_indicators(batches_of(members, batch_prompts), prompts) / (batch_prompts * group)
-        norms2.append(((u @ arm.own) * u).sum(axis=1))
-        dots.append(u @ (arm.cross @ draw.reference_weights(f, prompts)))
-    norms2, dots = np.concatenate(norms2), np.concatenate(dots)
+    g2 = weights.group**2
+    ref2 = weights.pair_mean(ref)
+    along = weights.disjoint_product_mean(arm.cross) / g2
+    mean2 = weights.pair_mean(arm.own) / g2
+    u = weights.batches
+    norms2 = ((u @ arm.own) * u).sum(axis=1)
+    dots = ((u @ arm.cross) * weights.references).sum(axis=1)
     second = float(norms2.mean())
     has = norms2 > 1e-12 * max(float(norms2.max()), 1e-300)
     cos = np.zeros_like(dots)
@@ -244,12 +270,11 @@ def figures(arm: Arm, ref: np.ndarray, draw: Draw, batch_prompts: int, group: in
     }
 
 
-def projection_coefficient(qv: np.ndarray, vv: np.ndarray, draw: Draw) -> float:
+def projection_coefficient(qv: np.ndarray, vv: np.ndarray, weights: DrawWeights) -> float:
     """c = <grad Q, grad V> / |grad V|^2 from the references' prompt products (`qv` = H_Q,V, `vv` = H_V,V), each inner
     product over different prompts (`pair_mean`)."""
-    w = counts(draw, vv.shape[0])
-    vv2 = pair_mean(vv, w)
-    return pair_mean(qv, w) / vv2 if vv2 > 0 else 0.0
+    vv2 = weights.pair_mean(vv)
+    return weights.pair_mean(qv) / vv2 if vv2 > 0 else 0.0
 
 
 def framing_products(qq: np.ndarray, qv: np.ndarray, vv: np.ndarray, c: float) -> np.ndarray:
@@ -396,3 +421,8 @@ def break_even(qualities: Sequence[float], differences: Sequence[float]) -> floa
         if d1 >= 0:
             return float(q0 + (q1 - q0) * (0 - d0) / (d1 - d0))
     return math.inf
+
+
+def z_score(difference: float, se: float) -> str:
+    """A difference in standard errors, in words."""
+    return f"{difference / se:+.1f} SE" if se > 0 else "an unknown number of SE"

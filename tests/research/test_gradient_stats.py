@@ -79,28 +79,43 @@ def one_prompt_folds(h, r):
     return gs.Arm(h @ h.T, h @ r.T), r @ r.T, gs.Draw.of(np.arange(len(h)))
 
 
+def figures(arm, ref, draw, group=1):
+    return gs.figures(arm, ref, gs.DrawWeights(draw, ref.shape[0], 1, group))
+
+
 def test_the_expected_gain_and_its_companions_on_one_dimension():
     # h = 1, 3, 1, 3 against r = 2 everywhere, G = 1, batches of one prompt:
     # |grad J|^2 = 4; <grad J, E g>^2: the mean of h_a r_b h_c r_d over distinct a, b, c, d = 4 * mean_{a != c} h_a h_c
     # = 4 * ((1 + 3 + 1 + 3)^2 - (1 + 9 + 1 + 9)) / 12 = 4 * 44 / 12; E|g|^2 = 20 / 4 = 5; gain = (44 / 3) / (4 * 5)
     arm, ref, draw = one_prompt_folds([[1.0], [3.0], [1.0], [3.0]], [[2.0]] * 4)
-    f = gs.figures(arm, ref, draw, 1, 1)
+    f = figures(arm, ref, draw)
     assert f["gain"] == pytest.approx(11 / 15)
     assert (f["with_gradient"], f["cosine"], f["cosine_given_gradient"]) == pytest.approx((1.0, 1.0, 1.0))
     # noise: E|g|^2 - |E g|^2 = 5 - 44 / 12; projected signal (44 / 3) / 4
     assert f["noise_over_signal"] == pytest.approx((5 - 11 / 3) / (11 / 3))
 
 
+def test_the_references_noise_inflates_no_denominator():
+    # a noiseless arm h = 1 against a noisy reference r = 1, 3, 1, 3 (one dimension): the arm is grad J's direction,
+    # so its gain is 1. |grad J|^2 over different prompts: ((1 + 3 + 1 + 3)^2 - (1 + 9 + 1 + 9)) / 12 = 11 / 3, where
+    # the squared mean, 4, would count the noise; <grad J, E g>^2 is 11 / 3 as well.
+    arm, ref, draw = one_prompt_folds([[1.0]] * 4, [[1.0], [3.0], [1.0], [3.0]])
+    f = figures(arm, ref, draw)
+    assert f["gain"] == pytest.approx(1.0)
+    # each batch against the other three prompts' reference: 7 / 3 (twice) and 5 / 3 (twice), over |grad J|
+    assert f["cosine"] == pytest.approx(2 / math.sqrt(11 / 3))
+
+
 def test_the_gain_is_the_squared_cosine_without_noise_and_a_batch_without_gradient_counts_zero():
     # h = (1, 1) against r = (2, 0): cosine 1 / sqrt(2), gain 1 / 2 (no noise: E|g|^2 = |E g|^2)
     arm, ref, draw = one_prompt_folds([[1.0, 1.0]] * 4, [[2.0, 0.0]] * 4)
-    f = gs.figures(arm, ref, draw, 1, 1)
+    f = figures(arm, ref, draw)
     assert (f["gain"], f["cosine"]) == pytest.approx((0.5, 1 / math.sqrt(2)))
     assert f["noise_over_signal"] == pytest.approx(0.0)
     # the fourth prompt's advantages all 0: its batch has no gradient; groups of 2 halve every g (the gain is
     # scale-free)
     arm, ref, draw = one_prompt_folds([[1.0, 1.0]] * 3 + [[0.0, 0.0]], [[2.0, 0.0]] * 4)
-    f = gs.figures(arm, ref, draw, 1, 2)
+    f = figures(arm, ref, draw, 2)
     assert f["with_gradient"] == pytest.approx(0.75)
     assert f["cosine_given_gradient"] == pytest.approx(1 / math.sqrt(2))
     assert f["cosine"] == pytest.approx(0.75 / math.sqrt(2))
@@ -113,7 +128,7 @@ def test_the_framing_direction_projects_grad_v_out():
     # h_Q = (1, 1), h_V = (0, 2) on every prompt: c = <Q, V> / |V|^2 = 2 / 4, d = Q - V / 2 = (1, 0)
     q, v = np.array([[1.0, 1.0]] * 4), np.array([[0.0, 2.0]] * 4)
     draw = gs.Draw.of(np.arange(4))
-    c = gs.projection_coefficient(q @ v.T, v @ v.T, draw)
+    c = gs.projection_coefficient(q @ v.T, v @ v.T, gs.DrawWeights(draw, 4, 1, 1))
     assert c == pytest.approx(0.5)
     assert gs.framing_products(q @ q.T, q @ v.T, v @ v.T, c) == pytest.approx(np.ones((4, 4)))
 
@@ -233,3 +248,22 @@ def test_the_readme_states_the_committed_reports_verdicts():
     readme = " ".join((stages.REPO / "README.md").read_text(encoding="utf-8").split())
     for proposition, verdict in verdicts:
         assert f"{proposition} {verdict}" in readme, f"README does not say: {proposition} {verdict}"
+
+
+def test_an_episode_advantage_takes_the_rollouts_gram_and_agrees_with_the_steps():
+    rng = np.random.default_rng(0)
+    steps = np.array([1, 2, 1, 3, 2, 1, 1, 2])  # 8 rollouts, 2 prompts of 4
+    step_rollout = np.repeat(np.arange(8), steps)
+    x = rng.normal(size=(len(step_rollout), 5))
+    walk = [[1.0] * (n - 1) for n in steps]
+    r = gc.Rollouts(step_rollout, np.repeat([0, 1], 4), np.arange(8) + 10.0, np.ones(8), np.arange(8) % 3 == 0,
+                    rng.random(8), walk, [[True] * (n - 1) for n in steps], x @ x.T)  # fmt: skip
+    d = gc.Directions(r, 4)
+    episode = rng.normal(size=8)[step_rollout]
+    fast = d.arm(episode)
+    q = gs.loo_advantages(r.q_star, 4)[step_rollout] * r.tokens[step_rollout]
+    assert fast.own == pytest.approx(gs.prompt_products(r.gram, r.step_prompt, episode, episode, 2))
+    assert fast.q == pytest.approx(gs.prompt_products(r.gram, r.step_prompt, episode, q, 2))
+    assert d.qq == pytest.approx(gs.prompt_products(r.gram, r.step_prompt, q, q, 2))
+    per_step = episode + 0.1 * np.arange(len(episode))  # varies within a rollout: the steps' path
+    assert d.arm(per_step).own == pytest.approx(gs.prompt_products(r.gram, r.step_prompt, per_step, per_step, 2))
