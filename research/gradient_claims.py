@@ -229,8 +229,10 @@ class Rollouts:
 
 
 def batch_inputs(dataset, prompts: Sequence[int], group: int) -> list[dict]:
-    """One generation batch: each prompt's row `group` times, consecutively (TRL's sampler's order)."""
-    return [dataset[i] for i in prompts for _ in range(group)]
+    """One generation batch: each prompt's row `group` times, consecutively (TRL's sampler's order); the copies share
+    the row's decoded image (thousands of rollouts are kept for the replays)."""
+    rows = [dataset[i] for i in prompts]
+    return [dict(row) for row in rows for _ in range(group)]
 
 
 def step_vectors(trainer: MAPOTrainer, out: dict) -> tuple[list[torch.Tensor], list[int], torch.Tensor]:
@@ -257,11 +259,10 @@ def step_vectors(trainer: MAPOTrainer, out: dict) -> tuple[list[torch.Tensor], l
 
 def gram_matrix(vectors: list[torch.Tensor], chunk: int = 16384) -> np.ndarray:
     """K = S S^T in float64, S the stacked score vectors: float32 products accumulated chunk by chunk of
-    parameters in float64."""
-    stacked = torch.stack(vectors)
+    parameters in float64, each chunk stacked on its own (the whole of S would double the vectors' memory)."""
     gram = torch.zeros(len(vectors), len(vectors), dtype=torch.float64)
-    for start in range(0, stacked.shape[1], chunk):
-        block = stacked[:, start : start + chunk]
+    for start in range(0, vectors[0].numel(), chunk):
+        block = torch.stack([v[start : start + chunk] for v in vectors])
         gram += (block @ block.T).double()
     return gram.numpy()
 
@@ -900,7 +901,9 @@ def sci(value: float | None) -> str:
 
 
 def pm(d: dict, digits: int = 4) -> str:
-    """A difference ± its SE."""
+    """A difference ± its SE; n/a where the reference had no measurable norm."""
+    if math.isnan(d["value"]):
+        return "n/a (|grad J*|^2 not measurable)"
     return f"{d['value']:+.{digits}f} ± {d['se']:.{digits}f}"
 
 
@@ -982,7 +985,7 @@ def what_it_shows(results: dict, replications: list[dict], gate: dict | None) ->
         ),
     ]
     significant = [
-        f"{k} ({STEPS[k]}): {pm(v['q'], 5)}"
+        f"`{k}`, {STEPS[k]}: {pm(v['q'], 5)}"
         for k, v in chain.items()
         if abs(v["q"]["value"]) > gs.SIGMAS * v["q"]["se"]
     ]
@@ -1072,8 +1075,10 @@ def write_report(report: Path, results: dict, replications: list[dict], setup: d
                        f" ({pm(results['quality'][s]['rows'][f'{q:.2f}']['minus_grpo'], 5)})" for s in results["quality"]]]
         for q in QUALITIES
     ]  # fmt: skip
+    gate = setup.get("gate") or {}
     clip_rows = [
-        [f"`{n}`", fmt(c["z_valid"], 3), f"{c['z_minus_no_tool']:+.3f}", f"{sci(c['gain'])} ± {sci(c['gain_se'])}", pm(c["minus_grpo"], 5)]
+        [f"`{n}`", fmt(gate.get(ESTIMATORS[n]["semantic_score"], {}).get("walk_auc"), 2), fmt(c["z_valid"], 3),
+         f"{c['z_minus_no_tool']:+.3f}", f"{sci(c['gain'])} ± {sci(c['gain_se'])}", pm(c["minus_grpo"], 5)]
         for n, c in results["clip"].items()
     ]  # fmt: skip
     rep_rows = [
@@ -1177,11 +1182,20 @@ def write_report(report: Path, results: dict, replications: list[dict], setup: d
         "",
         "## The tiny CLIP",
         "",
-        "z_t's mean on valid calls minus the value of a rollout without calls: a positive gap is a bonus for calling, "
-        "whatever the crop; centring on the batch removes it.",
+        "The verifier gate's walk AUC (`evaluation.verifier_check` on held-out gold crops) beside z_t's mean on valid "
+        "calls minus the value of a rollout without calls: a positive gap is a bonus for calling, whatever the crop; "
+        "centring on the batch removes it.",
         "",
         markdown_table(
-            ["arm", "E[z \\| valid]", "minus no_tool_semantic", "gain (Q*) ± SE", "minus grpo's"], clip_rows
+            [
+                "arm",
+                "walk AUC (uncentred score)",
+                "E[z | valid]",
+                "minus no_tool_semantic",
+                "gain (Q*) ± SE",
+                "minus grpo's",
+            ],
+            clip_rows,  # fmt: skip
         ),
         "",
         "## Replication",
@@ -1286,7 +1300,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
     add("--rollouts", type=int, default=2560, help="rollouts of the primary measurement (groups of the recipe's G)")
     add("--replication_rollouts", type=int, default=1024, help="rollouts of every other checkpoint and seed")
-    add("--checkpoints", type=ints, default=[2, 1, 4], help="SFT rounds measured, the primary first (e.g. 2,1,4)")
+    add("--checkpoints", type=ints, default=[2, 1, 3, 4], help="SFT rounds measured, the primary first")
     add("--seeds", type=ints, default=[0, 1], help="rollout seeds at the primary checkpoint, the primary first")
     add("--folds", type=int, default=4, help="folds by prompt (at least 4: the unbiased squares need 4)")
     add("--bootstrap", type=int, default=200, help="bootstrap replicates over prompts")

@@ -8,9 +8,10 @@ prompts) matrix holding step j's coefficient a_j in its prompt's column, h_p = s
 gradient contribution and H_ab = M_a^T K M_b their products (`prompt_products`). Everything below then works on
 (prompts x prompts) matrices: a bootstrap over prompts costs nothing next to the gradients.
 
-Conventions: rollouts are ordered group by group (G consecutive rollouts per prompt), as TRL orders them; a batch is
-`batch_prompts` consecutive prompts of one fold; the reference gradient of a fold is built from the other folds'
-prompts only (cross-fitting), so a batch is never scored against a reference that contains it.
+Prompts are independent draws, so an inner product of two expectations is estimated without the noise's bias by
+pairing different prompts only (`pair_mean`, `disjoint_product_mean`: U-statistics). Conventions: rollouts are ordered
+group by group (G consecutive rollouts per prompt), as TRL orders them; a batch is `batch_prompts` consecutive prompts
+of one fold; a batch's cosine is taken against the reference on the other folds' prompts (cross-fitting).
 """
 
 from __future__ import annotations
@@ -92,21 +93,6 @@ def prompt_products(
     out = np.zeros((prompts, prompts))
     np.add.at(out, step_prompt, a[:, None] * kb)
     return out
-
-
-@dataclass(frozen=True)
-class Products:
-    """One estimator's prompt-level products: `own` = H_aa and `cross` = H_a,ref (with the reference's
-    coefficients), and the reference's own `ref` = H_ref,ref."""
-
-    own: np.ndarray
-    cross: np.ndarray
-    ref: np.ndarray
-
-
-def cosine(dot: float, norm2_a: float, norm2_b: float) -> float:
-    """dot / (|a| |b|); 0 when either vector is zero (a zero step makes no progress)."""
-    return dot / math.sqrt(norm2_a * norm2_b) if norm2_a > 0 and norm2_b > 0 else 0.0
 
 
 def batches_of(prompts: Sequence[int], size: int) -> list[list[int]]:

@@ -15,11 +15,6 @@ from research.gradient_claims import step_advantages
 from tiny import stages
 
 
-def test_cosine_and_a_zero_step():
-    assert gs.cosine(3.0, 4.0, 9.0) == pytest.approx(0.5)  # 3 / (2 * 3)
-    assert gs.cosine(0.0, 0.0, 9.0) == 0.0  # a zero gradient makes no progress
-
-
 def test_leave_one_out_and_group_advantages():
     # group [1, 0, 0, 1]: r_0's others average (0 + 0 + 1) / 3 = 1/3, so 1 - 1/3 = 2/3; r_1: 0 - 2/3
     assert gs.loo_advantages(np.array([1, 0, 0, 1]), 4) == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
