@@ -845,7 +845,7 @@ bootstrap over prompts of the whole pipeline (the references included); a differ
 
 The primary metric is the **expected gain** of one normalised SGD step at its best size,
 <grad J*, E g>^2 / (|grad J*|^2 E|g|^2), J* = E[Q*] (Q*: a well-formed rollout whose valid zoom call framed the
-target), estimated without noise bias across folds of prompts (`gs.figures`). It does not reward a dense signal for
+target), estimated without noise bias by pairing different prompts only (`gs.figures`). It does not reward a dense signal for
 being dense: noise in g enters E|g|^2, and a batch without a gradient adds nothing to either side.
 
 - **Proposition 1** (a group baseline removes the prompt-level part of the variance), in a world of mixed difficulty
@@ -1113,17 +1113,20 @@ def write_report(report: Path, results: dict, replications: list[dict], setup: d
         "- References: grad E[Q*] and grad E[V] (V: well formed with a valid call) from unnormalised sequence scores "
         "(each rollout's score vectors times its trained-token count, so their mean is 0) with a leave-one-out baseline; "
         "the framing direction is grad Q* with grad E[V] projected out (coefficient "
-        f"{results['projection']:.3f}, estimated from different folds' products). The arms keep the trainer's own loss terms.",
-        f"- Noise: every squared norm and squared inner product is an unbiased U-statistic over different folds of "
-        f"prompts ({results['folds']} folds), so the reference's own noise inflates no denominator; a batch cosine is "
-        "divided by that unbiased |grad J*|, not by the noisy reference's norm. Randomised controls are averaged over "
-        f"{PERMUTATIONS} draws through their mean products, which gives their expected figures exactly.",
+        f"{results['projection']:.3f}, estimated from products of different prompts). The arms keep the trainer's own loss terms.",
+        "- Noise: every squared norm and squared inner product is an unbiased U-statistic over different prompts "
+        "(a prompt never pairs with itself or, in a bootstrap replicate, with its own repeat), so the reference's own "
+        "noise inflates no denominator; a batch's cosine is taken against the reference on the other "
+        f"{results['folds'] - 1} of {results['folds']} folds and divided by that unbiased |grad J*|, not by the noisy "
+        f"reference's norm. Randomised controls are averaged over {PERMUTATIONS} draws through their mean products, "
+        "which gives their expected figures exactly.",
         f"- Standard errors: {results['bootstrap']} stratified bootstrap replicates over prompts (within folds) of the "
         "whole computation, the references included.",
         f"- Power: the first version's walk-minus-control difference was {power['first_version']['walk_minus_control']} "
         f"± {power['first_version']['se']} in batch cosine on {power['first_version']['prompts']} prompts; detecting it "
         f"with 80% power at the 2 SE bar needs {power['prompts_needed']:,} prompts, beyond any CPU budget. The run "
-        "takes as many prompts as the 60-minute budget allows and states what it can detect.",
+        f"takes {results['prompts']} (the score vectors of its {results['rollouts']:,} rollouts fill ~6 GB of memory; "
+        "the time budget would allow more) and states what it can detect.",
         f"- Wall time: {setup['minutes']:.1f} min on {setup['cores']} cores ("
         + ", ".join(f"{k} {v / 60:.1f} min" for k, v in setup["timings"].items())
         + ").",
