@@ -509,16 +509,11 @@ class Directions:
     the arms keep the trainer's own terms."""
 
     def __init__(self, r: Rollouts, group: int):
-        steps, rollouts = len(r.step_rollout), len(r.rollout_prompt)
-        self.group, self.prompts = group, rollouts // group
-        self.step_rollout = r.step_rollout
-        self.collapse = np.zeros((self.prompts, steps))  # (prompts x steps): which prompt each step belongs to
-        self.collapse[r.step_prompt, np.arange(steps)] = 1.0
+        self.group, self.prompts = group, len(r.rollout_prompt) // group
+        self.step_rollout, self.step_prompt = r.step_rollout, r.step_prompt
         self.gram = r.gram
         self.rollout_gram = r.rollout_gram()
         coef = {d: gs.loo_advantages(values, group) * r.tokens for d, values in (("q", r.q_star), ("v", r.valid_call))}
-        self.coef = {d: c[r.step_rollout] for d, c in coef.items()}  # per step
-        self.k = {d: self.gram @ (c[:, None] * self.collapse.T) for d, c in self.coef.items()}  # K M_d
         self.qq = self._rollout_products(coef["q"], coef["q"])
         self.qv = self._rollout_products(coef["q"], coef["v"])
         self.vv = self._rollout_products(coef["v"], coef["v"])
@@ -538,8 +533,8 @@ class Directions:
         if np.array_equal(per_rollout[self.step_rollout], a):
             return ArmProducts(*(self._rollout_products(per_rollout, b) for b in
                                  (per_rollout, self.rollout_coef["q"], self.rollout_coef["v"])))  # fmt: skip
-        m = a[:, None] * self.collapse.T
-        return ArmProducts(m.T @ (self.gram @ m), m.T @ self.k["q"], m.T @ self.k["v"])
+        q, v = (self.rollout_coef[d][self.step_rollout] for d in ("q", "v"))
+        return ArmProducts(*(gs.prompt_products(self.gram, self.step_prompt, a, b, self.prompts) for b in (a, q, v)))
 
     def mean_arm(self, draws: Sequence[np.ndarray]) -> ArmProducts:
         """A randomised arm's products averaged over its draws (`gs.Arm` says why that is exact)."""
