@@ -20,6 +20,10 @@ from configs import ROW_MEAN_LOSSES, MAPOConfig
 from data import prompts_in_box_convention
 from hpo import HPOAdvantages, kantorovich_potentials
 from mapo import groups_outcome_all_equal, mapo_advantages, scale_similarity, semantic_reward
+from repairs.resume import ExactResume
+from repairs.rollout import ban_placeholder_tokens, check_token_budget, over_turn
+from repairs.tool_rounds import AgreedToolRounds
+from repairs.vllm_images import VLLMImagePlaceholders, colocate_engine_options, reset_encoder_cache_after_sync
 from rewards.verifiers import ClipVerifier, Scene, build_verifier
 from tools import ToolConfig, ToolConfigRecorder, ZoomCall, executed_calls, make_environment_factory
 from utils.checks import check_vllm_server
@@ -31,10 +35,6 @@ from utils.diagnostics import (
     sampling_mismatch,
 )
 from utils.models import context_length, pixel_budget
-from utils.resume import ExactResume
-from utils.rollout import ban_placeholder_tokens, check_token_budget, over_turn
-from utils.tool_rounds import AgreedToolRounds
-from utils.vllm_images import VLLMImagePlaceholders, colocate_engine_options, reset_encoder_cache_after_sync
 
 # What users import from here, wherever it is defined.
 __all__ = [
@@ -64,24 +64,24 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
     - `__init__`: the datasets' prompts in `tool_config.box_convention` (`data.prompts_in_box_convention`), the
       token-budget check (before any engine or verifier loads), the zoom-in environment, the verifier, the R_sem reward column, the
       warning of a run that cannot learn (`utils.diagnostics.LearningSignalCheck`), the gradient-variance callback (`gradient_variance_batches`: `utils.diagnostics.GradientVariance`); a
-      colocated vLLM engine built with the recipe's pixel budget and `vllm_dtype` (`utils.vllm_images`); generation
-      in either backend kept from sampling image and video placeholders (`utils.rollout.ban_placeholder_tokens`);
+      colocated vLLM engine built with the recipe's pixel budget and `vllm_dtype` (`repairs.vllm_images`); generation
+      in either backend kept from sampling image and video placeholders (`repairs.rollout.ban_placeholder_tokens`);
       every vLLM weight sync followed by a reset of vLLM's encoder cache
-      (`utils.vllm_images.reset_encoder_cache_after_sync`); a vLLM server that cannot be reached, serves another
+      (`repairs.vllm_images.reset_encoder_cache_after_sync`); a vLLM server that cannot be reached, serves another
       model or another pixel budget fails naming the fields;
     - `_calculate_rewards`: R_sem withheld where the outcome is unscorable; group-level metrics; which rollouts ended
-      on a tool call that never ran (`utils.rollout.over_turn`, logged as `tools/over_turn_frac`);
+      on a tool call that never ran (`repairs.rollout.over_turn`, logged as `tools/over_turn_frac`);
     - `_generate_and_score_completions`: HPO's per-token advantages; with `mask_over_turn`, over-turn rollouts out of
       the loss (Mini-o3's `ignore_exceed`); advantage and gradient-variance diagnostics;
     - `_compute_loss`: with `mask_over_turn` under a loss that averages over rows (`ROW_MEAN_LOSSES`), the average
       taken over the micro-batch's rows left in the loss;
-    - `_tool_call_loop` (`utils.tool_rounds.AgreedToolRounds`): with several processes, every one takes part in
+    - `_tool_call_loop` (`repairs.tool_rounds.AgreedToolRounds`): with several processes, every one takes part in
       every generation round of the tool loop, so ZeRO-3/FSDP's synchronized generation and vLLM's gathers cannot
       hang or mismatch on unequal tool depth (trl#6673);
-    - `_generate_single_turn` (`AgreedToolRounds`, then `utils.vllm_images.VLLMImagePlaceholders`): the round's
+    - `_generate_single_turn` (`AgreedToolRounds`, then `repairs.vllm_images.VLLMImagePlaceholders`): the round's
       agreed prompt count; in vLLM colocate mode each image, tool crops included, reaches vLLM as one placeholder
       (trl#6294), and vLLM's expansion of the images is checked against the processor's;
-    - `_load_from_checkpoint`, `_get_train_sampler` (`utils.resume.ExactResume`): resume with the checkpoint's
+    - `_load_from_checkpoint`, `_get_train_sampler` (`repairs.resume.ExactResume`): resume with the checkpoint's
       weights and the uninterrupted run's data order.
     """
 

@@ -13,11 +13,11 @@ from trl import ModelConfig, get_peft_config
 from configs import MAPOConfig, ScriptArguments, ToolConfig
 from data import load_split
 from mapo_trainer import MAPOTrainer
+from repairs.resume import resume_checkpoint
 from rewards import check_columns, get_reward_funcs
 from utils.checks import check_master_weights, keep_adapters_in_fp32
 from utils.policy import load_policy, save_outputs
 from utils.recipes import parse_args_and_record
-from utils.resume import resume_checkpoint
 
 
 def build_trainer(

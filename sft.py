@@ -20,16 +20,16 @@ from configs import ScriptArguments, ToolConfig, TrajectoryArguments
 from data import load_split
 from data.collator import DataCollatorForVisionToolCalling
 from data.trajectories import build_gold_trajectories
+from repairs.resume import ExactResume, resume_checkpoint
 from tools import ToolConfigRecorder, environment_tools, make_environment_factory
 from utils.checks import check_master_weights, keep_adapters_in_fp32
 from utils.models import pixel_budget
 from utils.policy import load_policy, save_outputs
 from utils.recipes import parse_args_and_record
-from utils.resume import ExactResume, resume_checkpoint
 
 
 class SFTTrainer(ExactResume, trl.SFTTrainer):
-    """TRL's `SFTTrainer`, resuming from a checkpoint's weights (`utils.resume.ExactResume`; its data-order mend does not
+    """TRL's `SFTTrainer`, resuming from a checkpoint's weights (`repairs.resume.ExactResume`; its data-order mend does not
     apply: TRL's SFT does not use the `RepeatSampler` it replaces).
 
     Overrides `__init__` only to keep TRL's start-up check from refusing `assistant_only_loss` on vision data below

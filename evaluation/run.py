@@ -19,10 +19,10 @@ from data.benchmarks import read_benchmark
 from evaluation.agent import TransformersBackend, VLLMBackend, ZoomAgent, open_image
 from evaluation.metrics import clip_scores, compute_metrics, episode_record, no_valid_call
 from evaluation.report import write_report
+from repairs.rollout import check_token_budget
 from rewards.verifiers import ClipVerifier
 from tools import ToolConfig
 from utils.models import context_length, load_model, load_processor, pixel_budget
-from utils.rollout import check_token_budget
 
 logger = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from evaluation.agent import TransformersBackend, ZoomAgent
 from evaluation.metrics import compute_metrics
 from evaluation.run import read_samples, run_evaluation
 from mapo_trainer import MAPOTrainer
+from repairs.rollout import eos_token_ids, prompt_ids, tool_suffix_ids, until_eos
 from tiny.scripted import DEFAULT_BOX, DEFAULT_LABELS, force_tool_calls, tiny_trainer
 from tools import TOOL_NAME, ToolConfig, crop_box, executed_calls, make_environment_factory, write_record
 from utils.models import load_model, load_processor, pixel_budget
-from utils.rollout import eos_token_ids, prompt_ids, tool_suffix_ids, until_eos
 
 pytestmark = pytest.mark.slow
 

@@ -327,7 +327,6 @@ def test_what_users_import_stays_where_it_was():
         "tools.zoom_in": ["crop_box", "TOOL_NAME"],
         "data.synthetic": ["build_synthetic"],
         "data.benchmarks": ["load_benchmark"],
-        "tiny_models": ["build_tiny_kit", "kit_paths"],
     }  # fmt: skip
     missing = [f"{m}.{n}" for m, names in kept.items() for n in names if not hasattr(importlib.import_module(m), n)]
     assert missing == []

@@ -24,6 +24,7 @@ from data.synthetic import build_synthetic
 from data.task import SYSTEM_PROMPTS, normalize
 from data.trajectories import plan_calls
 from mapo_trainer import SEMANTIC_REWARD_NAME, MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
+from repairs.resume import resume_checkpoint
 from research import rewards as world
 from rewards import get_reward_funcs
 from scripts.rl_forced import ForcedMAPOTrainer
@@ -32,7 +33,6 @@ from tiny.scripted import DEFAULT_LABELS as LABELS
 from tools import ToolConfig, ZoomInEnv, crop_box, read_record
 from utils.models import load_model, load_processor, pixel_budget
 from utils.recipes import load_recipe, parse_args_and_record
-from utils.resume import resume_checkpoint
 
 pytestmark = pytest.mark.slow
 

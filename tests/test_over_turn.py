@@ -10,7 +10,7 @@ import torch
 
 from configs import MAPOConfig
 from mapo_trainer import MAPOTrainer
-from utils.rollout import over_turn
+from repairs.rollout import over_turn
 
 CALL = {"type": "function", "function": {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [0, 0, 9, 9]}}}
 TOOL = {"role": "tool", "name": "image_zoom_in_tool", "content": [{"type": "image", "image": None}]}

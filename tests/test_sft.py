@@ -156,7 +156,7 @@ def test_sft_trains_the_tiny_qwen3_vl_in_its_own_box_convention(tiny_kit, tmp_pa
 def test_a_resumed_sft_run_ends_on_the_uninterrupted_runs_weights(tiny_kit, tmp_path):
     """Resumed from step 1's checkpoint (inside the first epoch of 2 steps), SFT loads the checkpoint's weights and
     draws the same next batches: steps 2-4 log the same losses and the final weights agree. Without the weights
-    (transformers alone loads none of them: `utils.resume`) the run would go on from the starting model."""
+    (transformers alone loads none of them: `repairs.resume`) the run would go on from the starting model."""
     # No warm-up: the recipe's would leave step 1's weights (the checkpoint's) equal to the starting ones.
     checkpoints = ("--save_strategy", "steps", "--save_steps", "1", "--learning_rate", "1e-3", "--warmup_steps", "0")
     whole = train(tiny_kit, tmp_path / "whole", "--max_steps", "4", *checkpoints)

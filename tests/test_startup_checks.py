@@ -17,6 +17,8 @@ from trl.trainer.utils import RepeatSampler
 from configs import ScriptArguments
 from data import load_split
 from mapo_trainer import MAPOConfig
+from repairs.resume import EpochSeededRepeatSampler, resume_checkpoint
+from repairs.rollout import check_token_budget, token_budget
 from tools import ToolConfig
 from utils.checks import (
     check_master_weights,
@@ -26,8 +28,6 @@ from utils.checks import (
 )
 from utils.models import load_model, load_processor
 from utils.recipes import parse_args_and_record
-from utils.resume import EpochSeededRepeatSampler, resume_checkpoint
-from utils.rollout import check_token_budget, token_budget
 
 RL_TYPES = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)
 

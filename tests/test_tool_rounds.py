@@ -1,4 +1,4 @@
-"""`utils.tool_rounds.AgreedToolRounds` without processes or an engine: a fake round agreement (`_agree`) and a fake
+"""`repairs.tool_rounds.AgreedToolRounds` without processes or an engine: a fake round agreement (`_agree`) and a fake
 parent `_generate_single_turn` that samples from torch's random stream, as generation does.
 
 The 2-process runs (tests/test_multiprocess.py, tests/test_vllm_server.py) give each rank one tool depth, so a round's
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from utils.tool_rounds import AgreedToolRounds
+from repairs.tool_rounds import AgreedToolRounds
 
 IMAGE = "image"
 

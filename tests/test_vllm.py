@@ -68,7 +68,7 @@ def test_the_colocate_run_records_its_models_box_convention(colocate):
 
 
 def test_the_engine_is_built_as_the_recipe_asks(colocate):
-    # vllm_enforce_eager reaches the one LLM(...) TRL builds (utils.vllm_images.colocate_engine_options)
+    # vllm_enforce_eager reaches the one LLM(...) TRL builds (repairs.vllm_images.colocate_engine_options)
     assert colocate["vllm_enforce_eager"] is True
 
 
@@ -98,7 +98,7 @@ def test_vllm_logprobs_match_the_trainers_on_multi_image_contexts(colocate):
 
 def test_after_an_optimizer_step_the_engine_generates_with_the_new_weights(colocate):
     """Step 2 reuses step 1's images, so this also fails when vLLM's encoder cache is not reset after the weight sync
-    (`utils.vllm_images.reset_encoder_cache_after_sync`): the vision tower trains, and cached embeddings of the old
+    (`repairs.vllm_images.reset_encoder_cache_after_sync`): the vision tower trains, and cached embeddings of the old
     weights would be reused. Measured (2 CPU cores): with the reset, mean 0.0011 and max 0.0024; without it (planted),
     mean 0.0024 and max 0.014, which only the bound on the max sees."""
     mean, largest = colocate["sampling_logp_difference_mean"], colocate["sampling_logp_difference_max"]

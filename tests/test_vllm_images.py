@@ -16,18 +16,18 @@ from trl import ModelConfig
 
 from configs import ScriptArguments
 from mapo_trainer import MAPOConfig
-from tools import PixelBudget, ToolConfig
-from utils import checks
-from utils.checks import MIN_VLLM_MULTIMODAL_SERVER, SUPPORTED_VLLM, check_vllm_version
-from utils.recipes import parse_args_and_record
-from utils.rollout import ban_placeholder_tokens, placeholder_tokens
-from utils.vllm_images import (
+from repairs.rollout import ban_placeholder_tokens, placeholder_tokens
+from repairs.vllm_images import (
     VLLMImagePlaceholders,
     check_expansion,
     collapse_image_runs,
     colocate_engine_options,
     image_runs,
 )
+from tools import PixelBudget, ToolConfig
+from utils import checks
+from utils.checks import MIN_VLLM_MULTIMODAL_SERVER, SUPPORTED_VLLM, check_vllm_version
+from utils.recipes import parse_args_and_record
 
 REPO = Path(__file__).resolve().parents[1]
 PAD = 9

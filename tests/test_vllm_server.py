@@ -84,7 +84,7 @@ def test_server_mode_trains_two_steps_with_crops_from_one_process(tiny_kit, serv
 def test_server_mode_with_two_processes_of_unequal_tool_depth(tiny_kit, server, tmp_path):
     """Process 0's rollouts make 2 zoom-in calls, process 1's one: TRL 1.16 as shipped gathers 2 prompts from one
     process and none from the other in the second tool round, then slices as if equal (trl#6673). Every process
-    checks that the prompt ids it gets back are its own (utils.vllm_images), so a wrong slice fails the run."""
+    checks that the prompt ids it gets back are its own (repairs.vllm_images), so a wrong slice fails the run."""
     # 320 tokens: room for two calls and their tool responses before the answer
     result = server_run(tiny_kit, tmp_path, server, 2, "--max_completion_length", "320", RL_FORCED_DEPTHS="2,1")
     assert result["ok"] and len(result["steps"]) == 2

@@ -2,7 +2,7 @@
 
 TRL 1.16 resets only vLLM's prefix cache after pushing new weights; vLLM keeps the vision tower's embeddings of an
 image beyond its request, so an image seen again after an optimizer step would be generated from the old weights'
-embeddings. `MAPOTrainer` wraps TRL's `sync_weights` (`utils.vllm_images.reset_encoder_cache_after_sync`). The real
+embeddings. `MAPOTrainer` wraps TRL's `sync_weights` (`repairs.vllm_images.reset_encoder_cache_after_sync`). The real
 engine runs in tests/test_vllm.py.
 """
 
@@ -15,7 +15,7 @@ from trl import GRPOTrainer
 
 import mapo_trainer
 from mapo_trainer import MAPOTrainer
-from utils.vllm_images import reset_encoder_cache_after_sync
+from repairs.vllm_images import reset_encoder_cache_after_sync
 
 
 class Response:

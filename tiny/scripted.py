@@ -15,11 +15,11 @@ import torch
 
 from configs import MAPOConfig
 from mapo_trainer import MAPOTrainer
+from repairs.rollout import IMAGE_PAD
+from repairs.vllm_images import image_runs
 from rewards import get_reward_funcs
 from tools import ToolConfig, make_environment_factory, tool_call_text
 from utils.models import load_model, load_processor, pixel_budget
-from utils.rollout import IMAGE_PAD
-from utils.vllm_images import image_runs
 
 DEFAULT_LABELS = ("red circle", "blue square")  # alternated over rows, so z_t differs within a group
 DEFAULT_BOX = (8, 8, 80, 80)  # inside the seen frame of any image at the tiny kit's pixel budget

@@ -6,7 +6,7 @@ streams). `disk_weight_transfer` replaces that transport, and only that: TRL sti
 (`VLLMGeneration.sync_weights`), and the server still loads them into its running engine, from a safetensors file
 through its own `reload_weights` (the dev-mode `/collective_rpc` endpoint `trl vllm-serve` enables). Everything else
 (the image features, generation, the prefix-cache reset, and the encoder-cache reset `MAPOTrainer` makes after every
-sync, `utils.vllm_images.reset_encoder_cache_after_sync`) goes to the real server as on a GPU node.
+sync, `repairs.vllm_images.reset_encoder_cache_after_sync`) goes to the real server as on a GPU node.
 
 The stand-in does not reset the encoder cache itself: `reload_weights` clears the worker's encoder cache but not the
 scheduler's, so without the production reset the next request holding an already-seen image kills the engine

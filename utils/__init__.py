@@ -1,2 +1,2 @@
-"""Helpers the entry scripts and the trainer share: recipes, model loading, start-up checks, the rollout token
-budget, resume, vLLM tool images, diagnostics, memory estimates."""
+"""Shared by the entry scripts and the trainer: recipe parsing, model loading, start-up checks, the registry, LoRA
+targets, the policy's load and save, diagnostics."""

@@ -42,7 +42,7 @@ def sampling_mismatch(out: dict, reduce_sum: Callable[[torch.Tensor], torch.Tens
     TRL's `old_per_token_logps`, the trainer's, and `sampling_per_token_logps`, vLLM's):
     - `vllm/logp_offset`: the signed mean, over trained tokens, of the trainer's logprob minus vLLM's (TRL's
       `sampling/sampling_logp_difference` is its absolute value). A per-token offset of one sign compounds over a
-      rollout: vLLM's placeholder ban (`utils.rollout.ban_placeholder_tokens`) makes it log(1 - p_banned) < 0;
+      rollout: vLLM's placeholder ban (`repairs.rollout.ban_placeholder_tokens`) makes it log(1 - p_banned) < 0;
     - `vllm/sequence_ratio`: the mean over rollouts of exp(sum of those differences), the raw sequence importance
       ratio TRL's `sequence_*` modes weight (or mask) each whole rollout by, before any clipping.
     Tokens vLLM did not score (NaN) count as no difference, as TRL counts them."""

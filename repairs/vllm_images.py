@@ -101,7 +101,7 @@ class VLLMImagePlaceholders:
                     # vLLM would attach no features to the extra runs (or fail to place an image) without a word.
                     raise ValueError(
                         f"Rollout {row} holds {placeholders} runs of image tokens but {expected} image(s): its "
-                        "context no longer matches its images (utils.rollout.ban_placeholder_tokens keeps generation "
+                        "context no longer matches its images (repairs.rollout.ban_placeholder_tokens keeps generation "
                         "from sampling the image token)."
                     )
         if self.state.global_step != self._last_loaded_step:
