@@ -1,7 +1,8 @@
 """MAPO's math (Walk the Talk, section 3), pure and model-free: R_sem (eq. 2), the group-normalised advantage of
 R_out + beta * R_sem (eq. 3), and the scale of z_t. The derivation and where this departs from the paper:
-`docs/method.md`. `MAPOTrainer` computes eq. 3 through TRL's own reward aggregation; `mapo_advantages` states it on its
-own, for the tests and the trainer's `mapo/advantage_std` metric.
+`docs/method.md`. `MAPOTrainer` trains with eq. 3 through TRL's own reward aggregation of its `reward_columns`;
+`reference_advantages` states it on its own, the reference the tests hold the trainer to (and its
+`mapo/advantage_std` metric).
 """
 
 from __future__ import annotations
@@ -27,14 +28,15 @@ def semantic_reward(scores: Sequence[float], lam: float, empty: float = 0.0) -> 
     return sum(lam ** (T - t) * (0.0 if math.isnan(z) else z) for t, z in enumerate(scores, start=1)) / T
 
 
-def mapo_advantages(
+def reference_advantages(
     outcome: torch.Tensor,
     semantic: torch.Tensor,
     num_generations: int,
     beta: float,
     scale_rewards: str = "group",
 ) -> torch.Tensor:
-    """MAPO's group-normalised advantage (eq. 3) of the composite R_out + beta * R_sem.
+    """MAPO's group-normalised advantage (eq. 3) of the composite R_out + beta * R_sem, stated on its own: a reference
+    nothing trains with (`MAPOTrainer.reward_columns` is what trains).
 
     Rows are ordered group by group (G = `num_generations` consecutive rows per prompt), as TRL orders them.
     Normalisation follows TRL's GRPO exactly, so that beta = 0 gives GRPO's advantages bit for bit: minus the group

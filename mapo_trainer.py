@@ -10,7 +10,9 @@ the fields are `configs.MAPOConfig`'s. Rollouts are TRL's own multi-turn tool lo
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from contextlib import nullcontext
+from typing import Any, NamedTuple
 
 import requests
 import torch
@@ -19,7 +21,7 @@ from trl import GRPOTrainer
 from configs import ROW_MEAN_LOSSES, MAPOConfig
 from data import prompts_in_box_convention
 from hpo import HPOAdvantages, kantorovich_potentials
-from mapo import groups_outcome_all_equal, mapo_advantages, scale_similarity, semantic_reward
+from mapo import groups_outcome_all_equal, reference_advantages, scale_similarity, semantic_reward
 from repairs.resume import ExactResume
 from repairs.rollout import ban_placeholder_tokens, check_token_budget, over_turn
 from repairs.tool_rounds import AgreedToolRounds
@@ -41,17 +43,28 @@ __all__ = [
     "ClipVerifier",
     "MAPOConfig",
     "MAPOTrainer",
+    "RewardColumn",
     "kantorovich_potentials",
-    "mapo_advantages",
+    "reference_advantages",
     "semantic_reward",
 ]
 
 SEMANTIC_REWARD_NAME = "semantic"
 
 
+class RewardColumn(NamedTuple):
+    """One column of eq. 3's composite reward: TRL calls `func` as a reward function and sums the columns x `weight`."""
+
+    name: str
+    func: Callable
+    weight: float
+    processing_class: Any = None
+
+
 class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrainer):
     """GRPO with MAPO's semantic reward R_sem as one more reward column, weighted `semantic_beta` ('mapo',
-    'mapo+hpo') or 0 ('grpo', 'hpo': R_sem logged only), so TRL's `sum_then_normalize` computes eq. 3.
+    'mapo+hpo') or 0 ('grpo', 'hpo': R_sem logged only), so TRL's `sum_then_normalize` computes eq. 3. Eq. 3's columns
+    and weights come from one method, `reward_columns`: override it to change eq. 3.
 
     Builds its own `environment_factory` (`tools.ZoomInEnv`, which records every zoom-in call) from `tool_config`, the
     settings evaluation must replay, and every checkpoint it saves records them (`tool_config.json`). z_t comes from
@@ -169,11 +182,28 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
             self.add_callback(GradientVariance(self.args.gradient_variance_batches, self._record_train_metrics))
         self._outcome: torch.Tensor | None = None  # the last batch's R_out, gathered: HPO's success signal
         self._over_turn: torch.Tensor | None = None  # this process's rollouts of the last batch that ended over-turn
-        weight = self.args.semantic_beta if self.args.uses_semantic else 0.0
-        self.reward_funcs.append(self._semantic_reward)
-        self.reward_func_names.append(SEMANTIC_REWARD_NAME)
-        self.reward_processing_classes.append(None)
-        self.reward_weights = torch.cat([self.reward_weights, torch.tensor([weight], dtype=self.reward_weights.dtype)])
+        columns = self.reward_columns()
+        self.reward_func_names = [column.name for column in columns]
+        self.reward_funcs = [column.func for column in columns]
+        self.reward_processing_classes = [column.processing_class for column in columns]
+        self.reward_weights = torch.tensor([column.weight for column in columns], dtype=self.reward_weights.dtype)
+
+    def reward_columns(self) -> list[RewardColumn]:
+        """Eq. 3's composite reward, R_out + beta * R_sem, as TRL's weighted reward columns: the recipe's outcome
+        rewards with their `reward_weights`, then R_sem (eq. 2) weighted `semantic_beta` (0 under 'grpo' and 'hpo',
+        which log R_sem only). TRL sums the weighted columns and normalises the sum per group (`scale_rewards`):
+        eq. 3's advantage, which `mapo.reference_advantages` states on its own.
+
+        The one place to change eq. 3: override it to reweight, add or drop a column. R_sem stays last:
+        `_calculate_rewards` reads R_out as the weighted sum of the columns before it."""
+        outcome = zip(
+            self.reward_func_names, self.reward_funcs, self.reward_weights.tolist(), self.reward_processing_classes
+        )
+        beta = self.args.semantic_beta if self.args.uses_semantic else 0.0
+        return [
+            *(RewardColumn(*column) for column in outcome),
+            RewardColumn(SEMANTIC_REWARD_NAME, self._semantic_reward, beta),
+        ]
 
     def _semantic_reward(
         self, completions, environments, log_metric, log_extra, target_bbox=None, target_label=None, **kwargs
@@ -265,7 +295,7 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         outcome[unscorable] = torch.nan
         self._outcome = outcome
         # The advantage TRL is about to compute from these columns, stated on its own for the metric below.
-        advantages = mapo_advantages(outcome, semantic, num_generations, weights[-1].item(), self.scale_rewards)
+        advantages = reference_advantages(outcome, semantic, num_generations, weights[-1].item(), self.scale_rewards)
         all_equal = groups_outcome_all_equal(outcome, num_generations).float().mean().item()
         self._metrics[mode]["mapo/frac_groups_outcome_all_equal"].append(all_equal)
         self._metrics[mode]["mapo/frac_unscorable"].append(unscorable.float().mean().item())

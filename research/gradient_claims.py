@@ -15,7 +15,7 @@ policy-gradient estimate at a fixed policy, not about training curves, and that 
    Gram matrix is kept.
 3. **Every estimator's advantages from the code that trains** (`replay`, primary checkpoint): a `MAPOTrainer` built
    as `rl.py` builds it replays the recorded rollouts; its rewards, R_sem, z_t, TRL's advantages and HPO's are its
-   own. The controls and the quality sweep recombine recorded columns with `mapo.mapo_advantages`, which this run
+   own. The controls and the quality sweep recombine recorded columns with `mapo.reference_advantages`, which this run
    first checks equal to every replayed MAPO trainer's advantages.
 4. **Statistics** (`research.gradient_stats`): the reference directions are the gradients of E[Q*] and of E[V] (V: a
    well-formed rollout with a valid call) from unnormalised sequence scores with a leave-one-out baseline, and the
@@ -48,7 +48,7 @@ import rl
 from data.benchmarks import load_saved_split
 from evaluation.verifier_check import check_verifier
 from hpo.steps import turn_index
-from mapo import mapo_advantages, scale_similarity, semantic_reward
+from mapo import reference_advantages, scale_similarity, semantic_reward
 from mapo_trainer import MAPOTrainer
 from research import gradient_stats as gs
 from research.report import markdown_table, verdict_sections
@@ -109,7 +109,7 @@ CHECKPOINT_RATE = (
     0.10,
     0.90,
 )  # the primary checkpoint's sampled Q* rate must lie here for the question to have an answer
-REPLAY_TOLERANCE = 1e-5  # mapo_advantages against a replayed trainer's advantages (float32)
+REPLAY_TOLERANCE = 1e-5  # reference_advantages against a replayed trainer's advantages (float32)
 # The first version of this measurement (2026-12-02, results 0ea6b987bf75, 256 prompts): the walk arm's gain over its
 # shuffled control in batch cosine and that difference's bootstrap SE, the power calculation's input.
 FIRST_VERSION = {"prompts": 256, "walk_minus_control": 0.0035, "se": 0.0101}
@@ -447,9 +447,9 @@ def semantics(scores: list[list[float]], lam: float, empty: float) -> np.ndarray
 
 
 def episode_advantages(outcome, semantic, group: int, beta: float, scaling: str) -> np.ndarray:
-    """`mapo.mapo_advantages` (eq. 3, TRL's normalisation) on per-rollout columns, as float32 like the trainer's."""
+    """`mapo.reference_advantages` (eq. 3, TRL's normalisation) on per-rollout columns, as float32 like the trainer's."""
     t = torch.tensor
-    return mapo_advantages(
+    return reference_advantages(
         t(outcome, dtype=torch.float32), t(semantic, dtype=torch.float32), group, beta, scaling
     ).numpy()
 
@@ -629,7 +629,7 @@ def world_arms(r: Rollouts, d: Directions, recipe: dict, group: int, scalings: S
 
 
 def check_replays(m: dict) -> None:
-    """The recorded columns and `mapo_advantages` against what the replayed trainers computed."""
+    """The recorded columns and `reference_advantages` against what the replayed trainers computed."""
     r, replays, group = m["rollouts"], m["replays"], m["group"]
     recipe, scaling = m["recipe"], m["recipe_scaling"]
     check_close(
@@ -642,12 +642,14 @@ def check_replays(m: dict) -> None:
         reader_outcome(r.well_formed, r.seen, r.draws, READER_HIT_P, READER_MISS_P),
         replays[(REFERENCE, scaling)].outcome,
     )
-    for (name, scale), rep in replays.items():  # mapo_advantages is what the controls and the sweep use
+    for (name, scale), rep in replays.items():  # reference_advantages is what the controls and the sweep use
         if "hpo" in name:
             continue
         ep = episode_advantages(rep.outcome, rep.semantic, group, rep.semantic_weight, scale)
         check_close(
-            f"mapo_advantages against the {name} trainer (scale_rewards {scale})", ep[r.step_rollout], rep.advantages
+            f"reference_advantages against the {name} trainer (scale_rewards {scale})",
+            ep[r.step_rollout],
+            rep.advantages,
         )
     walk_sem = semantics(walk_scores(r.walk), recipe["semantic_lambda"], recipe["no_tool_semantic"])
     check_close(

@@ -321,7 +321,7 @@ def test_an_override_missing_from_the_docstring_is_found(doc, ok):
 def test_what_users_import_stays_where_it_was():
     kept = {
         "mapo_trainer": [
-            "MAPOConfig", "MAPOTrainer", "ClipVerifier", "semantic_reward", "mapo_advantages", "kantorovich_potentials",
+            "MAPOConfig", "MAPOTrainer", "ClipVerifier", "semantic_reward", "reference_advantages", "kantorovich_potentials",
         ],
         "tools": ["ToolConfig", "ZoomInEnv", "make_environment_factory"],
         "tools.zoom_in": ["crop_box", "TOOL_NAME"],

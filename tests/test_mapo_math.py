@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from mapo import groups_outcome_all_equal, scale_similarity
-from mapo_trainer import MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
+from mapo_trainer import MAPOConfig, MAPOTrainer, reference_advantages, semantic_reward
 from rewards.verifiers import Scene
 from tools import PixelBudget, ToolConfig, ZoomCall, ZoomInEnv
 
@@ -43,11 +43,11 @@ def test_later_calls_weigh_more_and_long_trajectories_are_discounted():
 
 
 # ------------------------------------------------------------------------------------------- advantage, eq. 3
-def test_mapo_advantages_by_hand():
+def test_reference_advantages_by_hand():
     outcome = torch.tensor([1.0, 0.0, 1.0, 1.0])
     semantic = torch.tensor([0.5, 0.5, 0.2, 0.8])
     # composite = [1.2, 0.2, 1.08, 1.32]; group means 0.7 and 1.2; sample stds sqrt(0.5) and sqrt(0.0288)
-    adv = mapo_advantages(outcome, semantic, num_generations=2, beta=0.4)
+    adv = reference_advantages(outcome, semantic, num_generations=2, beta=0.4)
     s1, s2 = math.sqrt(0.5), math.sqrt(0.0288)
     expected = [0.5 / (s1 + 1e-4), -0.5 / (s1 + 1e-4), -0.12 / (s2 + 1e-4), 0.12 / (s2 + 1e-4)]
     assert adv.tolist() == pytest.approx(expected, rel=1e-5)
@@ -56,25 +56,25 @@ def test_mapo_advantages_by_hand():
 def test_all_equal_outcomes_get_their_signal_from_the_semantic_term_only():
     outcome = torch.tensor([1.0, 1.0, 0.0, 0.0])
     semantic = torch.tensor([0.2, 0.6, 0.3, 0.3])
-    adv = mapo_advantages(outcome, semantic, num_generations=2, beta=0.4)
+    adv = reference_advantages(outcome, semantic, num_generations=2, beta=0.4)
     s = math.sqrt(2 * 0.08**2)
     assert adv.tolist() == pytest.approx([-0.08 / (s + 1e-4), 0.08 / (s + 1e-4), 0.0, 0.0], rel=1e-5)
-    assert mapo_advantages(outcome, semantic, 2, beta=0.0).tolist() == [0.0] * 4
+    assert reference_advantages(outcome, semantic, 2, beta=0.0).tolist() == [0.0] * 4
 
 
 def test_single_generation_groups_have_zero_advantage():
-    adv = mapo_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0.5, 0.1]), num_generations=1, beta=0.4)
+    adv = reference_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0.5, 0.1]), num_generations=1, beta=0.4)
     assert adv.tolist() == [0.0, 0.0]
 
 
 def test_scale_none_and_batch():
     outcome, semantic = torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.zeros(4)
-    assert mapo_advantages(outcome, semantic, 2, 0.4, scale_rewards="none").tolist() == [0.5, -0.5, 0.0, 0.0]
+    assert reference_advantages(outcome, semantic, 2, 0.4, scale_rewards="none").tolist() == [0.5, -0.5, 0.0, 0.0]
     batch_std = torch.tensor([1.0, 0.0, 0.0, 0.0]).std().item()  # sample std over the batch = 0.5
-    adv = mapo_advantages(outcome, semantic, 2, 0.4, scale_rewards="batch")
+    adv = reference_advantages(outcome, semantic, 2, 0.4, scale_rewards="batch")
     assert adv.tolist() == pytest.approx([0.5 / (batch_std + 1e-4), -0.5 / (batch_std + 1e-4), 0.0, 0.0])
     with pytest.raises(ValueError, match="scale_rewards"):
-        mapo_advantages(outcome, semantic, 2, 0.4, scale_rewards="rank")
+        reference_advantages(outcome, semantic, 2, 0.4, scale_rewards="rank")
 
 
 def test_beta_zero_is_trl_grpo_bit_for_bit():
@@ -88,13 +88,13 @@ def test_beta_zero_is_trl_grpo_bit_for_bit():
     mean = torch.nanmean(rewards.view(-1, G), dim=1).repeat_interleave(G)
     std = nanstd(rewards.view(-1, G), dim=1).repeat_interleave(G)
     trl_adv = torch.nan_to_num((rewards - mean) / (std + 1e-4), nan=0.0)
-    ours = mapo_advantages(rewards, torch.rand(12), G, beta=0.0)
+    ours = reference_advantages(rewards, torch.rand(12), G, beta=0.0)
     assert torch.equal(ours, trl_adv)
 
 
 def test_nan_outcome_rows_are_ignored_and_get_zero_advantage():
     outcome = torch.tensor([1.0, float("nan"), 0.0])
-    adv = mapo_advantages(outcome, torch.zeros(3), num_generations=3, beta=0.4)
+    adv = reference_advantages(outcome, torch.zeros(3), num_generations=3, beta=0.4)
     assert adv[1] == 0.0 and adv[0] > 0 > adv[2]
 
 

@@ -23,7 +23,14 @@ from configs import ScriptArguments, TrajectoryArguments
 from data.synthetic import build_synthetic
 from data.task import SYSTEM_PROMPTS, normalize
 from data.trajectories import plan_calls
-from mapo_trainer import SEMANTIC_REWARD_NAME, MAPOConfig, MAPOTrainer, mapo_advantages, semantic_reward
+from mapo_trainer import (
+    SEMANTIC_REWARD_NAME,
+    MAPOConfig,
+    MAPOTrainer,
+    RewardColumn,
+    reference_advantages,
+    semantic_reward,
+)
 from repairs.resume import resume_checkpoint
 from research import rewards as world
 from rewards import get_reward_funcs
@@ -86,7 +93,7 @@ def test_mapo_run_scores_real_crops_and_trains(tiny_kit, train_dataset, tmp_path
     # The advantages trained on are MAPO's composite, group-normalised (eq. 3).
     outcome = torch.tensor(list(trainer._logs["rewards"]["outcome_reward"])[-4:])
     fmt = torch.tensor(list(trainer._logs["rewards"]["format_reward"])[-4:])
-    expected = mapo_advantages(outcome + fmt, torch.tensor(logged_sem), num_generations=2, beta=0.4)
+    expected = reference_advantages(outcome + fmt, torch.tensor(logged_sem), num_generations=2, beta=0.4)
     assert list(trainer._logs["advantages"])[-4:] == pytest.approx(expected.tolist(), abs=1e-5)
 
     # Tool responses (crop pads included) are out of the loss; the model's own turns are in it.
@@ -199,6 +206,26 @@ def test_the_environment_comes_from_tool_config_only(tiny_kit, train_dataset, tm
         MAPOTrainer(**kwargs, tool_config=ToolConfig(max_pixels=28 * 28 * 64, clip_model=str(tiny_kit["clip"])))
 
 
+class LengthPenaltyMAPO(MAPOTrainer):
+    """Eq. 3 changed where the docs say to change it: R_sem weighted 1, plus a column the recipe does not name."""
+
+    def reward_columns(self):
+        *outcome, semantic = super().reward_columns()
+        penalty = RewardColumn("length_penalty", lambda completions, **kwargs: [-0.01] * len(completions), 0.5)
+        return [*outcome, penalty, semantic._replace(weight=1.0)]
+
+
+def test_eq3_columns_and_weights_come_from_reward_columns(tiny_kit, train_dataset, tmp_path):
+    default = make_trainer(tiny_kit, train_dataset, tmp_path / "default")
+    assert default.reward_func_names == ["outcome_reward", "format_reward", SEMANTIC_REWARD_NAME]
+    assert default.reward_weights.tolist() == pytest.approx([1.0, 1.0, 0.4])
+    changed = make_trainer(tiny_kit, train_dataset, tmp_path / "changed", trainer_cls=LengthPenaltyMAPO)
+    assert changed.reward_func_names == ["outcome_reward", "format_reward", "length_penalty", SEMANTIC_REWARD_NAME]
+    assert changed.reward_weights.tolist() == pytest.approx([1.0, 1.0, 0.5, 1.0])
+    assert len(changed.reward_funcs) == len(changed.reward_processing_classes) == 4
+    assert changed.reward_funcs[-1] == changed._semantic_reward  # R_sem stays last
+
+
 def test_unscorable_outcome_rows_get_zero_advantage_as_in_stock_grpo(tiny_kit, train_dataset, tmp_path):
     """A reward returning None (a judge that timed out) makes its row unscorable: stock GRPO leaves it out of its
     group's statistics and gives it advantage 0. R_sem must not make it scorable, under 'grpo' or 'mapo'."""
@@ -223,7 +250,7 @@ def test_unscorable_outcome_rows_get_zero_advantage_as_in_stock_grpo(tiny_kit, t
     mapo = runs["mapo"]
     semantic = list(mapo._logs["rewards"][SEMANTIC_REWARD_NAME])
     assert math.isnan(semantic[1])  # R_sem of the unscorable row is withheld too
-    expected = mapo_advantages(torch.tensor([1.0, float("nan"), 1.0, 0.0]), torch.tensor(semantic), 2, beta=0.4)
+    expected = reference_advantages(torch.tensor([1.0, float("nan"), 1.0, 0.0]), torch.tensor(semantic), 2, beta=0.4)
     advantages = list(mapo._logs["advantages"])
     assert advantages[:2] == [0.0, 0.0]  # alone in its group: no signal; the unscorable row: none either
     assert advantages == pytest.approx(expected.tolist(), abs=1e-5)
@@ -305,7 +332,7 @@ def test_over_turn_rollouts_leave_the_loss_but_stay_in_their_groups(tiny_kit, tr
     outcome = torch.tensor(list(trainer._logs["rewards"]["outcome_reward"])[-4:])
     fmt = torch.tensor(list(trainer._logs["rewards"]["format_reward"])[-4:])
     semantic = torch.tensor(list(trainer._logs["rewards"][SEMANTIC_REWARD_NAME])[-4:])
-    expected = mapo_advantages(outcome + fmt, semantic, num_generations=2, beta=0.4)
+    expected = reference_advantages(outcome + fmt, semantic, num_generations=2, beta=0.4)
     assert list(trainer._logs["advantages"])[-4:] == pytest.approx(expected.tolist(), abs=1e-5)
     assert all(abs(a) > 1e-6 for a in expected[~torch.tensor(over)].tolist())  # the answered rollouts learn from it
     logged = [e for e in trainer.state.log_history if "tools/over_turn_frac" in e][-1]

@@ -68,7 +68,7 @@ def test_every_estimator_replays_what_the_trainer_computes_live(shrunk, tiny_kit
     replays = measurement["replays"]
     assert not np.allclose(replays[("mapo_walk", "group")].advantages, replays[("grpo", "group")].advantages)
     # The recipe's scaling for every estimator, and `none` once: the replay path does not depend on the scaling, and
-    # `analyse` checks every scalar estimator's replay under both against `mapo_advantages`.
+    # `analyse` checks every scalar estimator's replay under both against `reference_advantages`.
     checked = [key for key in replays if key[1] == measurement["recipe_scaling"]] + [("grpo", "none")]
     live_steps = int(np.sum(r.step_rollout < LIVE_BATCHES * len(batches[0]["inputs"])))
     for name, scaling in checked:
