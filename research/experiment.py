@@ -1,12 +1,12 @@
 """`make experiment-curves`: does MAPO's semantic signal act in RL training? The learning-curve route, on CPU.
 
 `make experiment` measures MAPO's gradient claims at a fixed policy instead (`research/gradient_claims.py`,
-docs/experiment.md); this route stays available as an option, and its last verdict is that RL at this budget does
-not move the tiny policy (docs/experiment_curves.md).
+research/reports/experiment.md); this route stays available as an option, and its last verdict is that RL at this budget does
+not move the tiny policy (research/reports/experiment_curves.md).
 
 A run that "goes through" shows nothing: the tiny policy may not move under RL, groups of 2 make every advantage 0
 or +-0.71, and a verifier may pay a fixed label more than the right one. So the experiment is built to be able to
-fail, in this order (docs/experiment_curves.md states the criterion before the results):
+fail, in this order (research/reports/experiment_curves.md states the criterion before the results):
 
 1. **Start.** One SFT checkpoint, its data and its CLIP verifier, evaluated greedily on the held-out test split: the
    step-0 row of every table. Made by the demo's stages (`tiny.stages`) in the experiment's own world, or reused
@@ -34,8 +34,8 @@ fail, in this order (docs/experiment_curves.md states the criterion before the r
    error; every evaluation's binomial standard error; the verdict of the stated criterion, and the "What it shows"
    section written from it (with a hash of the results it was written from).
 
-Models and evaluations go to `outputs/experiment/` (`--output_dir`); the report to `docs/experiment_curves.md`
-(`--report`), with its plots and `results.json` in `docs/experiment_curves/`.
+Models and evaluations go to `outputs/experiment/` (`--output_dir`); the report to `research/reports/experiment_curves.md`
+(`--report`), with its plots and `results.json` in `research/reports/experiment_curves/`.
 
     make experiment                                      # verifier, data and SFT as the demo makes them, then all
     make experiment ARGS="--sft_model outputs/demo/sft"  # reuse make demo's SFT checkpoint, data and verifier
@@ -626,7 +626,7 @@ def variance_table(variance: dict[str, dict]) -> str:
 
 
 def write_report(report: Path, outcome: dict, gate: dict[str, dict[str, GateResult]], setup: dict) -> Path:
-    """docs/experiment_curves.md, its plots (in `docs/experiment_curves/`) and `results.json`, every section generated."""
+    """research/reports/experiment_curves.md, its plots (in `research/reports/experiment_curves/`) and `results.json`, every section generated."""
     figures = report.with_suffix("")
     for stale in figures.glob("*.png"):  # an earlier run's plots, which this report may not redraw
         stale.unlink()
@@ -748,7 +748,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--gate_rows", type=int, default=64, help="held-out rows of the verifier gate")
     add("--variance_batches", type=int, default=16, help="batches of the gradient-variance measurement (0: skip)")
     add("--output_dir", type=Path, default=Path("outputs/experiment"))
-    add("--report", type=Path, default=Path("docs/experiment_curves.md"), help="plots go in <report without .md>/")
+    add("--report", type=Path, default=Path("research/reports/experiment_curves.md"), help="plots go in <report without .md>/")
     add("--sft_model", type=Path, default=None, help="reuse this SFT checkpoint (default: make one as the demo does)")
     add("--data", type=Path, default=None, help="with --sft_model: its data (default: data/ beside it)")
     add("--clip", type=Path, default=None, help="with --sft_model: the verifier (default: clip/ beside it)")

@@ -1,7 +1,7 @@
 """`make experiment`: MAPO's gradient claims (Walk the Talk, section 4) measured on the trainer's own code, at fixed
 policies, on CPU.
 
-RL on 2 cores cannot move the tiny policy (docs/experiment_curves.md), but section 4 argues about the
+RL on 2 cores cannot move the tiny policy (research/reports/experiment_curves.md), but section 4 argues about the
 policy-gradient estimate at a fixed policy, not about training curves, and that can be measured here:
 
 1. **Fixed policies where the question has an answer**: SFT checkpoints of the experiment's world (region hint, 768 px
@@ -62,7 +62,7 @@ from utils.diagnostics import completion_logps, policy_gradient_loss, rollout_ro
 from utils.models import load_processor, pixel_budget
 
 RECIPE = "research/recipes/config_experiment.yaml"
-REPORT = Path("docs/experiment.md")
+REPORT = Path("research/reports/experiment.md")
 # The estimators replayed through the trainer: the fields each sets on the recipe (whose verifier is the walk
 # verifier, and whose reward is the 0.7 reader). `grpo` is what each is paired against; `oracle` is GRPO on Q*.
 ESTIMATORS: dict[str, dict] = {
@@ -1220,7 +1220,7 @@ def write_report(report: Path, results: dict, replications: list[dict], setup: d
         "",
         "## The learning-curve route",
         "",
-        "`make experiment-curves` (`research/experiment.py`, report `docs/experiment_curves.md`) trains the arms with "
+        "`make experiment-curves` (`research/experiment.py`, report `research/reports/experiment_curves.md`) trains the arms with "
         "RL and compares greedy target-seen. Its last verdict: "
         + " ".join(setup.get("curves_verdict") or ["(no report)"]),
         "",
@@ -1309,7 +1309,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--image_side", type=int, default=768)
     add("--gate_rows", type=int, default=64, help="held-out rows of the tiny CLIP's verifier gate (0: skip)")
     add("--report", type=Path, default=REPORT, help="the PNG and results.json go in <report>/")
-    add("--curves_report", type=Path, default=Path("docs/experiment_curves.md"))
+    add("--curves_report", type=Path, default=Path("research/reports/experiment_curves.md"))
     add("--reuse", action="store_true", help="reuse <start>/measurement-*.pt instead of measuring again")
     args = parser.parse_args(argv)
     if args.folds < 4 or args.bootstrap < 2:

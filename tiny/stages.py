@@ -324,12 +324,12 @@ def signal_warnings(summary: dict) -> list[str]:
     return warnings
 
 
-EXPERIMENT_REPORT = REPO / "docs" / "experiment.md"
+EXPERIMENT_REPORT = REPO / "research" / "reports" / "experiment.md"
 VERDICT_HEADING = "## What it shows"
 
 
 def experiment_verdict(report: Path = EXPERIMENT_REPORT) -> list[str]:
-    """The generated "What it shows" bullets of `make experiment`'s report (`docs/experiment.md`): what the demo prints
+    """The generated "What it shows" bullets of `make experiment`'s report (`research/reports/experiment.md`): what the demo prints
     about whether MAPO's signal acts, from the one place the experiment writes it. Empty without a report."""
     if not report.exists():
         return []
