@@ -1,0 +1,52 @@
+"""`python -m scripts.merge_lora`: a LoRA adapter merged into its base computes what the adapter on the base computes,
+and the merged folder holds what RL and evaluation read (processor, tool record)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import AutoProcessor
+
+from scripts import merge_lora
+from tools import read_record, write_record
+from utils.models import load_model, load_processor
+
+
+@pytest.fixture(scope="module")
+def adapter(tiny_kit, tmp_path_factory):
+    """A LoRA adapter on the tiny policy with random (non-zero) B, saved as sft.py saves one."""
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("sft-lora")
+    config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(load_model(str(tiny_kit["policy"]), dtype=torch.float32), config)
+    peft_model.save_pretrained(folder)
+    load_processor(tiny_kit["policy"]).save_pretrained(folder)
+    write_record(folder, {"max_label_words": 5})
+    return folder, peft_model.eval()
+
+
+def test_the_merged_model_computes_what_the_adapter_does(adapter, tiny_kit, tmp_path):
+    folder, peft_model = adapter
+    out = tmp_path / "merged"
+    merge_lora.main(["--adapter", str(folder), "--output_dir", str(out), "--dtype", "float32"])
+    merged = load_model(str(out), dtype=torch.float32).eval()
+    base = load_model(str(tiny_kit["policy"]), dtype=torch.float32).eval()
+    ids = torch.tensor([[1, 5, 9, 42, 7, 3]])
+    with torch.no_grad():
+        expected, got, unmerged = (m(input_ids=ids).logits for m in (peft_model, merged, base))
+    assert torch.allclose(got, expected, atol=1e-5)
+    assert not torch.allclose(got, unmerged, atol=1e-3)  # the adapter changed something, so the check above can fail
+    assert read_record(out)["tool"]["max_label_words"] == 5
+    assert AutoProcessor.from_pretrained(out).chat_template == AutoProcessor.from_pretrained(folder).chat_template
+
+
+def test_bad_folders_are_named(adapter, tmp_path):
+    folder, _ = adapter
+    with pytest.raises(FileNotFoundError, match=f"--adapter {tmp_path}: no adapter_config.json"):
+        merge_lora.merge_lora(tmp_path, tmp_path / "out")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "config.json").write_text("{}")
+    with pytest.raises(FileExistsError, match="already holds a model"):
+        merge_lora.merge_lora(folder, tmp_path / "full")
+    assert not (tmp_path / "out").exists()
