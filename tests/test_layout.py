@@ -146,6 +146,33 @@ def research_imports(graph: dict[str, set[str]]) -> list[str]:
     ]
 
 
+def layout_rows(readme: str) -> dict[str, int]:
+    """Each top-level module or package the README's layout block names -> its row, counted from the top (the block
+    lists the layers from the top down). Rows from `research/` on are not layers of the product."""
+    block = readme.split("## Layout", 1)[1].split("```")[1]
+    rows = {}
+    lines = [line for line in block.strip().splitlines() if not line[:1].isspace()]  # not continuation lines
+    for index, line in enumerate(lines):
+        names = re.split(r"\s{2,}", line, maxsplit=1)[0]
+        if names.startswith(RESEARCH):
+            break
+        rows |= {name.removesuffix("/").removesuffix(".py"): index for name in re.split(r"[,\s]+", names)}
+    return rows
+
+
+def upward_imports(graph: dict[str, set[str]], rows: dict[str, int]) -> list[str]:
+    """Imports between production packages that go up the README's layout (to a row above the importer's), and the
+    production modules the layout does not place."""
+    row = lambda module: rows.get(module.split(".")[0])  # noqa: E731
+    production = [m for m in sorted(graph) if not m.startswith((f"{RESEARCH}.", "tests.")) and m != RESEARCH]
+    found = [f"{m} is in no row of the README's layout" for m in production if row(m) is None]
+    for m in production:
+        for t in sorted(graph[m]):
+            if row(m) is not None and row(t) is not None and row(t) < row(m):
+                found.append(f"{m} imports {t}, a row above it")
+    return found
+
+
 _SYS_PATH = re.compile(r"\bsys\.path\.(insert|append|extend)\(|\bsys\.path\s*=")
 _ENV_AT_IMPORT = re.compile(r"^os\.environ(\[|\.setdefault\(|\.update\()", re.M)
 
@@ -208,6 +235,13 @@ def test_production_never_imports_the_research_package():
     graph, _ = import_graph(REPO)
     assert any(m.startswith(f"{RESEARCH}.") for m in graph)  # the walk found it
     assert research_imports(graph) == []
+
+
+def test_packages_import_only_down_the_readme_layout():
+    graph, _ = import_graph(REPO)
+    rows = layout_rows((REPO / "README.md").read_text(encoding="utf-8"))
+    assert rows["scripts"] < rows["rl"] < rows["mapo_trainer"] < rows["data"] < rows["tools"]  # the block was read
+    assert upward_imports(graph, rows) == []
 
 
 def test_nothing_edits_sys_path_or_the_environment_at_import():
@@ -277,6 +311,33 @@ def test_a_production_import_of_research_is_found(tmp_path):
     )
     graph, _ = import_graph(root)
     assert research_imports(graph) == ["configs imports research", "tiny.stages imports research.rewards"]
+
+
+def test_an_upward_import_between_packages_is_found(tmp_path):
+    readme = "## Layout\n\n```\nrl.py, sft.py   entry\nutils/   helpers\ndata/   data\ntools/   tool\nresearch/   lab\n```\n"
+    rows = layout_rows(readme)
+    assert rows == {"rl": 0, "sft": 0, "utils": 1, "data": 2, "tools": 3}
+    root = _tree(
+        tmp_path,
+        {
+            "rl.py": "import utils.recipes\nimport tools\n",  # down: fine
+            "utils/__init__.py": "",
+            "utils/recipes.py": "from tools import x\n",
+            "utils/rollout.py": "import data.task\n",  # down: fine
+            "data/convert.py": "import utils.recipes\n",  # up: utils sits above data
+            "data/__init__.py": "",
+            "data/task.py": "from data import __init__\n",  # its own package: fine
+            "tools/__init__.py": "x = 1\n",
+            "extra.py": "import tools\n",  # in no row
+            "research/__init__.py": "",
+            "research/probe.py": "import rl\n",  # the lab may import anything
+        },
+    )
+    graph, _ = import_graph(root)
+    assert upward_imports(graph, rows) == [
+        "extra is in no row of the README's layout",
+        "data.convert imports utils.recipes, a row above it",
+    ]
 
 
 def test_import_time_edits_are_found(tmp_path):
