@@ -1,20 +1,12 @@
-"""Resuming a run exactly: `--resume_from_checkpoint` continues where the checkpoint left off, weights and data order.
+"""Resuming a run exactly: `--resume_from_checkpoint` continues with the checkpoint's weights and the uninterrupted
+run's data order, two things transformers 5.17 / TRL 1.16 silently get wrong (docs/internals.md, `exact-resume-*`):
 
-Two things in transformers 5.17 / TRL 1.16 make a resumed run differ from an uninterrupted one, silently. `ExactResume`
-mends the first for both trainers of this repo (`MAPOTrainer`, `sft.SFTTrainer`) and the second for `MAPOTrainer`, the
-only one whose sampler is TRL's `RepeatSampler` (SFT's is transformers' own, untouched here):
-
-- Weights. `save_pretrained` writes checkpoints in the hub's key layout (it reverts Qwen2.5-VL's key renames,
-  `model.language_model.*` -> `model.*`, `model.visual.*` -> `visual.*`), but `Trainer._load_from_checkpoint` reads
-  them back with `load_state_dict(strict=False)` and no renames: every key is "missing", no weight is loaded, and the
-  run goes on from its starting weights with the checkpoint's optimizer state (transformers#43701; a fix is proposed
-  in #48822). A whole-model checkpoint is loaded here through `from_pretrained`, which renames, strictly. DeepSpeed,
-  FSDP and PEFT adapters resume through their own loaders and are left to them.
-- Data order. TRL's `RepeatSampler` draws each epoch's shuffle from one generator seeded once, so the k-th epoch's
-  order depends on how many epochs this process has iterated: a run resumed in epoch k replays epoch 0's order.
-  `EpochSeededRepeatSampler` reseeds the generator at `set_epoch(k)` (the Trainer calls it before every epoch) and
-  replays the k shuffles before it, so epoch k gets the order an uninterrupted stock run gives it, whether or not
-  the run was interrupted: TRL's order, epoch 0 included.
+- Weights: checkpoints are written in the hub's key layout but read back with `strict=False` and no renames, so no
+  weight loads (transformers#43701). A whole-model checkpoint is loaded here through `from_pretrained`, strictly;
+  DeepSpeed, FSDP and PEFT adapters resume through their own loaders.
+- Data order (`MAPOTrainer` only, whose sampler is TRL's `RepeatSampler`): each epoch's shuffle is drawn from one
+  generator seeded once, so a run resumed in epoch k replays epoch 0's order. `EpochSeededRepeatSampler` gives epoch
+  k the order an uninterrupted stock run gives it.
 """
 
 from __future__ import annotations
@@ -76,9 +68,7 @@ class EpochSeededRepeatSampler(RepeatSampler):
 
 class ExactResume:
     """Trainer mixin: resume with the checkpoint's weights and the uninterrupted run's data order (module docstring).
-
-    Overrides `_load_from_checkpoint` and `_get_train_sampler`; everything else is the trainer's own.
-    """
+    Overrides `_load_from_checkpoint` and `_get_train_sampler`."""
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         model = self.model if model is None else model

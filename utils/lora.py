@@ -19,17 +19,9 @@ def output_module_names(model: nn.Module) -> set[str]:
     return {name for name, module in model.named_modules() if module is head}
 
 
-def is_lora_supported(module: nn.Module) -> bool:
-    # peft's LoRA also wraps nn.MultiheadAttention and GPT-2's Conv1D; neither occurs in the models this repo trains.
-    return isinstance(module, nn.Linear | nn.Embedding | nn.Conv1d | nn.Conv2d | nn.Conv3d)
-
-
 def normalise_target_modules(target_modules: str | Sequence[str] | None) -> str | list[str] | None:
-    """What TRL's `ModelConfig` hands peft: a one-element list becomes its element, a plain string.
-
-    That is how `[all-linear]` works in a recipe, and also why `[q_proj]` alone does not: peft reads a string as a
-    regular expression that must match the *full* module name.
-    """
+    """What TRL's `ModelConfig` hands peft: a one-element list becomes its element, which peft reads as a regular
+    expression over the *full* module name (so `[all-linear]` works in a recipe and `[q_proj]` alone does not)."""
     if target_modules is None or isinstance(target_modules, str):
         return target_modules
     target_modules = list(target_modules)
@@ -37,12 +29,9 @@ def normalise_target_modules(target_modules: str | Sequence[str] | None) -> str 
 
 
 def lora_matches(model: nn.Module, target_modules: str | Sequence[str]) -> dict[str, list[str]]:
-    """Module names each LoRA target selects, with peft's rules.
-
-    A list entry matches a module whose name equals it or ends with `.<entry>`; a string is a regular expression
-    that must match the whole name, except `all-linear`, every `nn.Linear` but the output head. Keys are the targets
-    (the string itself for a string).
-    """
+    """Module names each LoRA target selects, with peft's rules: a list entry matches a name equal to it or ending
+    with `.<entry>`; a string is a regular expression over the whole name, except `all-linear`, every `nn.Linear` but
+    the output head. Keys are the targets (the string itself for a string)."""
     names = [name for name, _ in model.named_modules() if name]
     if isinstance(target_modules, str):
         if target_modules.lower() == ALL_LINEAR:
@@ -56,12 +45,9 @@ def lora_matches(model: nn.Module, target_modules: str | Sequence[str]) -> dict[
 
 
 def check_lora_targets(model: nn.Module, target_modules: str | Sequence[str]) -> int:
-    """The number of modules the LoRA targets select; ValueError if any target selects nothing or a layer type peft
-    cannot adapt.
-
-    Stricter than peft, which only fails when *no* target matches: a typo beside valid names (`qkv_projj` next to
-    `q_proj`) would otherwise train silently without it. The message lists the Linear suffixes the model does have.
-    """
+    """The number of modules the LoRA targets select; ValueError if any target selects nothing (stricter than
+    peft, which fails only when *no* target matches: `qkv_projj` beside `q_proj` would train silently) or a layer type
+    peft cannot adapt."""
     matches = lora_matches(model, target_modules)
     missing = [target for target, found in matches.items() if not found]
     if missing:
@@ -78,7 +64,9 @@ def check_lora_targets(model: nn.Module, target_modules: str | Sequence[str]) ->
         )
     modules = dict(model.named_modules())
     selected = {name for found in matches.values() for name in found}
-    unsupported = sorted(name for name in selected if not is_lora_supported(modules[name]))
+    # peft's LoRA also wraps nn.MultiheadAttention and GPT-2's Conv1D; neither occurs in the models this repo trains.
+    supported = nn.Linear | nn.Embedding | nn.Conv1d | nn.Conv2d | nn.Conv3d
+    unsupported = sorted(name for name in selected if not isinstance(modules[name], supported))
     if unsupported:
         kinds = sorted({type(modules[name]).__name__ for name in unsupported})
         raise ValueError(

@@ -1,9 +1,5 @@
 """The one place that loads models, processors, the CLIP verifier and the step text encoder by name, and builds an
-architecture on the meta device.
-
-SFT, RL, evaluation and the tests all load through here, so the tiny local kit (`tiny/kit.py`) and the real
-checkpoints (`Qwen/Qwen2.5-VL-7B-Instruct`, open_clip `ViT-B-32`/`openai`) take exactly the same code path.
-"""
+architecture on the meta device: the tiny kit (`tiny/kit.py`) and the real checkpoints take the same code path."""
 
 from __future__ import annotations
 
@@ -44,13 +40,8 @@ CLIP_WEIGHTS_NAME = "open_clip_pytorch_model.bin"
 @contextmanager
 def outside_zero3() -> Iterator[None]:
     """Build models beside the policy (the CLIP verifier, HPO's text encoder) whole on every process, even under
-    ZeRO-3.
-
-    Once the trainer's arguments name a ZeRO-3 config, transformers builds every model inside `deepspeed.zero.Init`
-    (`from_pretrained`, `from_config`), which partitions its parameters across processes: a side model that no
-    DeepSpeed engine wraps would then compute with empty shards. transformers decides by the config it registered
-    (`transformers.integrations.deepspeed.is_deepspeed_zero3_enabled`), unregistered here for the duration.
-    """
+    ZeRO-3: once a ZeRO-3 config is registered, transformers builds every model inside `deepspeed.zero.Init`, and a
+    side model no DeepSpeed engine wraps would compute with empty shards. The registration is lifted meanwhile."""
     saved = hf_deepspeed._hf_deepspeed_config_weak_ref
     hf_deepspeed.unset_hf_deepspeed_config()
     try:
@@ -60,24 +51,17 @@ def outside_zero3() -> Iterator[None]:
 
 
 def load_chat_template() -> str:
-    """The chat template every processor gets: TRL's `qwen3_vl.jinja`, byte for byte.
-
-    Qwen2.5-VL's stock template silently drops `tools` and cannot put images in tool responses; this one does both,
-    and TRL recognises it (to parse tool calls and derive its training template) only if it is unchanged.
-    """
+    """The chat template every processor gets: TRL's `qwen3_vl.jinja`, byte for byte (TRL recognises it only if
+    unchanged). Qwen2.5-VL's stock template drops `tools` and cannot put images in tool responses."""
     return CHAT_TEMPLATE_PATH.read_text(encoding="utf-8")
 
 
 def load_processor(
     name_or_path: str | os.PathLike, *, min_pixels: int | None = None, max_pixels: int | None = None
 ) -> ProcessorMixin:
-    """`AutoProcessor.from_pretrained` with an optional image pixel budget and the repo's chat template.
-
-    The budget bounds how many visual tokens each image (and each zoomed crop) costs. It is set on the image
-    processor's `size` after loading: passed to `from_pretrained`, transformers 5.17 also hands it to the video
-    processor and re-sends it on every call through a deprecated path. The template is always replaced so the tiny
-    kit and the real model render identical prompts.
-    """
+    """`AutoProcessor.from_pretrained` with an optional image pixel budget and the repo's chat template. The budget
+    is set on the image processor's `size` after loading: passed to `from_pretrained`, transformers 5.17 also hands it
+    to the video processor and re-sends it on every call through a deprecated path."""
     processor = AutoProcessor.from_pretrained(name_or_path)
     size = dict(processor.image_processor.size)
     if min_pixels is not None:
@@ -128,29 +112,19 @@ def model_init_kwargs(model_args: ModelConfig) -> dict[str, Any]:
     }
 
 
-def _clip_name(name: str | os.PathLike) -> str:
-    """open_clip's model name for `name`; a plain directory becomes `local-dir:<dir>`."""
-    name = os.fspath(name)
-    return f"local-dir:{name}" if os.path.isdir(name) else name
-
-
 def load_clip(
-    name: str | os.PathLike,
-    pretrained: str | None = None,
-    *,
-    resize: str = "pad",
-    device: str | torch.device = "cpu",
+    name: str | os.PathLike, pretrained: str | None = None, *, resize: str = "pad", device: str | torch.device = "cpu"
 ) -> tuple[torch.nn.Module, Any, Any]:
     """A frozen open_clip model with its eval transform and tokenizer: `(model, preprocess, tokenizer)`.
 
     `name` is an open_clip architecture (`ViT-B-32`, with `pretrained="openai"`), `hf-hub:org/repo`, or a local
-    directory (`local-dir:/path` or just `/path`) holding `open_clip_config.json` and weights, as `save_clip` writes.
-    For `local-dir:` open_clip reads the tokenizer type and context length from that config and ignores `pretrained`.
-    `resize` is how an image is fitted to the model's square input (`tools.ToolConfig.clip_resize`): `pad`
-    letterboxes it (open_clip's `longest` mode), so an elongated crop is scored whole, not by its middle square.
+    directory (`local-dir:/path` or just `/path`) as `save_clip` writes it, whose weights replace `pretrained`.
+    `resize` is how an image is fitted to the model's square input (`tools.ToolConfig.clip_resize`).
     """
     resize_mode = open_clip_resize_mode(resize)
-    name = _clip_name(name)
+    name = os.fspath(name)
+    if os.path.isdir(name):
+        name = f"local-dir:{name}"
     if name.startswith("local-dir:"):
         pretrained = None  # the directory carries its weights; recipes may still name a tag for hub models
     with outside_zero3():
@@ -162,11 +136,8 @@ def load_clip(
 
 
 def save_clip(model: torch.nn.Module, output_dir: str | os.PathLike, model_cfg: dict, preprocess_cfg: dict) -> Path:
-    """Write `model` in open_clip's `local-dir:` layout, so `load_clip(output_dir)` restores it exactly.
-
-    `model_cfg` is the architecture (the kwargs of `open_clip.CLIP`); `preprocess_cfg` holds the fields of
-    `open_clip.transform.PreprocessCfg` (image size, mean/std, interpolation).
-    """
+    """Write `model` in open_clip's `local-dir:` layout, so `load_clip(output_dir)` restores it exactly: `model_cfg`
+    is the kwargs of `open_clip.CLIP`, `preprocess_cfg` the fields of `open_clip.transform.PreprocessCfg`."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     config = {"model_cfg": model_cfg, "preprocess_cfg": preprocess_cfg}

@@ -18,9 +18,8 @@ from utils.models import load_model, load_processor, model_init_kwargs
 def load_policy(
     model_args: trl.ModelConfig, tool: ToolConfig, training_args: TrainingArguments
 ) -> tuple[PreTrainedModel, ProcessorMixin]:
-    """The policy and its processor (with the repo's tool-calling chat template and `tool`'s pixel budget), after
-    the start-up checks of its fields (`check_model`, `check_planned_master_weights`), so that a bad recipe fails
-    before any weight is read. `load_in_4bit`/`load_in_8bit` load the base through bitsandbytes with TRL's
+    """The policy and its processor (the repo's chat template, `tool`'s pixel budget), after the start-up checks of
+    its fields, so a bad recipe fails before any weight is read. `load_in_4bit`/`load_in_8bit` go through TRL's
     `get_quantization_config`, as TRL's own scripts do (a GPU and `requirements-gpu.txt` needed)."""
     path = model_args.model_name_or_path
     if path.startswith(("outputs/", "./outputs/")) and not os.path.isdir(path):

@@ -1,8 +1,6 @@
-"""Recipes: `--config recipe.yaml` with the base recipe it may name (`base:`), the command line over it, and the
-starting checkpoint's record (`tool_config.json`) under both; the merged recipe each run saves (`recipe.yaml`).
-
-Every entry script parses with `parse_args_and_record`, so SFT, RL and evaluation read a recipe the same way.
-"""
+"""Recipes (recipes/README.md): `--config recipe.yaml` with the bases it names (`base:`), the command line over it
+and the starting checkpoint's record (`tool_config.json`) under both; the merged recipe each run saves. Every entry
+script parses with `parse_args_and_record`, so SFT, RL and evaluation read a recipe the same way."""
 
 from __future__ import annotations
 
@@ -25,21 +23,17 @@ from utils.models import model_type
 logger = logging.getLogger(__name__)
 
 
-# ----------------------------------------------------------------------------------------------------------- parse
 BASE_KEY = "base"
 RESOLVED_RECIPE_NAME = "recipe.yaml"
-
-
 # The real RL recipes' shared base: the pixel budgets the trained models run under.
 REAL_RECIPE_BASE = Path(__file__).resolve().parent.parent / "recipes" / "mapo_paper.yaml"
 QWEN_MIN_PIXELS, QWEN_FACTOR = 56 * 56, 28  # Qwen2.5-VL's image processor: min_pixels, patch 14 x merge 2
 
 
 def real_recipe_budget(max_pixels: int | None = None) -> tuple[ToolConfig, PixelBudget]:
-    """The tool and the image's pixel budget of the real RL recipes (`recipes/mapo_paper.yaml`: `max_pixels` and
-    `crop_max_pixels`) at Qwen2.5-VL's min pixels and factor; `max_pixels`, when given, replaces the recipes' and caps
-    the crops'. For replaying calls outside a run (a converted set's preview, the verifier gate) at the sizes
-    training shows."""
+    """The tool and pixel budget of the real RL recipes (`recipes/mapo_paper.yaml`) at Qwen2.5-VL's min pixels and
+    factor, for replaying calls outside a run at the sizes training shows; `max_pixels` replaces the recipes' and
+    caps the crops'."""
     recipe = yaml.safe_load(REAL_RECIPE_BASE.read_text(encoding="utf-8"))
     pixels = max_pixels or recipe["max_pixels"]
     tool = ToolConfig(max_pixels=pixels, crop_max_pixels=min(recipe["crop_max_pixels"], pixels))
@@ -59,11 +53,9 @@ class Recipe:
 def load_recipe(path: str | os.PathLike) -> Recipe:
     """Read a recipe YAML and the base recipes it names, merged into one flat mapping.
 
-    A recipe may start with `base: <file>` or `base: [<file>, ...]` (paths relative to the recipe itself): the bases
-    are read first (each with its own bases: chains are allowed), in order, and every key the recipe sets replaces the
-    base's value whole (a list or a mapping is not merged key by key). So a value shared by several recipes (the
-    paper's MAPO values, the pixel budgets SFT and RL must agree on, the LoRA block) is written once. A missing base
-    file or a cycle fails with the chain that led to it.
+    `base: <file>` or `base: [<file>, ...]`, relative to the recipe: the bases are read first, in order (each with its
+    own bases), and every key the recipe sets replaces the base's value whole (lists and mappings are not merged). A
+    missing base file or a cycle fails with the chain that led to it.
     """
     return _load_recipe(Path(path), ())
 
@@ -141,16 +133,12 @@ def parse_args_and_record(
     """`TrlParser(dataclass_types).parse_args_and_config(argv)`, with recipe bases and the starting checkpoint's
     record as defaults.
 
-    Precedence: the command line, then the recipe (`--config`, its `base:` files merged under it: `load_recipe`),
-    then the record of the checkpoint named by `model_name_or_path` (`tool_config.json`: the tool settings it was
-    trained with and, after RL, its rollout budget), then, for the `unrecorded_keys` the record lacks (all of them
-    for a checkpoint without one: a hub model), their values in the recipe `unrecorded`, then, for `box_convention`
-    and `accept_img_idx`, the model family's own (`tools.config.FAMILY_TOOL_SETTINGS`, logged; a recipe or command
-    line that sets another box convention than the family's warns, naming both), then the dataclass defaults. A value
-    that differs from the record warns with both values (`box_convention` fails instead:
-    `tools.config.refuse_mismatch`); a value taken from `unrecorded` is logged. With `save_recipe` (the entry
-    scripts' command line) the merged recipe is written to
-    `<output_dir>/recipe.yaml` by the first process, with the command line in its header.
+    Precedence: the command line; the recipe (`--config`, bases merged: `load_recipe`); the record of the checkpoint
+    `model_name_or_path` names (`tool_config.json`: its tool settings and, after RL, its rollout budget); for the
+    `unrecorded_keys` the record lacks, their values in the recipe `unrecorded` (logged); the model family's own
+    `box_convention` and `accept_img_idx` (`_family_settings`); the dataclass defaults. A value that differs from the
+    record warns with both values (`box_convention` fails instead: `tools.config.refuse_mismatch`). With
+    `save_recipe`, the first process writes the merged recipe and the command line to `<output_dir>/recipe.yaml`.
     """
     dataclass_types = tuple(dataclass_types)
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -195,10 +183,9 @@ def parse_args_and_record(
 def _family_settings(
     dataclass_types: Sequence[type], argv: Sequence[str], checkpoint: str | None, recorded: dict[str, Any]
 ) -> dict[str, Any]:
-    """The model family's own tool settings (`tools.config.FAMILY_TOOL_SETTINGS`: `box_convention`, `accept_img_idx`)
-    for those nothing else sets (the command line, the recipe, the checkpoint's record), logged. A command line or
-    recipe that sets another `box_convention` than the family's warns, naming both: a Qwen3-VL asked for pixels writes
-    its boxes on its 0-1000 grid all the same, unless it was trained to (an SFT recipe may mean it)."""
+    """The model family's own tool settings (`tools.config.FAMILY_TOOL_SETTINGS`) for those neither the command line,
+    the recipe nor the checkpoint's record sets, logged. A command line or recipe that sets another `box_convention`
+    than the family's warns, naming both: a model not trained to it writes its family's convention all the same."""
     known = {f.name for cls in dataclass_types for f in fields(cls)}
     if checkpoint is None or "box_convention" not in known:
         return {}

@@ -1,11 +1,7 @@
-"""What a recipe picks by string: a name from one of the repo's registries, or an import path.
-
-`reward_funcs` and `semantic_verifier` take either a registered name (`gated_outcome`, `clip`) or
-`package.module:name`, which is imported when the recipe is parsed. That is how code outside the repo plugs in
-without editing it (and how `research/` plugs its controls into `rl.py`, which it runs as a subprocess, so nothing
-could be registered from its own process). A reward or verifier declares the dataset columns it reads with
-`reads_columns`, so a dataset that lacks one fails at start, before any model loads.
-"""
+"""What a recipe picks by string (`reward_funcs`, `semantic_verifier`): a registered name, or an import path
+`package.module:name` imported when the recipe is parsed, so code outside the repo (and `research/`, which runs
+`rl.py` as a subprocess) plugs in without editing it. `reads_columns` declares the dataset columns one reads, so a
+dataset that lacks one fails at start."""
 
 from __future__ import annotations
 
@@ -33,11 +29,8 @@ def required_columns(obj: object) -> tuple[str, ...]:
 
 
 def resolve(spec: str, registry: Mapping[str, T], field: str) -> T:
-    """`registry[spec]`, or the callable an import path `package.module:name` names (`name` may be dotted).
-
-    Fails with a `ValueError` naming the recipe field and what is wrong: an unknown name (with the known ones), a
-    module that does not import (with the import error), a missing attribute, or one that is not callable.
-    """
+    """`registry[spec]`, or the callable an import path `package.module:name` names (`name` may be dotted); a
+    `ValueError` naming the recipe `field` and what is wrong otherwise."""
     if spec in registry:
         return registry[spec]
     module_name, sep, attr = spec.partition(":")
