@@ -1,10 +1,6 @@
-"""Datasets by name, so a recipe picks its data with one string (`dataset_name: synthetic`) plus keyword arguments.
-
-Every builder returns a `datasets.Dataset` with the columns the trainers and evaluation read: `prompt`
-(conversational, from `data.task.build_prompt`), `image`, `answer`, `options` (empty for open questions),
-`target_bbox`, `target_label`, `source` and `id`. `load_split` is how the entry scripts read a recipe's data;
-`prompts_in_box_convention` gives its prompts the system turn of the run's box convention.
-"""
+"""Datasets by name, so a recipe picks its data with one string (`dataset_name: synthetic`) plus keyword arguments;
+every builder returns rows of `data.rows.TASK_FEATURES`. `load_split` is how the entry scripts read a recipe's data;
+`prompts_in_box_convention` gives its prompts the system turn of the run's box convention."""
 
 from __future__ import annotations
 
@@ -63,12 +59,9 @@ def load_split(script_args: Any, split: str) -> datasets.Dataset:
 
 def prompts_in_box_convention(dataset: Any, box_convention: str) -> Any:
     """`dataset` with each row's `prompt` saying `box_convention`'s frame in its system turn (`data.task.
-    in_box_convention`): datasets store the `pixels` prompt, and the convention is the model's (`ToolConfig`).
-
-    A `datasets.Dataset` has only its `prompt` column read and replaced (its images are not rewritten); an
+    in_box_convention`). A `Dataset` has only its `prompt` column replaced (its images are not rewritten); an
     `IterableDataset` is mapped lazily; a dict of them (TRL's several eval sets), each; None, or a dataset without a
-    `prompt` column, is returned as it is.
-    """
+    `prompt` column, is returned as it is."""
     if isinstance(dataset, dict):
         return {name: prompts_in_box_convention(split, box_convention) for name, split in dataset.items()}
     if dataset is None or "prompt" not in (dataset.column_names or ()):

@@ -1,10 +1,6 @@
-"""SFT collation that renders the tool schema into the prompt exactly as the RL trainer does.
-
-TRL's `DataCollatorForVisionLanguageModeling` renders conversations without `tools=`, so an SFT prompt would lack the
-`# Tools` system block every GRPO prompt carries, and the cold start would teach calls to a tool the model was never
-shown. `DataCollatorForVisionToolCalling` is that collator with the environment's tools bound into its one
-`apply_chat_template` call, and TRL's training chat template (the repo's template plus `{% generation %}` markers) for
-the assistant-only loss mask: tool calls and answers are trained on, tool responses and image tokens are not.
+"""SFT collation that renders the tool schema into the prompt exactly as the RL trainer does: TRL's
+`DataCollatorForVisionLanguageModeling` renders without `tools=`, so the cold start would teach calls to a tool the
+model was never shown. The assistant-only loss mask trains tool calls and answers, not tool responses or images.
 
 The mask is computed here, not by the processor: transformers 5.17 (the version vLLM 0.31 allows) maps the template's
 `{% generation %}` character spans onto the tokens of the text *after* it expanded every image into its N pads, so

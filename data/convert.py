@@ -1,25 +1,14 @@
 """`python -m data.convert --format FORMAT --input PATH --output DIR [--preview N]`: a public zoom-trajectory SFT set
 as a dataset `sft.py` trains on by name (`dataset_name: DIR` in a recipe).
 
-Reads the dataset's folder as downloaded with the reader `--format` names (`data.converters.FORMATS`: every box
-composed into the original image's pixels), and writes to DIR:
-- the dataset (`save_to_disk`, split `train`): `id`, `source`, `prompt` (this repo's system prompt and the
-  question), `image` (the original), `answer`, `options`, `gold_calls` (per call its `box` in original pixels,
-  `thought`, `label`, `label_source`) and `final_thought`. SFT maps each box into the frame the model sees and
-  replays it through the real tool (`data.trajectories.replay_calls`): the dataset's own crops are never reused,
-  only compared with (a row whose crop disagrees with the release's is skipped, `crop_mismatch`);
-- `stats.json`: rows read, converted, skipped by reason (the first rows of each named), calls by `label_source`,
-  the crop check against the crops the release ships (`crop_check`), and the calls dropped because the release shows
-  they failed upstream (`calls_failed_upstream`);
-- with `--preview N`, for the first N rows `preview/<i>/image.png`, `crop_<k>.png` (the tool's crops on replay, at
-  the real recipes' pixel budget unless `--max_pixels` says otherwise), `trajectory.json` (each call's `bbox_2d` in
-  the model's frame, `--box_convention`: what SFT will train it to write), and `preview/index.html` showing them all.
+Reads the dataset's folder as downloaded with the reader `--format` names (`data.converters.FORMATS`), and writes to
+DIR the dataset (`save_to_disk`, split `train`, `data.rows.TRAJECTORY_FEATURES`: every box in the original's pixels,
+the prompt the `pixels` one), `stats.json` (rows read, converted, skipped by reason with the first of each, calls by
+label source, the crop check, the calls that failed upstream) and, with `--preview N`, `preview/index.html` showing the
+first N rows replayed through the tool in the frame of `--box_convention`. What each holds: docs/data.md.
 
-The dataset itself holds no convention: boxes are original pixels and the prompt is the `pixels` one; SFT maps each
-box into the frame of the recipe's `box_convention` and says that frame in the system turn.
-
-A row that cannot be converted is skipped and counted (`data.converters.SKIP_REASONS`); an input that is not in the
-format's layout fails at once, naming what was expected and found.
+A row that cannot be converted is skipped and counted (`data.converters.common.SKIP_REASONS`); an input that is not in
+the format's layout fails at once, naming what was expected and found.
 """
 
 from __future__ import annotations
@@ -35,9 +24,11 @@ from pathlib import Path
 
 import datasets
 
-from data.converters import FORMATS, LABEL_SOURCES, SKIP_REASONS, SkipRow, Trajectory
-from data.synthetic import ROW_FEATURES
-from data.task import build_prompt, in_box_convention
+from data.converters import FORMATS
+from data.converters.common import SKIP_REASONS, SkipRow
+from data.converters.labels import LABEL_SOURCES
+from data.rows import TRAJECTORY_FEATURES, Trajectory, as_row
+from data.task import in_box_convention
 from data.trajectories import replay_calls
 from tools import BOX_CONVENTIONS, ToolConfig, make_environment_factory
 from tools.config import PixelBudget
@@ -45,48 +36,11 @@ from utils.recipes import real_recipe_budget
 
 logger = logging.getLogger(__name__)
 
-# A converted SFT trajectory: the columns every row has (`data.synthetic.ROW_FEATURES`), then its calls and the
-# thought before its answer, in place of a task row's one target (`data.synthetic.TASK_FEATURES`).
-TRAJECTORY_FEATURES = datasets.Features(
-    {
-        **ROW_FEATURES,
-        "gold_calls": datasets.List(
-            {
-                "box": datasets.List(datasets.Value("int32"), length=4),
-                "thought": datasets.Value("string"),
-                "label": datasets.Value("string"),
-                "label_source": datasets.Value("string"),
-            }
-        ),
-        "final_thought": datasets.Value("string"),
-    }
-)
-
-
-def as_row(trajectory: Trajectory) -> dict:
-    """A `Trajectory` as a dataset row (`TRAJECTORY_FEATURES`)."""
-    return {
-        "id": trajectory.id,
-        "source": trajectory.source,
-        "prompt": build_prompt(trajectory.question, trajectory.options),
-        "image": trajectory.image,
-        "answer": trajectory.answer,
-        "options": list(trajectory.options),
-        "gold_calls": [
-            {"box": list(c.box), "thought": c.thought, "label": c.label, "label_source": c.label_source}
-            for c in trajectory.calls
-        ],
-        "final_thought": trajectory.final_thought,
-    }
-
-
 SKIP_EXAMPLES = 3  # per reason, the first skipped rows `stats.json` names (file, row and why), to look them up
 
 
 def convert(fmt: str, source: Path, tool: ToolConfig) -> tuple[list[Trajectory], dict]:
-    """Every convertible row of `source` in `fmt`, its labels held to `tool`'s label limits, and the stats: rows read,
-    converted, skipped by reason (with the first rows of each), calls by label source, the crop check against the
-    release's own crops, and the calls dropped because they failed upstream."""
+    """Every convertible row of `source` in `fmt`, its labels held to `tool`'s label limits, and `stats.json`."""
     if fmt not in FORMATS:
         raise ValueError(f"--format: unknown format {fmt!r}; known: {sorted(FORMATS)}")
     if not source.is_dir():
@@ -100,7 +54,7 @@ def convert(fmt: str, source: Path, tool: ToolConfig) -> tuple[list[Trajectory],
             logger.debug("skipped %s: %s", item.where, item)
         else:
             kept.append(item)
-    calls = Counter(call.label_source for t in kept for call in t.calls)
+    calls = Counter(call["label_source"] for t in kept for call in t.calls)
     stats = {
         "format": fmt,
         "input": str(source),
@@ -109,8 +63,7 @@ def convert(fmt: str, source: Path, tool: ToolConfig) -> tuple[list[Trajectory],
         "rows_skipped": {reason: skipped[reason] for reason in SKIP_REASONS if skipped[reason]},
         "skipped_examples": {reason: examples[reason] for reason in SKIP_REASONS if reason in examples},
         "calls_by_label_source": {source: calls[source] for source in LABEL_SOURCES},
-        # The check against the crops the release ships (`data.converters.crop_disagreement`), per format: every kept
-        # call agreed; `rows_mismatched` rows were skipped (`crop_mismatch`).
+        # every kept call agreed with the crop the release ships (`data.converters.crop_check`)
         "crop_check": {
             "calls_checked": sum(t.crops_checked for t in kept),
             "calls_checked_by_content": sum(t.content_checked for t in kept),
@@ -119,12 +72,6 @@ def convert(fmt: str, source: Path, tool: ToolConfig) -> tuple[list[Trajectory],
         "calls_failed_upstream": sum(t.failed_calls for t in kept),
     }
     return kept, stats
-
-
-def preview_budget(max_pixels: int | None) -> tuple[ToolConfig, PixelBudget]:
-    """The tool and pixel budget the preview replays with, so its crops are those training will show: the real RL
-    recipes' (`utils.recipes.real_recipe_budget`) unless `max_pixels` is given."""
-    return real_recipe_budget(max_pixels)
 
 
 def write_preview(
@@ -239,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     datasets.DatasetDict({"train": dataset}).save_to_disk(str(args.output))
     (args.output / "stats.json").write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
     if args.preview:
-        tool, budget = preview_budget(args.max_pixels)
+        tool, budget = real_recipe_budget(args.max_pixels)  # the crops training will show
         tool = dataclasses.replace(tool, box_convention=args.box_convention)
         rows = [as_row(t) for t in trajectories[: args.preview]]
         page = write_preview(rows, args.output / "preview", tool, budget, stats["skipped_examples"])

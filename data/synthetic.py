@@ -1,25 +1,6 @@
-"""Synthetic visual-search data that cannot be answered at the model's resolution without zooming in.
-
-Each row is one large, cluttered image holding a small target (a coloured shape, a sign with a word or digits, a
-pair of shapes, or a cluster of them) and a question about it. The agent sees the image downscaled to its pixel
-budget, where the target is a few pixels wide, and has to crop the full-resolution original with the zoom-in tool.
-
-Why it is hard without zooming and unambiguous with it:
-
-- The background is pale and low-saturation (smooth gradients, faint lines, blobs and shapes), so every saturated
-  pixel belongs to a target or to a *decoy*, and nothing pale can be mistaken for a coloured target.
-- Decoys are saturated shapes of the same size that differ from the target in whatever the question names: for
-  "What colour is the star?" no decoy is a star; for "How many green triangles?" there are green circles and red
-  triangles, some inside the cluster, but no other green triangle. At low resolution the target is one coloured
-  speck among many, so the question cannot be answered by colour alone.
-- Pale clutter never uses a target's shape, so no faint star can claim to be "the star".
-
-Rows are generated independently from a generator seeded by (seed, split, index): a row does not depend on `n`,
-builds are bit-for-bit reproducible (PNG bytes included), and splits never share a row.
-
-The small public helpers (`render_object`, `object_label`, `COLOURS`, `SHAPES`, `WORDS`) are the same ones the
-scenes are drawn with, so (crop, label) pairs made with them match what the agent sees after zooming.
-"""
+"""Synthetic visual-search data that cannot be answered at the model's resolution without zooming in: one large,
+cluttered image per row holding a small target, and a question about it (why it is hard without zooming and
+unambiguous with it: docs/data.md, "The synthetic world")."""
 
 from __future__ import annotations
 
@@ -35,7 +16,9 @@ import datasets
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from data.rows import TASK_FEATURES
 from data.task import OPTION_LETTERS, build_prompt
+from tools import box_contains
 
 # Saturated and far apart (every pair differs by >= 80 in some channel, each has a channel <= 100), so neither the
 # pale background (all channels >= 160) nor another target colour can be mistaken for one of them.
@@ -69,25 +52,6 @@ REGIONS: tuple[str, ...] = (
 # at 1500 px and more it is >= 22 px, enough to tell a hexagon from a circle and to read a sign.
 DEFAULT_OBJECT_FRACTION = (0.015, 0.025)
 DEFAULT_IMAGE_SIZE = (1500, 3000)  # the range each image side is drawn from, in pixels
-
-# The columns every row the trainers and evaluation read has: task rows (`TASK_FEATURES`) and the converted SFT
-# trajectories of `python -m data.convert` (`data.convert.TRAJECTORY_FEATURES`) alike.
-ROW_FEATURES = {
-    "id": datasets.Value("string"),
-    "source": datasets.Value("string"),
-    "prompt": datasets.List({"role": datasets.Value("string"), "content": datasets.Value("string")}),
-    "image": datasets.Image(),
-    "answer": datasets.Value("string"),
-    "options": datasets.List(datasets.Value("string")),
-}
-# A task row (synthetic, benchmarks, RL sets): the row's columns and its one target, box in original pixels and label.
-TASK_FEATURES = datasets.Features(
-    {
-        **ROW_FEATURES,
-        "target_bbox": datasets.List(datasets.Value("int32"), length=4),
-        "target_label": datasets.Value("string"),
-    }
-)
 
 _SUPERSAMPLE = 4  # shapes are drawn 4x larger and box-filtered down: PIL's polygons are not antialiased
 _DIRECTIONS = ("left", "right", "above", "below")
@@ -139,11 +103,8 @@ def _font(size: int) -> ImageFont.FreeTypeFont:
 
 
 def render_object(content: str, size: int, colour: str | None = None) -> Image.Image:
-    """An RGBA sprite of one object, `size` pixels tall, with a transparent surround.
-
-    `content` is a shape name from `SHAPES` (then `colour`, a key of `COLOURS`, is required) or a short string,
-    drawn in black on a small white sign with a grey border. Shapes are `size` x `size`; signs are wider than tall.
-    """
+    """An RGBA sprite of one object, `size` pixels tall, with a transparent surround: a shape of `SHAPES` (`size` x
+    `size`, `colour` a key of `COLOURS`), or a short string drawn in black on a small white sign with a grey border."""
     if content in SHAPES:
         if colour not in COLOURS:
             raise ValueError(f"a {content} needs a colour from {sorted(COLOURS)}, got {colour!r}")
@@ -186,17 +147,11 @@ def referent_label(shape: str | None = None, colour: str | None = None, plural: 
 
 
 def render_background(
-    width: int,
-    height: int,
-    rng: np.random.Generator,
-    avoid_shapes: tuple[str, ...] = (),
+    width: int, height: int, rng: np.random.Generator, avoid_shapes: tuple[str, ...] = ()
 ) -> Image.Image:
-    """A pale, low-saturation, cluttered RGB background: smooth colour gradients, faint lines, blobs and shapes.
-
-    Every channel stays >= 160, so no background pixel is near a `COLOURS` entry. Shapes in `avoid_shapes` are
-    left out, so a faint copy cannot be mistaken for a target. No per-pixel noise: it would add nothing at the
-    model's resolution and make the PNGs several times larger and slower to encode.
-    """
+    """A pale, low-saturation, cluttered RGB background: smooth colour gradients, faint lines, blobs and shapes, every
+    channel >= 160 (no pixel near a `COLOURS` entry) and no shape of `avoid_shapes` (no faint copy of a target). No
+    per-pixel noise: it would add nothing at the model's resolution and make the PNGs larger and slower to encode."""
     grid = rng.uniform(205, 248, size=(int(rng.integers(3, 8)), int(rng.integers(3, 8)), 3))
     image = Image.fromarray(grid.astype(np.uint8)).resize((width, height), Image.Resampling.BICUBIC)
     draw = ImageDraw.Draw(image)
@@ -353,10 +308,9 @@ _QUESTION_BUILDERS: dict[str, Callable[[np.random.Generator, bool], _Question]] 
 
 
 def chance_accuracy(source: str, options: Sequence[str] = ()) -> float:
-    """Accuracy of the best blind guess on one row: 1/len(options) for multiple choice; for open questions, one over
-    the number of answers the question type allows (8 colours, 7 shapes, 5 counts, 2 directions, since an open
-    position question names its two; a sign holds one of 40 words half the time and random digits otherwise, so the
-    best blind guess, any word, is right 1/80 of the time)."""
+    """Accuracy of the best blind guess on one row: 1/len(options) for multiple choice, else one over the answers the
+    question type allows (an open position question names its two directions; a sign holds one of 40 words half the
+    time and random digits otherwise, so the best blind guess, any word, is right 1/80 of the time)."""
     if options:
         return 1.0 / len(options)
     kind = source.removeprefix("synthetic/")
@@ -371,10 +325,6 @@ def is_free(box: Box, occupied: Sequence[Box], gap: int = 0) -> bool:
     """Whether `box` keeps at least `gap` pixels from every box in `occupied` (scenes here; CLIP training crops)."""
     x1, y1, x2, y2 = box
     return all(x2 + gap <= a1 or a2 + gap <= x1 or y2 + gap <= b1 or b2 + gap <= y1 for a1, b1, a2, b2 in occupied)
-
-
-def _inside(box: Box, frame: Box) -> bool:
-    return frame[0] <= box[0] and frame[1] <= box[1] and box[2] <= frame[2] and box[3] <= frame[3]
 
 
 def _union(boxes: list[Box]) -> Box:
@@ -434,7 +384,7 @@ def _place_pair(rng: np.random.Generator, sprites: list[Image.Image], direction:
     x = round((first[0] + first[2] - width) / 2 + dx)
     y = round((first[1] + first[3] - height) / 2 + dy)
     second = (x, y, x + width, y + height)
-    return [first, second] if _inside(second, frame) and is_free(second, [first], size // 2) else None
+    return [first, second] if box_contains(frame, second) and is_free(second, [first], size // 2) else None
 
 
 def _place_group(rng: np.random.Generator, sprites: list[Image.Image], frame: Box) -> list[Box] | None:
@@ -578,22 +528,15 @@ def build_synthetic(
     question_types: Sequence[str] = QUESTION_TYPES,
     region_hint: bool = False,
 ) -> datasets.Dataset:
-    """`n` visual-search rows (see the module docstring), identical for identical arguments, down to the PNG bytes.
+    """`n` visual-search rows, identical for identical arguments, down to the PNG bytes.
 
-    Image sides are drawn independently from [`min_size`, `max_size`]; objects are `object_fraction` of the short
-    side. The defaults suit the tiny test model (~112x112 budget). An object's size at the model's resolution is
-    about `object_fraction * sqrt(max_pixels)` whatever the image size, so for the ~1M-pixel budget of real runs
-    pass a smaller fraction (e.g. (0.004, 0.008)) with large images, or the target is visible without zooming.
-
-    A fraction `mc_fraction` of rows are multiple choice (four shuffled options, `answer` the correct letter); the
-    rest are open (`options` empty, `answer` the expected text). Rows cycle through `question_types` in order.
-
-    With `region_hint`, the targets lie inside one cell of the image's 3x3 grid (`REGIONS`, `region_cell`), target
-    box included, and the question names it ("... Look in the top left of the image."): the words, not the pixels,
-    say where to zoom. It is for policies that cannot localize from pixels, such as the randomly initialised tiny one.
-
-    Rows are held in memory (PNG bytes, ~0.5 MB each at the default sizes): build large sets once with the CLI and
-    `datasets.load_from_disk` them (memory-mapped).
+    Image sides are drawn from [`min_size`, `max_size`]; objects are `object_fraction` of the short side, about
+    `object_fraction * sqrt(max_pixels)` at the model's resolution: the defaults suit the tiny model (~112x112
+    budget); for real runs' ~1M pixels pass a smaller fraction (e.g. (0.004, 0.008)), or the target is visible without
+    zooming. `mc_fraction` of the rows are multiple choice (four shuffled options, `answer` the letter); rows cycle
+    through `question_types`. With `region_hint` the targets, box included, lie inside one cell of the 3x3 grid
+    (`REGIONS`) and the question names it: for policies that cannot localize from pixels (the random tiny one). Rows
+    are held in memory (~0.5 MB each): build large sets once with the CLI and `load_from_disk` them.
     """
     if not 0 < min_size <= max_size:
         raise ValueError(f"need 0 < min_size <= max_size, got {min_size}, {max_size}")
@@ -620,7 +563,7 @@ def build_synthetic(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split(":")[0])
     parser.add_argument("--n", type=int, required=True, help="number of rows")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--split", default="train", help="name mixed into the seed: different splits never overlap")
@@ -631,16 +574,8 @@ def main() -> None:
     parser.add_argument("--object_fraction", type=float, nargs=2, default=DEFAULT_OBJECT_FRACTION)
     parser.add_argument("--region_hint", action="store_true", help="questions name the 3x3 cell holding the target")
     args = parser.parse_args()
-    dataset = build_synthetic(
-        args.n,
-        args.seed,
-        args.split,
-        min_size=args.min_size,
-        max_size=args.max_size,
-        mc_fraction=args.mc_fraction,
-        object_fraction=tuple(args.object_fraction),
-        region_hint=args.region_hint,
-    )
+    world = {name: getattr(args, name) for name in ("min_size", "max_size", "mc_fraction", "region_hint")}
+    dataset = build_synthetic(args.n, args.seed, args.split, object_fraction=tuple(args.object_fraction), **world)
     dataset.save_to_disk(args.output_dir)
     print(f"saved {len(dataset)} rows to {args.output_dir}")
 

@@ -1,16 +1,8 @@
-"""The task the agent is trained and evaluated on: its prompt, and how its answer and format are read.
-
-One definition of each, shared by SFT, RL and evaluation, so the three see the same words and score the same way.
-
-- `SYSTEM_PROMPTS` state the output format, one per box convention (`tools.ToolConfig.box_convention`: the frame
-  `bbox_2d` is written in); `SYSTEM_PROMPT` is the `pixels` one. The tool's JSON schema is *not* written here: the
-  chat template renders it from the tool's signature (`tools=[...]`), exactly as TRL does during RL.
-- `build_prompt` makes the conversational `prompt` column (system + user question); the image is attached by TRL
-  (`prepare_multimodal_messages`) from the dataset's `image` column. Datasets are stored with the `pixels` prompt
-  (the convention is the model's, not the data's); `in_box_convention` rewrites its system turn for the run's
-  convention where SFT, RL and evaluation read the prompt.
-- `extract_answer`, `is_correct` and `is_well_formed_turn` read a completion; the rewards built on them are in
-  `rewards/outcome.py`.
+"""The task the agent is trained and evaluated on, one definition shared by SFT, RL and evaluation: its prompt
+(`build_prompt`; the image is attached by TRL, and the tool's JSON schema is rendered by the chat template from the
+tool's signature, as TRL does during RL), and how a completion's answer and format are read (the rewards built on
+them: `rewards/outcome.py`). Datasets store the `pixels` prompt: the box convention is the model's, not the data's,
+and `in_box_convention` says the run's in the system turn where SFT, RL and evaluation read the prompt.
 """
 
 from __future__ import annotations
@@ -111,11 +103,9 @@ def final_text(completion: list[dict] | str) -> str:
 def extract_answer(text: str) -> str | None:
     """The final answer in `text`: the last `<answer>...</answer>`, else the last `\\boxed{...}`, else None.
 
-    The repo's one answer rule: the outcome rewards, the LLM judge, evaluation and the SFT converters
-    (`data.converters`) all read answers with it, so a converted trajectory's answer is the one its evaluation scores.
-    The *last* block, because a completion that revises itself ends on the answer it settles on, and because the
-    upstream rewards read it so: DeepEyes' `verl/utils/reward_score/vl_agent.py` (github.com/Visual-Agent/DeepEyes)
-    takes `predict_str.split("<answer>")[-1]`.
+    The repo's one answer rule (rewards, judge, evaluation and the SFT converters). The *last* block, because a
+    completion that revises itself ends on the answer it settles on, and because the upstream rewards read it so
+    (DeepEyes' `verl/utils/reward_score/vl_agent.py` takes `predict_str.split("<answer>")[-1]`).
     """
     found = _ANSWER_RE.findall(text)
     if found:

@@ -1,30 +1,6 @@
-"""Gold multi-turn trajectories for the SFT cold start, built from rows that carry a target box and label.
-
-A gold trajectory is what the RL policy should learn to produce on the same row, turn for turn:
-
-    system, user (image + question)
-    assistant  <think>...</think> + image_zoom_in_tool(bbox_2d=<target box in the model's frame>, label=...)
-    tool       the crop and text the real `ZoomInEnv` returns for that call
-    assistant  <think>...</think><answer>...</answer>
-
-The model's frame is the tool's (`ZoomInEnv.box_frame`, by `ToolConfig.box_convention`): pixels of the resized
-image it sees, or the 0-1000 relative grid; every gold box, planned or converted, is written in it, and the system
-turn says which (`data.task.in_box_convention`).
-
-Variants, mixed by `call_mix`: no call (think, then answer) and two calls (a first miss, a box of the same size away
-from the target, then the correct call). Choices are drawn from a generator seeded by (seed, row id), so a row's
-trajectory does not depend on the rest of the dataset.
-
-Two stages, because message lists with PIL crops do not survive Arrow (mixed str/list contents fail; uniform lists
-get `"image": None` added to every part, so the processor finds no image placeholders):
-- `build_gold_trajectories` plans each row eagerly and stores only Arrow-friendly columns, adding `calls`
-  (a list of `{bbox_2d, label}`) and leaving out, counted, the rows it cannot plan;
-- `GoldTrajectoryRenderer`, installed with `Dataset.with_transform`, replays the planned calls through the same
-  environment the RL trainer uses, so the crops the model is trained on are exactly those RL would show it.
-
-A row without a usable target box (missing, malformed, empty inside the image) is skipped and counted, never given an
-invented box.
-"""
+"""Gold multi-turn trajectories for the SFT cold start: planned from rows that carry a target box and label, or a
+converted trajectory's own calls, replayed through the real tool; what they hold and why in two stages: docs/data.md,
+"Gold trajectories"."""
 
 from __future__ import annotations
 
@@ -159,13 +135,9 @@ def seen_box(box: Sequence[int], image_size: tuple[int, int], seen: tuple[int, i
 
 
 def replay_calls(row: dict, env: ZoomInEnv) -> list[dict]:
-    """The calls of a converted trajectory (`row["gold_calls"]`, boxes in original pixels: `data.convert`) in the
-    model's frame (`seen_box` into `env.box_frame`), each replayed through the tool and kept with the dataset's own
-    thought.
-
-    Raises:
-        ToolError: the tool rejects a call (a label over its limits, a box it cannot crop).
-    """
+    """The calls of a converted trajectory (`row["gold_calls"]`, boxes in original pixels) in the model's frame
+    (`seen_box` into `env.box_frame`), each replayed through the tool and kept with the dataset's own thought; a call
+    the tool rejects (a label over its limits, a box it cannot crop) raises `ToolError`."""
     env.reset(**row)
     calls = []
     for call in row["gold_calls"]:
@@ -185,16 +157,10 @@ def plan_calls(
     rng: np.random.Generator,
     args: TrajectoryArguments | None = None,
 ) -> list[dict]:
-    """The gold zoom-in calls of `row` (`bbox_2d` in the model's frame, `env.box_frame`), at most `num_calls` of them.
-
-    The target box is scaled from original pixels into that frame and rounded outwards, so the crop the tool maps it
-    back to always contains the whole target; with `args.gold_box` "grid" or "region" that box is replaced by
-    its `grid_box` or `region_box`. With `num_calls=2` a miss of the same size comes first, placed where its crop
-    does not touch the target; when the target leaves no such place, the row gets one call.
-
-    Raises:
-        ToolError: `row["target_bbox"]` is missing or unusable (the tool itself would reject it).
-    """
+    """The gold zoom-in calls of `row` (`bbox_2d` in the model's frame, `env.box_frame`), at most `num_calls` of them:
+    the target box mapped by `seen_box` (or its `grid_box` / `region_box`, by `args.gold_box`), after, for two calls,
+    a miss of the same size whose crop does not touch the target (one call when there is no room for one). A missing
+    or unusable `row["target_bbox"]` raises `ToolError`, as the tool would."""
     env.reset(**row)
     seen_w, seen_h = env.box_frame
     # min_side=0: the target as given, clamped to the image; the tool expands small boxes itself when it crops.
@@ -229,14 +195,9 @@ def build_gold_trajectories(
     environment_factory: Callable[[], ZoomInEnv],
     args: TrajectoryArguments | None = None,
 ) -> tuple[datasets.Dataset, SynthesisStats]:
-    """Plan a gold trajectory for every usable row (`args`: the call mix and seed); returns the rows rendered as SFT
-    examples, and the counts.
-
-    Each example of the returned dataset is `{"messages": [...], "images": [image]}` (TRL's conversational vision
-    format), rendered on access by `GoldTrajectoryRenderer`; the stored columns are `dataset`'s plus `calls` (read them
-    through `.with_format(None)`).
-    Trainers must keep those columns (`remove_unused_columns=False`): the rendering reads them.
-    """
+    """A gold trajectory planned for every usable row, and the counts. Each example is `{"messages", "images"}` (TRL's
+    conversational vision format), rendered on access by `GoldTrajectoryRenderer` from the stored columns, `dataset`'s
+    plus `calls` (read them through `.with_format(None)`): trainers must keep them (`remove_unused_columns=False`)."""
     args = args or TrajectoryArguments()
     env = environment_factory()
     stats, keep, plans = SynthesisStats(), [], []

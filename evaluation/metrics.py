@@ -1,18 +1,93 @@
-"""What one evaluated sample records (`samples.jsonl`) and the run's metrics computed from those records; the
-definitions are in docs/evaluation.md. Each benchmark's own accuracy rule is beside its reader (`data.benchmarks`)."""
+"""How an evaluated sample is scored under its benchmark's rule, what it records (`samples.jsonl`), and the run's
+metrics computed from those records; the definitions are in docs/evaluation.md."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Sequence
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from PIL.Image import Image
 
-from data.benchmarks import accuracy_by, benchmark_metrics, mean, score_answer
+from data.task import OPTION_LETTERS, is_correct, message_text, parse_choice
 from evaluation.agent import Episode
 from rewards.verifiers import ClipVerifier
 from tools import ZoomCall, box_contains, boxes_overlap
+
+# ------------------------------------------------------------------------------------------------------- scoring
+_MME_PREFIXES = (
+    "The best answer is", "The correct answer is", "The answer is", "The answer", "The best option is",
+    "The correct option is", "Best answer:", "Best option:",
+)  # fmt: skip
+
+
+def mme_choice(prediction: str, options: Sequence[str]) -> int | None:
+    """The option MME-RealWorld's reference scorer reads in `prediction` (`eval_your_results.py`,
+    `extract_characters_regex`): the first capital A-E anywhere, once answer prefixes are removed; without one, the
+    option whose "(X) text" contains the prediction. Looser than `task.parse_choice`, and kept so because the
+    benchmark's published numbers use it."""
+    text = prediction.strip()
+    for prefix in _MME_PREFIXES:
+        text = text.replace(prefix, "")
+    letter = re.search(r"[ABCDE]", text)
+    if letter is None:
+        if len(text.split()) > 10:
+            return None
+        choices = [f"({OPTION_LETTERS[i]}) {option}".lower() for i, option in enumerate(options)]
+        return next((i for i, choice in enumerate(choices) if text.lower() in choice), None)
+    index = OPTION_LETTERS.index(letter.group())
+    return index if index < len(options) else None
+
+
+def score_answer(
+    benchmark: str, prediction: str | None, answer: str, options: Sequence[str]
+) -> tuple[bool, str | None]:
+    """(correct, failure reason) of a final answer under the benchmark's rule: training's (`task.is_correct`: the
+    option letter or the option's text, else normalised equality) everywhere but MME-RealWorld (`mme_choice`). A
+    multiple-choice answer that names no option is a failure; a missing answer is the agent's failure, already
+    recorded."""
+    if prediction is None:
+        return False, None
+    if not prediction.strip():
+        return False, "empty <answer>"
+    if not options:
+        return is_correct(prediction, answer), None
+    if benchmark == "mme_realworld":
+        choice = mme_choice(prediction, options)
+        correct = choice is not None and choice == parse_choice(answer, options)
+    else:
+        choice = parse_choice(prediction, options)
+        correct = is_correct(prediction, answer, options)
+    if choice is None:
+        return False, f"answer outside the options: {prediction[:100]!r}"
+    return correct, None
+
+
+def mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def accuracy_by(records: Iterable[dict], key: Callable[[dict], str]) -> dict[str, float]:
+    """Accuracy of `records` (dicts with a boolean `correct`) grouped by `key(record)`, in key order."""
+    groups = defaultdict(list)
+    for record in records:
+        groups[key(record)].append(float(record["correct"]))
+    return {name: mean(values) for name, values in sorted(groups.items())}
+
+
+def benchmark_metrics(benchmark: str, records: Sequence[dict]) -> dict:
+    """The breakdowns a benchmark's reference reports, from records carrying `source` and `correct`."""
+    if benchmark == "hrbench":  # the reference reports each category and their mean
+        by_category = accuracy_by(records, lambda r: r["source"].rsplit("/", 1)[-1])
+        single, cross = by_category.get("single"), by_category.get("cross")
+        return {"single": single, "cross": cross, "mean": mean([v for v in (single, cross) if v is not None])}
+    if benchmark == "mme_realworld":  # sources are <variant>/<Task>/<Subtask>/<Category>
+        return {
+            "accuracy_by_task": accuracy_by(records, lambda r: r["source"].split("/")[1]),
+            "accuracy_by_subtask": accuracy_by(records, lambda r: "/".join(r["source"].split("/")[1:3])),
+        }
+    return {}
 
 
 def clip_scores(verifier: ClipVerifier, images: Sequence[Image], calls: Sequence[list[ZoomCall]]) -> list[list]:
@@ -42,9 +117,7 @@ def _messages(episode: Episode, tokenizer) -> list[dict]:
                 }
             )
         else:
-            content = message["content"]
-            text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
-            messages.append({"role": "tool", "name": message["name"], "content": text, "call": call})
+            messages.append({"role": "tool", "name": message["name"], "content": message_text(message), "call": call})
             call += 1
     return messages
 
@@ -55,8 +128,7 @@ def episode_record(
     """The `samples.jsonl` line of one sample; `calls` are `episode.calls`, `scores` their `clip_scores`."""
     correct, reason = score_answer(benchmark, episode.prediction, row["answer"], row["options"])
     messages = _messages(episode, tokenizer)
-    turn_of_call = {}
-    turn = 0
+    turn_of_call, turn = {}, 0
     for message in messages:
         turn += message["role"] == "assistant"
         if message["role"] == "tool":

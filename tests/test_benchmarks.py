@@ -16,7 +16,8 @@ from PIL import Image
 
 import data.benchmarks as benchmarks
 from data import get_dataset
-from data.benchmarks import BadRowError, load_benchmark, read_benchmark, split_options
+from data.benchmarks import BadRowError, load_benchmark, read_benchmark
+from data.questions import split_options
 from data.synthetic import build_synthetic
 from data.task import build_prompt
 

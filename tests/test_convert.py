@@ -20,20 +20,20 @@ from trl import ModelConfig, SFTConfig
 import sft
 from configs import ScriptArguments, TrajectoryArguments
 from data import convert
-from data.converters import (
+from data.converters.code_reader import CodeReader
+from data.converters.common import (
     EDGE_TOLERANCE,
-    CodeReader,
     LayoutError,
     SkipRow,
     content_images,
     content_parts,
     content_text,
-    crop_disagreement,
-    derive_label,
     relative_to_pixels,
-    thyme_clamp,
     to_image_box,
 )
+from data.converters.crop_check import crop_disagreement
+from data.converters.labels import derive_label
+from data.converters.thyme import thyme_clamp
 from data.task import build_prompt, extract_answer
 from data.trajectories import build_gold_trajectories, replay_calls
 from tests.release_fixtures import (
@@ -63,7 +63,7 @@ from tests.release_fixtures import (
 from tests.release_fixtures import thyme_clamp as release_thyme_clamp
 from tiny import stages
 from tools import ToolConfig, box_contains, make_environment_factory
-from utils.recipes import parse_args_and_record
+from utils.recipes import parse_args_and_record, real_recipe_budget
 
 CHROMIUM = Path("/usr/bin/chromium")
 FIRST = {"bbox_2d": [0.5, 0.2, 0.8, 0.6], "source": "original_image"}  # (200, 60, 320, 180)
@@ -92,7 +92,7 @@ def boxes(dataset: datasets.Dataset) -> list[list[list[int]]]:
 
 def replayed_boxes(dataset: datasets.Dataset) -> list[list[tuple]]:
     """Per row, the original-pixel boxes the real tool cropped when SFT replayed its calls."""
-    env = make_environment_factory(ToolConfig(), convert.preview_budget(None)[1])()
+    env = make_environment_factory(ToolConfig(), real_recipe_budget(None)[1])()
     out = []
     for row in dataset:
         replay_calls(row, env)
@@ -736,6 +736,6 @@ def test_sft_trains_on_a_converted_set_by_name(tiny_kit, tmp_path):
     assert trainer.state.global_step == 2 and (tmp_path / "sft" / "model.safetensors").exists()
     gold, stats = build_gold_trajectories(
         datasets.load_from_disk(str(out))["train"],
-        make_environment_factory(ToolConfig(), convert.preview_budget(None)[1]),
+        make_environment_factory(ToolConfig(), real_recipe_budget(None)[1]),
     )
     assert stats.calls == {1: 4} and "I zoom in on the red square." in gold[0]["messages"][2]["content"]

@@ -18,13 +18,13 @@ from trl.data_utils import prepare_multimodal_messages
 
 import evaluate
 from configs import EvalArguments
-from data.benchmarks import mme_choice, score_answer
-from data.synthetic import TASK_FEATURES, build_synthetic
+from data.rows import TASK_FEATURES
+from data.synthetic import build_synthetic
 from data.task import SYSTEM_PROMPTS, build_prompt
 from evaluate import parse_args
 from evaluation import run as evaluation_run
 from evaluation.agent import TransformersBackend, ZoomAgent
-from evaluation.metrics import compute_metrics
+from evaluation.metrics import compute_metrics, mme_choice, score_answer
 from evaluation.run import read_samples, run_evaluation
 from mapo_trainer import MAPOTrainer
 from repairs.rollout import eos_token_ids, prompt_ids, tool_suffix_ids, until_eos

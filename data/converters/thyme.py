@@ -1,0 +1,144 @@
+"""Thyme SFT (HF `Kwai-Keye/Thyme-SFT`): parquet shards (`data/<split>-*.parquet`), or the JSON/JSONL Thyme's README
+converts them to; records `image` (base64 strings or paths: the original, then each processed image), `question`,
+`response`. The code runs on the original at `image_path` after the sandbox's rewrites (`ThymeSandboxRewrites`):
+read with `CodeReader`."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from data.converters.code_reader import OPAQUE, CodeReader, Module, OriginalPath, shown_calls
+from data.converters.common import IMAGE_TAG, ImageStore, SkipRow, read_release, thought_of
+from data.converters.replay import Replay, question_images
+from data.questions import dataset_question
+from data.rows import Trajectory
+from tools import ToolConfig
+
+# Thyme's user turn (Thyme's eval/VLMEvalKit/vlmeval/vlm/thyme/utils.py, `generate_prompt_final_qa`): the question,
+# then the sandbox's "### User Image Path/Size" lines and its output-format block; cut from the first.
+THYME_CUT = ("### User Image Path", "### User Image Size", "### **Output Format")
+THYME_INSTRUCTIONS = ("Please select the correct answer from the options above",)
+_THYME_PATH = re.compile(r'User Image Path:\**\s*"([^"]*)"')
+_SANDBOX_OUTPUT = re.compile(r"\s*<sandbox_output>(.*?)</sandbox_output>", re.DOTALL)
+# Each <code> block, a fence optional (Thyme's model.py, `code_regex`).
+_THYME_CODE = re.compile(r"<code>\s*(?:```\s*)?(?:python\s*)?([\s\S]*?)\s*(?:```\s*)?</code>", re.IGNORECASE)
+
+
+# Thyme's sandbox rewrites the code before it runs it (Thyme's eval/VLMEvalKit/vlmeval/vlm/thyme/sandbox.py, the same in
+# swift/trainers/sandbox.py; `_sandboxed_execution_target`), and the release shows the images the rewritten code made.
+THYME_MIN_CROP = 64  # sandbox.py MIN_CROP_DIMENSION
+THYME_COORD_NAMES = ("x1", "y1", "x2", "y2", "left", "top", "right", "bottom")
+THYME_BOX_NAMES = ("crop_box", "bbox", "box", "coordinates", "coords", "crop_coords", "left_crop_coords",
+                   "right_crop_coords", "top_crop_coords", "bottom_crop_coords")  # fmt: skip
+THYME_CV_NAMES = ("cv", "cv4", "cv3", "CV")  # sandbox.py `OpenCVNamespaceTransformer`: read as `cv2.`
+
+
+def thyme_clamp(box: Sequence[float], size: tuple[int, int]) -> list[float]:
+    """The box Thyme's sandbox crops for a literal `x1, y1, x2, y2` (sandbox.py `CropCoordinateTransformer.
+    _clamp_coordinates`): ordered, clamped into the original image, each side widened to `THYME_MIN_CROP` px from its
+    low edge (pulled back from the far edge). The sandbox measures against the original's size whatever image the
+    code crops."""
+    width, height = float(size[0]), float(size[1])
+    out = []
+    for lo, hi, extent in ((box[0], box[2], width), (box[1], box[3], height)):
+        lo, hi = min(lo, hi), max(lo, hi)
+        lo, hi = min(max(0.0, lo), extent - 1.0 if extent > 0 else 0.0), min(max(0.0, hi), extent)
+        if lo >= hi and extent > 0:
+            lo = max(0.0, hi - 1.0)
+            if hi <= lo:
+                hi = min(extent, lo + 1.0)
+        if extent > 0 and hi - lo < THYME_MIN_CROP:
+            if extent < THYME_MIN_CROP:
+                lo, hi = 0.0, extent
+            else:
+                hi = lo + THYME_MIN_CROP
+                if hi > extent:
+                    hi, lo = extent, max(0.0, extent - THYME_MIN_CROP)
+        if extent > 0 and lo >= hi:
+            hi = min(extent, lo + 1.0)
+        out.append((lo, hi))
+    (x1, x2), (y1, y2) = out
+    return [x1, y1, x2, y2]
+
+
+class ThymeSandboxRewrites(ast.NodeTransformer):
+    """What Thyme's sandbox does to a code block before running it (sandbox.py), on the parsed code: a string bound to
+    `image_path` becomes the original's path (`ImagePathTransformer`); four literal numbers unpacked into names of
+    which one is in `THYME_COORD_NAMES`, or bound to one of `THYME_BOX_NAMES`, are clamped by `thyme_clamp`
+    (`CropCoordinateTransformer`'s cases 1 and 2; its case 3 tests for `ast.Index`, which Python 3.9+ never produces);
+    `THYME_CV_NAMES` read as `cv2` (`OpenCVNamespaceTransformer`)."""
+
+    def __init__(self, size: tuple[int, int], original_path: OriginalPath):
+        self.size, self.original_path = size, original_path
+
+    def visit_Assign(self, node: ast.Assign) -> ast.Assign:
+        target, value = node.targets[0], node.value
+        if len(node.targets) == 1 and isinstance(target, ast.Name) and target.id == "image_path":
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                node.value = ast.copy_location(ast.Constant(self.original_path), value)
+        elif len(node.targets) == 1 and isinstance(value, ast.Tuple) and len(value.elts) == 4:
+            unpacked = (
+                isinstance(target, ast.Tuple)
+                and len(target.elts) == 4
+                and all(isinstance(t, ast.Name) for t in target.elts)
+                and any(t.id.lower() in THYME_COORD_NAMES for t in target.elts)
+            )
+            literals = [v.value if isinstance(v, ast.Constant) else None for v in value.elts]
+            if (unpacked or (isinstance(target, ast.Name) and target.id in THYME_BOX_NAMES)) and all(
+                isinstance(v, int | float) for v in literals
+            ):
+                clamped = [int(round(v)) for v in thyme_clamp(literals, self.size)]
+                if clamped != [int(round(v)) for v in literals]:
+                    value.elts = [ast.copy_location(ast.Constant(v), old) for v, old in zip(clamped, value.elts)]
+        return self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.Attribute:
+        if isinstance(node.value, ast.Name) and node.value.id in THYME_CV_NAMES:
+            node.value = ast.copy_location(ast.Name("cv2", ast.Load()), node.value)
+        return self.generic_visit(node)
+
+
+def read_thyme_sft(root: Path, tool: ToolConfig) -> Iterator[Trajectory | SkipRow]:
+    store = ImageStore(root)
+    patterns = ("*.parquet", "data/*.parquet", "*.json", "*.jsonl", "data/*.json", "data/*.jsonl")
+    row = functools.partial(_row, store=store, tool=tool)
+    yield from read_release(root, "thyme_sft", patterns, ("image", "question", "response"),
+                            "Thyme's SFT records {image, question, response}", row)  # fmt: skip
+
+
+def _row(record: dict, index: int, file: Path, *, store: ImageStore, tool: ToolConfig) -> Trajectory:
+    images = record.get("image") or []
+    images = [images] if isinstance(images, str) else list(images)
+    if not images:
+        raise SkipRow("missing_image", "no images")
+    text = str(record.get("question") or "")
+    response = str(record.get("response") or "")
+    counts = [("user", text.count(IMAGE_TAG))]
+    blocks, position = [], 0
+    for code in _THYME_CODE.finditer(response):
+        output = _SANDBOX_OUTPUT.match(response, code.end())
+        end = output.end() if output else code.end()
+        shown = output.group(1).count(IMAGE_TAG) if output else 0
+        blocks.append((thought_of(response[position : code.start()]), code.group(1), shown))
+        counts += [("assistant", 0), ("user", shown)]
+        position = end
+    question_images(counts, len(images))
+    original = store.open(images[0], "image[0]")
+    question, options = dataset_question(text, THYME_INSTRUCTIONS, cut_from=THYME_CUT)
+    path = _THYME_PATH.search(text)
+    original_path = OriginalPath(path.group(1) if path else "")
+    # the sandbox's globals and preset locals (sandbox.py `sandbox_globals`, `sandbox_locals`)
+    names = {"cv2": Module("cv2"), "np": Module("numpy"), "numpy": Module("numpy"), "Image": Module("PIL.Image"),
+             "os": Module("os"), "math": Module("math"), "json": Module("json"), "re": Module("re"),
+             "random": Module("random"), "string": Module("string"),
+             "image_path": original_path, "temp_output_dir": OPAQUE}  # fmt: skip
+    reader = CodeReader(original.size, names, "save", rewrite=ThymeSandboxRewrites(original.size, original_path).visit)
+    replay = Replay(original, images, store, question, tool)
+    for thought, code, shown in blocks:
+        replay.turn(thought, lambda code=code: shown_calls(reader.run(code)), shown, code=True)
+    final = response[position:]
+    return replay.finish(f"{file.stem}-{index}", "thyme", options, response, thought_of(final))
