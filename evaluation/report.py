@@ -1,11 +1,8 @@
-"""A self-contained HTML report of an evaluation run: every trajectory, its boxes and crops, with filters.
-
-One file with everything inlined (JPEG thumbnails as base64, a little CSS and JS), so it opens anywhere, offline.
-Each sample is a card: the image with every call's box drawn over it (SVG in original pixels; the target box dashed
-when the benchmark has one), every crop with its label, z_t and the label's score on the whole image, the reasoning
-and text of every turn with the tool's replies, and the verdict. Two filters show only wrong answers and only samples
-with a gap call (a crop no closer to its label than the whole image); `report.html#wrong`, `#gap` or `#wrong,gap`
-open with them set.
+"""A self-contained HTML report of an evaluation run (one file, thumbnails inlined, opens offline): per sample, the
+image with every call's box drawn over it (SVG in original pixels; the target box dashed), every crop with its label,
+z_t and the label's score on the whole image, every turn with the tool's replies, and the verdict. Two filters show
+only wrong answers and only samples with a gap call (a crop no closer to its label than the whole image);
+`report.html#wrong`, `#gap` or `#wrong,gap` open with them set.
 """
 
 from __future__ import annotations
@@ -68,15 +65,11 @@ def _fmt(value: Any) -> str:
 
 
 def _metrics_table(metrics: Mapping[str, Any]) -> str:
-    rows = []
+    cells = []  # (name, value); a nested mapping's entries are named `key / k`
     for key, value in metrics.items():
-        if isinstance(value, Mapping):
-            rows += [
-                f"<tr><td>{html.escape(key)} / {html.escape(k)}</td><td>{_fmt(v)}</td></tr>" for k, v in value.items()
-            ]
-        else:
-            rows.append(f"<tr><td>{html.escape(key)}</td><td>{_fmt(value)}</td></tr>")
-    return f"<table class='metrics'>{''.join(rows)}</table>"
+        cells += [(f"{key} / {k}", v) for k, v in value.items()] if isinstance(value, Mapping) else [(key, value)]
+    rows = "".join(f"<tr><td>{html.escape(name)}</td><td>{_fmt(value)}</td></tr>" for name, value in cells)
+    return f"<table class='metrics'>{rows}</table>"
 
 
 def _rect(box: Sequence[float], colour: str, label: str, dashed: bool = False) -> str:
@@ -115,7 +108,10 @@ def _crop_panel(k: int, call: Mapping[str, Any], image: Image.Image | None) -> s
     gap = " gap" if call["gap"] else ""
     scores = f"z={_fmt(call['z'])} (whole image {_fmt(call['z_full'])}){' · gap' if call['gap'] else ''}"
     crop = _data_uri(image.crop(tuple(call["box"])), CROP_THUMBNAIL)
-    return f"<figure class='crop{gap}'><img src='{crop}' alt='crop {k}'><figcaption>{caption}<br>{scores}</figcaption></figure>"
+    return (
+        f"<figure class='crop{gap}'><img src='{crop}' alt='crop {k}'>"
+        f"<figcaption>{caption}<br>{scores}</figcaption></figure>"
+    )
 
 
 def _turns(record: Mapping[str, Any]) -> str:
@@ -153,14 +149,9 @@ def _card(record: Mapping[str, Any], image: Image.Image | None) -> str:
 
 
 def render_report(
-    records: Sequence[Mapping[str, Any]],
-    image_of: Callable[[str], Image.Image | None],
-    *,
-    metrics: Mapping[str, Any],
-    title: str,
-    max_samples: int | None = None,
-    budgets: Mapping[str, Any] | None = None,
-) -> str:
+    records: Sequence[Mapping[str, Any]], image_of: Callable[[str], Image.Image | None], *, metrics: Mapping[str, Any],
+    title: str, max_samples: int | None = None, budgets: Mapping[str, Any] | None = None,
+) -> str:  # fmt: skip
     """The report's HTML for `records` (`samples.jsonl` lines); `image_of(id)` gives a sample's original image, or
     None. Only the first `max_samples` records get a card (all are counted in `metrics`). `budgets` (the pixel and
     token budgets the rollouts ran under) are tabulated under the metrics."""

@@ -32,6 +32,8 @@ RESULT_FIELDS = (
     "model_name_or_path", "benchmark", "data_path", "split", "backend", "dtype", "max_completion_length",
     "max_tool_calling_iterations", "temperature", "top_p", "seed",
 )  # fmt: skip
+SAMPLES_FILE = "samples.jsonl"  # one record a sample (`evaluation.metrics.episode_record`), in the output folder
+ROLLOUT_FIELDS = ("max_completion_length", "max_tool_calling_iterations")  # the rollout budget, `GRPOConfig`'s fields
 
 
 def read_samples(path: Path) -> list[dict]:
@@ -60,45 +62,28 @@ def _check_resume(out: Path, args: EvalArguments, tool: ToolConfig) -> None:
 def rollout_budgets(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
     """The pixel and token budgets the rollouts ran under, as the report states them (None: the processor's own)."""
     pixels = {name: getattr(tool, name) for name in ("min_pixels", "max_pixels", "crop_max_pixels")}
-    rollout = {name: getattr(args, name) for name in ("max_completion_length", "max_tool_calling_iterations")}
-    return pixels | rollout
+    return pixels | {name: getattr(args, name) for name in ROLLOUT_FIELDS}
 
 
 def build_agent(args: EvalArguments, tool: ToolConfig, device: str) -> ZoomAgent:
     """The policy behind the chosen backend, with its processor, loaded as training loads them."""
     processor = load_processor(args.model_name_or_path, min_pixels=tool.min_pixels, max_pixels=tool.max_pixels)
+    rollout = {name: getattr(args, name) for name in ROLLOUT_FIELDS}
     # RL's start-up check of the rollout's worst case, before any weight loads: a zoom whose response overflows
     # max_completion_length is dropped (a sample lost to the budget, not to the model), so say so with the numbers.
-    check_token_budget(
-        processor,
-        tool.resolved(pixel_budget(processor)),
-        max_completion_length=args.max_completion_length,
-        max_tool_calling_iterations=args.max_tool_calling_iterations,
-        context_length=context_length(args.model_name_or_path),
-    )
+    budget = tool.resolved(pixel_budget(processor))
+    check_token_budget(processor, budget, **rollout, context_length=context_length(args.model_name_or_path))
     sampling = dict(temperature=args.temperature, top_p=args.top_p)
     if args.backend == "vllm":
         backend = VLLMBackend(
-            args.model_name_or_path,
-            processor,
-            **sampling,
-            max_images=args.vllm_max_images,
-            dtype=args.dtype,
-            gpu_memory_utilization=args.vllm_gpu_memory_utilization,
-            max_model_len=args.vllm_max_model_len,
-            enforce_eager=args.vllm_enforce_eager,
-            seed=args.seed,
-        )
+            args.model_name_or_path, processor, **sampling, max_images=args.vllm_max_images, dtype=args.dtype,
+            gpu_memory_utilization=args.vllm_gpu_memory_utilization, max_model_len=args.vllm_max_model_len,
+            enforce_eager=args.vllm_enforce_eager, seed=args.seed,
+        )  # fmt: skip
     else:
         model = load_model(args.model_name_or_path, dtype=args.dtype, attn_implementation=args.attn_implementation)
         backend = TransformersBackend(model.to(device), processor, **sampling)
-    return ZoomAgent(
-        backend,
-        processor,
-        tool,
-        max_completion_length=args.max_completion_length,
-        max_tool_calling_iterations=args.max_tool_calling_iterations,
-    )
+    return ZoomAgent(backend, processor, tool, **rollout)
 
 
 def run_evaluation(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
@@ -114,7 +99,7 @@ def run_evaluation(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
     dataset = dataset.cast_column("image", datasets.Image(decode=False))
     ids = dataset["id"]
     selected = range(len(dataset) if args.limit is None else min(args.limit, len(dataset)))
-    samples_path = out / "samples.jsonl"
+    samples_path = out / SAMPLES_FILE
     done = {record["id"] for record in read_samples(samples_path)}
     todo = [i for i in selected if ids[i] not in done]
 
@@ -123,22 +108,15 @@ def run_evaluation(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         agent = build_agent(args, tool, device)
         verifier = ClipVerifier(tool, device=device)
-        with (
-            samples_path.open("a", encoding="utf-8") as sink,
-            tqdm(
-                total=len(selected), initial=len(selected) - len(todo), desc=f"{args.benchmark}", unit="sample"
-            ) as progress,
-        ):
+        progress = tqdm(total=len(selected), initial=len(selected) - len(todo), desc=args.benchmark, unit="sample")
+        with samples_path.open("a", encoding="utf-8") as sink, progress:
             for start in range(0, len(todo), args.batch_size):
                 rows = [dataset[i] for i in todo[start : start + args.batch_size]]
                 episodes = agent.run(rows)
                 calls = [episode.calls for episode in episodes]
                 scores = clip_scores(verifier, [episode.image for episode in episodes], calls)
-                for row, episode, episode_calls, episode_scores in zip(rows, episodes, calls, scores):
-                    record = episode_record(
-                        args.benchmark, row, episode, episode_calls, episode_scores, agent.tokenizer
-                    )
-                    sink.write(json.dumps(record) + "\n")
+                for sample in zip(rows, episodes, calls, scores):  # a row, its episode, its calls, their scores
+                    sink.write(json.dumps(episode_record(args.benchmark, *sample, agent.tokenizer)) + "\n")
                 sink.flush()
                 progress.update(len(rows))
 
@@ -156,13 +134,9 @@ def run_evaluation(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
         except Exception:  # a missing or undecodable image is already this sample's recorded failure
             return None
 
+    title = f"{args.model_name_or_path} on {args.benchmark}"
     write_report(
-        out / "report.html",
-        records,
-        image_of,
-        metrics=metrics,
-        title=f"{args.model_name_or_path} on {args.benchmark}",
-        max_samples=args.report_max_samples,
+        out / "report.html", records, image_of, metrics=metrics, title=title, max_samples=args.report_max_samples,
         budgets=rollout_budgets(args, tool),
-    )
+    )  # fmt: skip
     return metrics

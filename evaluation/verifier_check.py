@@ -1,41 +1,17 @@
-"""The verifier gate: does z_t reward the right label where it is, or a label that fits everything?
+"""The verifier gate (docs/evaluation.md, "The verifier gate"): does z_t reward the right label where it is, or a
+label that fits everything? **Talk**: on a crop, is the right label preferred to wrong ones and to any fixed label (a
+fixed label that wins invites label hacking, which the paper's label-length limits do not stop)? **Walk**: is a
+label's crop of its target preferred to a crop of the same image that misses it (else z_t pays for naming the target
+wherever the policy looks)?
 
-MAPO's semantic reward z_t = z(label, crop) asks two things of a verifier, "talk" and "walk", and RL exploits a
-failure of either:
-- **talk**: on a crop, does it prefer the right label to a wrong one? If it cannot tell them apart, z_t is noise; if
-  some fixed label scores higher than the right one on most crops ("the green object" on every crop), a policy
-  raises z_t by always writing that label: label hacking, which the paper's label-length limits do not stop;
-- **walk**: for a label, does it prefer the crop that frames the label's target to a crop of the same image that
-  does not? If not, z_t pays for naming the target wherever the policy looks, and says nothing about looking there.
-
-`check_verifier` measures both on gold crops: each row's target cropped by the tool itself, with the box SFT's gold
-trajectories use (`data.trajectories.plan_calls`), so the crops are of the sizes RL produces. Beside each gold crop
-it cuts a miss crop, also with the tool: a box of the same size placed where it does not touch the target
-(`miss_box`). On a converted cold-start set (`python -m data.convert`), which has no target boxes, `check_converted`
-takes each zoom-in call as its own target: its gold crop is the tool's crop of the call's box, mapped into the frame
-the model sees as SFT replays it (`data.trajectories.replay_calls`); its right label is the call's label as the
-release gives it (calls whose label the converter derived, or that have none, are skipped and counted); its wrong
-labels are the other calls' labels; its miss crop is placed around the call's box.
-
-Every label in the crops' scenes is scored against every gold crop, and each crop's right label against its miss
-crop, under each `semantic_score` asked for (`mapo.scale_similarity`; "contrastive" subtracts each label's score
-against the whole image, for the miss crop as for the gold one, so within a row it cancels on the walk axis, which
-then reads the same as under "cosine"). `GateResult` reports:
-- `auc` (talk): P(z of the right label > z of a wrong label on the same crop), over every (crop, other label) pair,
-  a tie counting half; 0.5 is chance;
-- `mean_rank`: the right label's mean rank among all labels on its crop (1 = best), of `labels`;
-- `right_z`: the right label's mean z; `best_constant` and `best_constant_z`: the label whose mean z over all crops
-  is highest, and that mean; `constant_wins`: the fraction of crops where that fixed label beats the right one;
-- `walk_auc`: P(z(right label, gold crop) > z(right label, miss crop)), paired within each crop, a tie counting
-  half, over the `walk_rows` crops that have a miss crop (`walk_left_out`: those where no same-size box inside the
-  image misses the target). 0.5 is chance; for a binary verifier that gets each crop's verdict right with probability
-  q, independently, it is q: q * q (both right) + 2 q (1 - q) / 2 (one wrong: a tie) = q;
-- `passed`: `auc >= MIN_AUC`, `right_z > best_constant_z` (the right label pays more than any fixed label) and
-  `walk_auc >= MIN_AUC`.
+Gold crops are cut by the tool itself with SFT's gold box (`data.trajectories.plan_calls`), so at the sizes RL
+produces; on a converted cold-start set (`check_converted`) each labelled call is its own target, replayed as SFT
+replays it. Under "contrastive" (`mapo.scale_similarity`) each label's whole-image score is subtracted from its miss
+crop's score as from its gold crop's, so the walk axis reads as under "cosine".
 
 `python -m evaluation.verifier_check --data DIR_OR_FILE --clip_model PATH` runs the gate on a saved dataset (a
-converted cold-start set, or rows with `target_bbox` and `target_label`) and prints the figures; `--output` writes
-them as JSON too. It scores crops x labels pairs, so `--limit` keeps a large set's cost in hand.
+converted set, or rows with `target_bbox` and `target_label`) and prints the figures (`--output`: as JSON too). It
+scores crops x labels pairs, so `--limit` keeps a large set's cost in hand.
 """
 
 from __future__ import annotations
@@ -65,23 +41,24 @@ DATA_LABEL_SOURCES = ("dataset",)  # a converted call's `label_source` when the 
 
 @dataclass(frozen=True)
 class GateResult:
-    """The gate's figures for one `semantic_score` (see the module docstring). `rows` counts gold crops: one per row,
-    or per labelled call of a converted set."""
+    """The gate's figures for one `semantic_score`. Ties count half in every comparison."""
 
     semantic_score: str
-    rows: int
+    rows: int  # gold crops: one per row, or per labelled call of a converted set
     labels: int
-    auc: float
-    mean_rank: float
-    right_z: float
-    best_constant: str
-    best_constant_z: float
-    constant_wins: float
-    passed: bool
+    auc: float  # talk: P(z of the right label > z of a wrong one on the same crop), over every pair; 0.5 is chance
+    mean_rank: float  # the right label's mean rank among all labels on its crop (1 = best)
+    right_z: float  # the right label's mean z
+    best_constant: str  # the label whose mean z over all crops is highest
+    best_constant_z: float  # that mean
+    constant_wins: float  # the fraction of crops where that fixed label beats the right one
+    passed: bool  # auc >= MIN_AUC, right_z > best_constant_z and walk_auc >= MIN_AUC
     # After `passed`, with defaults, so results written before the walk axis (and positional callers) still load.
+    # walk: P(z(right label, gold crop) > z(right label, miss crop)), paired within each crop; 0.5 is chance, and for
+    # a binary verifier right on each crop with probability q, independently, it is q (q*q + 2q(1 - q)/2).
     walk_auc: float = math.nan
-    walk_rows: int = 0
-    walk_left_out: int = 0
+    walk_rows: int = 0  # the crops that have a miss crop
+    walk_left_out: int = 0  # those where no same-size box inside the image misses the target
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -107,14 +84,10 @@ def gold_crops(
 def miss_box(
     image_size: tuple[int, int], target_bbox: Sequence[float], gold_box: Sequence[int]
 ) -> tuple[int, int, int, int] | None:
-    """A box of `gold_box`'s size inside the image that shares no area with `target_bbox` (all in one frame, exclusive
-    ends), or None when no such box exists.
-
-    Of the four placements in the image's corners, the one whose centre is farthest from the target's centre among
-    those that miss it (ties: top-left, top-right, bottom-left, bottom-right). Looking only at corners loses nothing:
-    a box misses the target when it lies wholly left, right, above or below it, and each of those holds at the
-    extreme of one coordinate, so if any placement misses, a corner placement does.
-    """
+    """A box of `gold_box`'s size inside the image that shares no area with `target_bbox` (one frame, exclusive ends):
+    of the corner placements that miss the target, the one whose centre is farthest from the target's (ties: top-left,
+    top-right, bottom-left, bottom-right); None when none misses. Corners lose nothing: a box misses the target when it
+    lies wholly left, right, above or below it, which holds at the extreme of one coordinate if anywhere."""
     width, height = image_size
     w, h = gold_box[2] - gold_box[0], gold_box[3] - gold_box[1]
     if w > width or h > height:
@@ -156,12 +129,7 @@ def _score(verifier, calls: Sequence[ZoomCall], scenes: Sequence[Scene], batch_s
 
 
 def score_matrix(
-    verifier,
-    calls: Sequence[ZoomCall],
-    scenes: Sequence[Scene],
-    labels: Sequence[str],
-    whole: bool,
-    batch_size: int | None = None,
+    verifier, calls: Sequence[ZoomCall], scenes: Sequence[Scene], labels: Sequence[str], whole: bool, batch_size=None
 ):
     """z of every label (columns) against every crop (rows), or against each crop's whole image when `whole`; the
     verifier scores `batch_size` pairs at a time (None: all at once)."""
@@ -183,13 +151,9 @@ def walk_auc(framing: torch.Tensor, miss: torch.Tensor) -> float:
 
 
 def gate(
-    z: torch.Tensor,
-    right: Sequence[int],
-    labels: Sequence[str],
-    semantic_score: str,
-    walk: tuple[torch.Tensor, torch.Tensor] | None = None,
-    walk_left_out: int = 0,
-) -> GateResult:
+    z: torch.Tensor, right: Sequence[int], labels: Sequence[str], semantic_score: str,
+    walk: tuple[torch.Tensor, torch.Tensor] | None = None, walk_left_out: int = 0,
+) -> GateResult:  # fmt: skip
     """The gate's figures from a (crops x labels) matrix of z and each crop's right-label column; `walk` is (z of the
     right label on its gold crop, on its miss crop) for the crops that have a miss crop. Without `walk` the walk
     axis is unmeasured (NaN) and the gate does not pass."""
@@ -206,34 +170,20 @@ def gate(
     best_z, mean_right = float(z[:, constant].mean()), float(right_z.mean())
     walked = walk_auc(*walk) if walk is not None else float("nan")
     return GateResult(
-        semantic_score=semantic_score,
-        rows=n,
-        labels=k,
-        auc=auc,
-        mean_rank=float(rank.mean()),
-        right_z=mean_right,
-        best_constant=labels[constant],
-        best_constant_z=best_z,
-        constant_wins=constant_wins,
+        semantic_score=semantic_score, rows=n, labels=k, auc=auc, mean_rank=float(rank.mean()), right_z=mean_right,
+        best_constant=labels[constant], best_constant_z=best_z, constant_wins=constant_wins,
         passed=bool(auc >= MIN_AUC and mean_right > best_z and walked >= MIN_AUC),
-        walk_auc=walked,
-        walk_rows=len(walk[0]) if walk is not None else 0,
-        walk_left_out=walk_left_out,
-    )
+        walk_auc=walked, walk_rows=len(walk[0]) if walk is not None else 0, walk_left_out=walk_left_out,
+    )  # fmt: skip
 
 
 def score_gate(
-    verifier,
-    calls: Sequence[ZoomCall],
-    scenes: Sequence[Scene],
-    misses: Sequence[ZoomCall | None],
-    semantic_scores: Sequence[str] = ("cosine", "contrastive"),
-    batch_size: int | None = None,
-) -> dict[str, GateResult]:
+    verifier, calls: Sequence[ZoomCall], scenes: Sequence[Scene], make_env: Callable[[], ZoomInEnv],
+    semantic_scores: Sequence[str], batch_size: int | None,
+) -> dict[str, GateResult]:  # fmt: skip
     """The gate of `verifier` on gold crops `calls` (each scene's `target_label` its right label, every scene's label a
-    wrong one for the others) and their `misses` (`miss_crops`), per `semantic_score`."""
-    if not calls:
-        raise ValueError("verifier gate: no gold crop to score")
+    wrong one for the others) and their `miss_crops`, per `semantic_score`."""
+    misses = miss_crops(calls, scenes, make_env)
     labels = sorted({s.target_label for s in scenes})
     right = torch.tensor([labels.index(s.target_label) for s in scenes])
     crop_z = score_matrix(verifier, calls, scenes, labels, whole=False, batch_size=batch_size)
@@ -252,22 +202,18 @@ def score_gate(
 
 
 def check_verifier(
-    verifier,
-    rows: Sequence[dict],
-    make_env: Callable[[], ZoomInEnv],
-    trajectory_args: TrajectoryArguments | None = None,
-    semantic_scores: Sequence[str] = ("cosine", "contrastive"),
+    verifier, rows: Sequence[dict], make_env: Callable[[], ZoomInEnv],
+    trajectory_args: TrajectoryArguments | None = None, semantic_scores: Sequence[str] = ("cosine", "contrastive"),
     batch_size: int | None = None,
-) -> dict[str, GateResult]:
-    """The gate (module docstring) of `verifier` on `rows` (with `image`, `target_bbox`, `target_label`), per
-    `semantic_score`; the verifier scores `batch_size` pairs at a time (None: each matrix at once)."""
+) -> dict[str, GateResult]:  # fmt: skip
+    """The gate of `verifier` on `rows` (with `image`, `target_bbox`, `target_label`), per `semantic_score`; the
+    verifier scores `batch_size` pairs at a time (None: each matrix at once)."""
     calls, scenes = gold_crops(rows, make_env, trajectory_args or TrajectoryArguments(gold_box="region"))
     if not calls:
         raise ValueError("check_verifier: the tool rejected every row's gold call; nothing to score")
-    return score_gate(verifier, calls, scenes, miss_crops(calls, scenes, make_env), semantic_scores, batch_size)
+    return score_gate(verifier, calls, scenes, make_env, semantic_scores, batch_size)
 
 
-# ------------------------------------------------------------------------------------------ converted cold-start sets
 def converted_crops(
     rows: Sequence[dict], make_env: Callable[[], ZoomInEnv], label_sources: Sequence[str] = DATA_LABEL_SOURCES
 ) -> tuple[list[ZoomCall], list[Scene], dict]:
@@ -300,24 +246,19 @@ def converted_crops(
 
 
 def check_converted(
-    verifier,
-    rows: Sequence[dict],
-    make_env: Callable[[], ZoomInEnv],
-    semantic_scores: Sequence[str] = ("cosine", "contrastive"),
-    label_sources: Sequence[str] = DATA_LABEL_SOURCES,
+    verifier, rows: Sequence[dict], make_env: Callable[[], ZoomInEnv],
+    semantic_scores: Sequence[str] = ("cosine", "contrastive"), label_sources: Sequence[str] = DATA_LABEL_SOURCES,
     batch_size: int | None = None,
-) -> tuple[dict[str, GateResult], dict]:
+) -> tuple[dict[str, GateResult], dict]:  # fmt: skip
     """The gate of `verifier` on a converted cold-start set's calls (`converted_crops`: each call's own box is its
     target, its dataset label its right label, the other calls' labels its wrong ones), per `semantic_score`; and
     `converted_crops`' counts."""
     calls, scenes, counts = converted_crops(rows, make_env, label_sources)
     if not calls:
         raise ValueError(f"check_converted: no call with a label from {list(label_sources)} to score ({counts})")
-    misses = miss_crops(calls, scenes, make_env)
-    return score_gate(verifier, calls, scenes, misses, semantic_scores, batch_size), counts
+    return score_gate(verifier, calls, scenes, make_env, semantic_scores, batch_size), counts
 
 
-# ---------------------------------------------------------------------------------------------------- the command
 def load_rows(path: str | Path, split: str = "train", limit: int | None = None) -> datasets.Dataset:
     """The first `limit` rows (None: all) of a saved dataset: a `save_to_disk` folder (its `split`), or one Parquet
     or Arrow file written by `datasets`."""
@@ -333,28 +274,22 @@ def load_rows(path: str | Path, split: str = "train", limit: int | None = None) 
     return data.select(range(min(limit, len(data)))) if limit is not None else data
 
 
-# The table's columns: a heading and the cell of a `GateResult`.
+# The table's columns: a heading, the `GateResult` field shown and its format; then the verdict.
 _COLUMNS = (
-    ("semantic_score", lambda r: r.semantic_score),
-    ("crops", lambda r: r.rows),
-    ("labels", lambda r: r.labels),
-    ("talk AUC", lambda r: f"{r.auc:.3f}"),
-    ("mean rank", lambda r: f"{r.mean_rank:.2f}"),
-    ("right z", lambda r: f"{r.right_z:.4f}"),
-    ("best constant label", lambda r: repr(r.best_constant)),
-    ("its z", lambda r: f"{r.best_constant_z:.4f}"),
-    ("it wins", lambda r: f"{r.constant_wins:.2f}"),
-    ("walk AUC", lambda r: f"{r.walk_auc:.3f}"),
-    ("walk crops", lambda r: r.walk_rows),
-    ("left out", lambda r: r.walk_left_out),
-    ("gate", lambda r: "pass" if r.passed else "FAIL"),
-)
+    ("semantic_score", "semantic_score", "{}"), ("crops", "rows", "{}"), ("labels", "labels", "{}"),
+    ("talk AUC", "auc", "{:.3f}"), ("mean rank", "mean_rank", "{:.2f}"), ("right z", "right_z", "{:.4f}"),
+    ("best constant label", "best_constant", "{!r}"), ("its z", "best_constant_z", "{:.4f}"),
+    ("it wins", "constant_wins", "{:.2f}"), ("walk AUC", "walk_auc", "{:.3f}"), ("walk crops", "walk_rows", "{}"),
+    ("left out", "walk_left_out", "{}"),
+)  # fmt: skip
 
 
 def format_table(results: dict[str, GateResult]) -> str:
     """The figures as a plain-text table, one line per `semantic_score`."""
-    table = [[name for name, _ in _COLUMNS]] + [[str(cell(r)) for _, cell in _COLUMNS] for r in results.values()]
-    widths = [max(len(line[i]) for line in table) for i in range(len(_COLUMNS))]
+    table = [[heading for heading, _, _ in _COLUMNS] + ["gate"]]
+    for r in results.values():
+        table.append([form.format(getattr(r, name)) for _, name, form in _COLUMNS] + ["pass" if r.passed else "FAIL"])
+    widths = [max(len(cell) for cell in column) for column in zip(*table)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in table)
 
 

@@ -34,8 +34,7 @@ from mapo_trainer import (
 from repairs.resume import resume_checkpoint
 from research import rewards as world
 from rewards import get_reward_funcs
-from scripts.rl_forced import ForcedMAPOTrainer
-from tiny.scripted import DEFAULT_BOX, tiny_trainer, tool_call_turn
+from tiny.scripted import DEFAULT_BOX, ForcedMAPOTrainer, tiny_trainer, tool_call_turn
 from tiny.scripted import DEFAULT_LABELS as LABELS
 from tools import ToolConfig, ZoomInEnv, crop_box, read_record
 from utils.models import load_model, load_processor, pixel_budget

@@ -1,25 +1,14 @@
-"""Train the tiny CLIP verifier on synthetic (crop, referent label) pairs, so that its z_t means something in the demo.
+"""Train the tiny CLIP verifier on synthetic (crop, referent label) pairs, so that its z_t means something in the demo
+(a random CLIP scores every pair alike, which makes R_sem noise). About a minute on a CPU.
 
-A randomly initialised CLIP scores every (label, crop) pair alike, which makes MAPO's semantic reward noise. The
-verifier is trained contrastively for about a minute on a CPU, on crops drawn by the code that draws the synthetic
-scenes (`data.synthetic`) and labelled the way zoom-in calls label them: with the question's *referent*, what the
-model expects to see before it zooms ("the diamond", "the green object", "the sign", "the yellow squares", "the red
-star and the blue circle"), never the answer. It is in effect a classifier over the generator's vocabulary: it knows
-nothing else.
-
-A referent names a set of objects, so one crop matches several labels (a green diamond is both "the diamond" and
-"the green object"), and a crop of a missed zoom matches none. Hence:
-
-- each batch holds every label at most once (a caption repeated inside a contrastive batch makes its own crops
-  negatives of each other, so the loss pushes a label away from its own crops), one crop drawn for each, plus crops of bare background;
-- which crops match which labels is known (`Referent.matches` on the objects drawn in each crop, distractors
-  included), and the loss is a multi-positive InfoNCE: each crop against all labels, each label against all crops,
-  the probability of *any* positive maximised (`multi_positive_loss`). Crops of bare background match no label:
-  they only ever serve as negatives, so no label ("an empty background") rewards zooming at nothing.
-
-Crops are windows of a cluttered background at random scales, with the object(s) filling 10-70% of the window side
-(a zoom-in box on the grid of the tiny recipe frames a target at ~15%, a tight box at ~70%), and sometimes a
-distractor or two. The learning rate warms up, then decays (see `train_clip`).
+Crops are drawn by `data.synthetic`'s own code and labelled as zoom-in calls label them: with the question's
+*referent*, what the model expects to see before it zooms ("the diamond", "the green object", "the sign", "the yellow
+squares", "the red star and the blue circle"), never the answer. One crop can match several labels and a missed
+zoom's none, so a batch holds each label once (a caption repeated in a contrastive batch makes its own crops negatives
+of each other), one crop drawn for each, plus bare-background crops that are only ever negatives (no label rewards
+zooming at nothing); which crops match which labels is known (`Referent.matches`, distractors included); and the loss
+is a multi-positive InfoNCE. The objects fill 10-70% of a crop's side (the tiny recipes' grid box frames a target at
+~15%, a tight box at ~70%).
 
     python -m scripts.train_clip --output_dir outputs/tiny/clip_trained --steps 300   (make clip)
 """
@@ -39,16 +28,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from data.synthetic import (
-    COLOURS,
-    SHAPES,
-    SIGN_LABEL,
-    WORDS,
-    is_free,
-    referent_label,
-    render_background,
-    render_object,
-)
+from data import synthetic
 from tiny.kit import kit_paths
 from utils.models import CLIP_CONFIG_NAME, load_clip, save_clip
 
@@ -57,6 +37,7 @@ METRICS_NAME = "training_metrics.json"
 CANVAS = 768  # one cluttered background per batch, every crop of the batch a window of it
 OBJECT_SIZE = (12, 32)  # object side in canvas pixels before the CLIP transform resizes the crop
 EXTENT = (0.1, 0.7)  # the objects' extent as a fraction of the crop side
+MAX_DISTRACTORS = 2  # per crop
 KINDS = ("shape", "colour", "sign", "group", "pair")
 
 Obj = tuple[str, str | None]  # (shape, colour), or (word, None) for a sign
@@ -74,10 +55,10 @@ class Referent:
     @property
     def label(self) -> str:
         if self.kind == "sign":
-            return SIGN_LABEL
+            return synthetic.SIGN_LABEL
         if self.kind == "pair":
             return f"{_single(self).label} and {self.other.label}"
-        return referent_label(self.shape, self.colour, plural=self.kind == "group")
+        return synthetic.referent_label(self.shape, self.colour, plural=self.kind == "group")
 
     def names(self, obj: Obj) -> bool:
         """Whether this (single-object) referent names `obj`."""
@@ -97,10 +78,7 @@ class Referent:
         if self.kind == "sign":
             return [(str(words[int(rng.integers(len(words)))]), None)]
         if self.kind == "pair":
-            return [
-                *_single(self).objects(rng, colours, shapes, words),
-                *self.other.objects(rng, colours, shapes, words),
-            ]
+            return _single(self).objects(rng, colours, shapes, words) + self.other.objects(rng, colours, shapes, words)
         shape = self.shape or str(shapes[int(rng.integers(len(shapes)))])
         colour = self.colour or str(colours[int(rng.integers(len(colours)))])
         return [(shape, colour)] * (int(rng.integers(2, 7)) if self.kind == "group" else 1)
@@ -125,17 +103,6 @@ def referents(colours: Sequence[str], shapes: Sequence[str]) -> dict[str, list[R
     }
 
 
-def sample_referents(
-    pool: dict[str, list[Referent]], per_kind: dict[str, int], rng: np.random.Generator
-) -> list[Referent]:
-    """`per_kind[k]` distinct referents of each kind k (all of them when the kind has fewer): one batch's labels."""
-    chosen = []
-    for kind, items in pool.items():
-        k = min(per_kind.get(kind, len(items)), len(items))
-        chosen += [items[j] for j in sorted(rng.choice(len(items), size=k, replace=False))]
-    return chosen
-
-
 def _paste(crop: Image.Image, sprite: Image.Image, region, boxes: list, rng, gap: int = 0) -> bool:
     """Paste `sprite` at a random place of `region` clear of `boxes` (by `gap`), recording its box; False if 30 tries
     found no such place."""
@@ -146,7 +113,7 @@ def _paste(crop: Image.Image, sprite: Image.Image, region, boxes: list, rng, gap
         x = int(rng.integers(x0, x1 - sprite.width + 1))
         y = int(rng.integers(y0, y1 - sprite.height + 1))
         box = (x, y, x + sprite.width, y + sprite.height)
-        if is_free(box, boxes, gap):
+        if synthetic.is_free(box, boxes, gap):
             crop.paste(sprite, box[:2], sprite)
             boxes.append(box)
             return True
@@ -154,20 +121,17 @@ def _paste(crop: Image.Image, sprite: Image.Image, region, boxes: list, rng, gap
 
 
 def render_crops(
-    targets: Sequence[Sequence[Obj]],
-    rng: np.random.Generator,
-    distractors: Sequence[Obj] = (),
-    max_distractors: int = 2,
+    targets: Sequence[Sequence[Obj]], rng: np.random.Generator, distractors: Sequence[Obj] = ()
 ) -> tuple[list[Image.Image], list[list[Obj]]]:
     """One crop per entry of `targets` (the objects to show; empty: bare background), each a random window of one
     shared background, its objects grouped in a square spanning a random `EXTENT` of the window side, plus up to
-    `max_distractors` objects drawn from `distractors` around them. Returns the crops and the objects really drawn
+    `MAX_DISTRACTORS` objects drawn from `distractors` around them. Returns the crops and the objects really drawn
     in each (targets and distractors)."""
-    canvas = render_background(CANVAS, CANVAS, rng)
+    canvas = synthetic.render_background(CANVAS, CANVAS, rng)
     crops, drawn = [], []
     for objects in targets:
         size = int(rng.integers(*OBJECT_SIZE, endpoint=True))
-        sprites = [render_object(content, size, colour) for content, colour in objects]
+        sprites = [synthetic.render_object(content, size, colour) for content, colour in objects]
         cell = max([size, *(sprite.width for sprite in sprites)])
         per_side = math.ceil(math.sqrt(max(1, len(sprites))))
         group = cell * (2 * per_side - 1)  # room for a cluster with gaps; one object fills it
@@ -176,14 +140,12 @@ def render_crops(
         crop = canvas.crop((x, y, x + side, y + side))
         gx, gy = (int(v) for v in rng.integers(0, side - group, size=2, endpoint=True))
         boxes: list[tuple[int, int, int, int]] = []
-        shown = [
-            obj
-            for obj, sprite in zip(objects, sprites)
-            if _paste(crop, sprite, (gx, gy, gx + group, gy + group), boxes, rng)
-        ]
-        for _ in range(int(rng.integers(0, max_distractors + 1)) if distractors else 0):
+        region = (gx, gy, gx + group, gy + group)
+        shown = [obj for obj, sprite in zip(objects, sprites) if _paste(crop, sprite, region, boxes, rng)]
+        for _ in range(int(rng.integers(0, MAX_DISTRACTORS + 1)) if distractors else 0):
             obj = distractors[int(rng.integers(len(distractors)))]
-            if _paste(crop, render_object(obj[0], size, obj[1]), (0, 0, side, side), boxes, rng, gap=size // 2):
+            sprite = synthetic.render_object(obj[0], size, obj[1])
+            if _paste(crop, sprite, (0, 0, side, side), boxes, rng, gap=size // 2):
                 shown.append(obj)
         crops.append(crop)
         drawn.append(shown)
@@ -201,16 +163,15 @@ class Batch:
 
 
 def make_batch(
-    pool: dict[str, list[Referent]],
-    per_kind: dict[str, int],
-    empty: int,
-    rng: np.random.Generator,
-    colours: Sequence[str],
-    shapes: Sequence[str],
-    words: Sequence[str],
-) -> Batch:
-    """A batch of distinct referent labels, one crop drawn for each, plus `empty` crops of bare background."""
-    chosen = sample_referents(pool, per_kind, rng)
+    pool: dict[str, list[Referent]], per_kind: dict[str, int], empty: int, rng: np.random.Generator,
+    colours: Sequence[str], shapes: Sequence[str], words: Sequence[str],
+) -> Batch:  # fmt: skip
+    """A batch of distinct referent labels (`per_kind[k]` of each kind k, all of them when the kind has fewer), one
+    crop drawn for each, plus `empty` crops of bare background."""
+    chosen = []
+    for kind, items in pool.items():
+        k = min(per_kind.get(kind, len(items)), len(items))
+        chosen += [items[j] for j in sorted(rng.choice(len(items), size=k, replace=False))]
     targets = [r.objects(rng, colours, shapes, words) for r in chosen] + [[]] * empty
     distractors = [(s, c) for c in colours for s in shapes] + [(w, None) for w in words[:4]]
     crops, drawn = render_crops(targets, rng, distractors)
@@ -267,33 +228,21 @@ def retrieval_accuracy(model, preprocess, tokenizer, batches: Sequence[Batch]) -
 
 
 def train_clip(
-    output_dir: str | os.PathLike,
-    *,
-    init: str | os.PathLike = KIT_CLIP,
-    seconds: float = 60.0,
-    steps: int | None = None,
-    seed: int = 0,
-    lr: float = 4e-3,
-    warmup: float = 0.1,
-    colours: Sequence[str] = tuple(COLOURS),
-    shapes: Sequence[str] = SHAPES,
-    words: Sequence[str] = WORDS,
-    per_kind: dict[str, int] | None = None,
-    empty: int = 4,
-    eval_batches: int = 10,
-    resize: str = "pad",
-) -> dict[str, float | int]:
+    output_dir: str | os.PathLike, *, init: str | os.PathLike = KIT_CLIP, seconds: float = 60.0,
+    steps: int | None = None, seed: int = 0, lr: float = 4e-3, warmup: float = 0.1,
+    colours: Sequence[str] = tuple(synthetic.COLOURS), shapes: Sequence[str] = synthetic.SHAPES,
+    words: Sequence[str] = synthetic.WORDS, per_kind: dict[str, int] | None = None, empty: int = 4,
+    eval_batches: int = 10, resize: str = "pad",
+) -> dict[str, float | int]:  # fmt: skip
     """Train the open_clip model in `init` (a `save_clip` directory) and save it to `output_dir` in the same layout.
 
     Trains for `steps` optimizer steps when given (then bit-reproducible for a given `seed` and thread count), else for
-    `seconds` of wall-clock time. Each step is one `make_batch`: `per_kind` referents of each kind (default: every
-    shape, colour and sign referent, 8 of the colour+shape groups and 4 of the pairs) and `empty` background crops.
-    AdamW's learning rate rises linearly to `lr` over the first `warmup` fraction of the run, then decays to zero.
-    `resize` is how crops are fitted to CLIP's square input (`ToolConfig.clip_resize`), in training and held-out
-    evaluation alike: the verifier that will score RL's crops must have been trained on crops fitted the same way.
-    Returns (and writes to `output_dir/training_metrics.json`) the held-out metrics of `retrieval_accuracy` on
-    `eval_batches` fresh batches, the mean loss of the first and last ten steps, the steps taken, the seconds and the
-    `clip_resize` used.
+    `seconds` of wall-clock time. Each step is one `make_batch`: `per_kind` referents of each kind (default: all of
+    the shape, colour and sign kinds, 8 groups, 4 pairs) and `empty` background crops. AdamW's learning rate rises
+    linearly to `lr` over the first `warmup` fraction of the run, then decays to zero. `resize` fits crops to CLIP's
+    input (`ToolConfig.clip_resize`), in training and evaluation alike, as the verifier will fit RL's crops. Returns
+    (and writes to `output_dir/training_metrics.json`) `retrieval_accuracy` on `eval_batches` fresh batches, the mean
+    loss of the first and last ten steps, the steps taken, the seconds and the `clip_resize` used.
     """
     config = json.loads((Path(init) / CLIP_CONFIG_NAME).read_text(encoding="utf-8"))
     model, preprocess, tokenizer = load_clip(init, resize=resize)  # the eval transform the verifier applies to crops
@@ -329,13 +278,10 @@ def train_clip(
     eval_rng = np.random.default_rng([seed, 1])
     held_out = [make_batch(pool, per_kind, empty, eval_rng, colours, shapes, words) for _ in range(eval_batches)]
     metrics: dict[str, float | int] = retrieval_accuracy(model, preprocess, tokenizer, held_out)
-    metrics |= {
-        "initial_loss": float(np.mean(losses[:10])),
-        "final_loss": float(np.mean(losses[-10:])),
-        "steps": len(losses),
-        "seconds": round(elapsed, 1),
-        "clip_resize": resize,
-    }
+    first, last = float(np.mean(losses[:10])), float(np.mean(losses[-10:]))
+    metrics |= dict(
+        initial_loss=first, final_loss=last, steps=len(losses), seconds=round(elapsed, 1), clip_resize=resize
+    )
     save_clip(model, output_dir, config["model_cfg"], config["preprocess_cfg"])
     (Path(output_dir) / METRICS_NAME).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     return metrics

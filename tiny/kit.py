@@ -1,18 +1,6 @@
-"""Build the tiny offline model kit that tests, CI and the demo run on instead of the real checkpoints.
-
-Every model here has the real architecture and file layout, so it goes through exactly the loading code the recipes
-use (`utils/models.py`); only the sizes shrink and the weights are random (seeded, so a rebuild is bit-identical):
-
-- `qwen2_5_vl/`: a ~300k-parameter `Qwen2_5_VLForConditionalGeneration` with its processor: a byte-level BPE
-  tokenizer trained here on the task's own text, Qwen2.5-VL's special tokens in Qwen's order, a pixel budget small
-  enough that a 448x448 image costs 16 tokens, and the repo's tool-calling chat template.
-- `qwen3_vl/`: a tiny `Qwen3VLForConditionalGeneration` with Qwen3-VL's own processor (`Qwen3VLProcessor`: 16-pixel
-  patches merged 2 x 2, so sides are multiples of 32; its video processor) and the same tokenizer and template. Where
-  Qwen3-VL's architecture differs, the tiny one does too: an explicit head size (32, which vLLM's CPU attention
-  accepts) unequal to hidden size / heads (16), interleaved multimodal rotary positions, a learned vision position
-  grid, and a deepstack merger feeding a vision layer's features into the first decoder layer.
-- `clip/`: a small open_clip `CLIP` in the `local-dir:` format (`open_clip_config.json` + weights) for the verifier.
-- `text_encoder/`: a tiny `Qwen2Model` with the same tokenizer, for step embeddings.
+"""Build the tiny offline model kit that tests, CI and the demo run on instead of the real checkpoints
+(`docs/demo.md`, "The tiny kit"): the real architectures and file layouts, so the recipes' loading code
+(`utils/models.py`) runs unchanged, with small sizes and seeded random weights (a rebuild is bit-identical).
 
     python -m scripts.build_tiny_kit --output_dir outputs/tiny [--seed 0]   (make tiny)
 """
@@ -57,35 +45,23 @@ MAX_POSITIONS = 4096  # room for multi-turn rollouts with several images
 MIN_PIXELS, MAX_PIXELS = 28 * 28 * 4, 28 * 28 * 16  # a 448x448 image becomes 112x112: an 8x8 patch grid, 16 tokens
 # Qwen3-VL: 16-pixel patches merged 2 x 2, so a 448x448 image becomes 128x128, also 16 tokens.
 QWEN3_MIN_PIXELS, QWEN3_MAX_PIXELS = 32 * 32 * 4, 32 * 32 * 16
+# The text towers' common sizes (hidden 64, 2 layers).
+TEXT_SIZES = dict(
+    vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    max_position_embeddings=MAX_POSITIONS,
+)  # fmt: skip
 
 # Qwen2.5-VL's added tokens in its own id order. The first 14 are special; the rest are not, so `<tool_call>` survives
 # `skip_special_tokens=True` decoding, which is what tool-call parsing reads.
 SPECIAL_TOKENS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-]
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
+    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+    "<|image_pad|>", "<|video_pad|>",
+]  # fmt: skip
 NON_SPECIAL_TOKENS = [
-    "<tool_call>",
-    "</tool_call>",
-    "<|fim_prefix|>",
-    "<|fim_middle|>",
-    "<|fim_suffix|>",
-    "<|fim_pad|>",
-    "<|repo_name|>",
-    "<|file_sep|>",
-]
+    "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+    "<|repo_name|>", "<|file_sep|>",
+]  # fmt: skip
 ADDED_TOKENS = SPECIAL_TOKENS + NON_SPECIAL_TOKENS
 
 COLOURS = ["red", "green", "blue", "yellow", "orange", "purple", "black", "white", "gray", "brown", "pink", "cyan"]
@@ -100,13 +76,8 @@ PLACES = ["top left", "top right", "bottom left", "bottom right", "center", "lef
 
 def kit_paths(output_dir: str | Path) -> dict[str, Path]:
     """Where `build_tiny_kit` puts each model, without building anything (a built kit is found by these paths)."""
-    root = Path(output_dir)
-    return {
-        "policy": root / "qwen2_5_vl",
-        "qwen3_vl": root / "qwen3_vl",
-        "clip": root / "clip",
-        "text_encoder": root / "text_encoder",
-    }
+    folders = {"policy": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "clip": "clip", "text_encoder": "text_encoder"}
+    return {name: Path(output_dir) / folder for name, folder in folders.items()}
 
 
 def tokenizer_corpus() -> list[str]:
@@ -177,108 +148,60 @@ def build_tokenizer() -> Qwen2Tokenizer:
     return tokenizer
 
 
-def build_policy(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -> None:
-    """A tiny Qwen2.5-VL (real architecture, random weights) and its processor, saved as a hub checkpoint would be."""
-    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in ADDED_TOKENS}
-    eos, pad = ids["<|im_end|>"], ids["<|endoftext|>"]
-    config = Qwen2_5_VLConfig(
-        text_config={
-            "vocab_size": VOCAB_SIZE,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            # head_dim 32: vLLM's CPU attention rejects 16 (real vLLM runs on this kit in CI); 2 query heads per KV
-            # head, grouped-query attention as in every Qwen2.5-VL.
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "max_position_embeddings": MAX_POSITIONS,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 6, 6]},  # = head_dim/2
-            "bos_token_id": pad,
-            "eos_token_id": eos,
-            "pad_token_id": pad,
-        },
-        vision_config={
-            "depth": 2,
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_heads": 2,
-            "patch_size": 14,
-            "spatial_merge_size": 2,
-            "window_size": 56,  # 2x2 merged patches per window, so the windowed-attention path is exercised
-            "fullatt_block_indexes": [1],
-            "out_hidden_size": 64,
-        },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
+def _build_vl(output_dir: Path, seed: int, model_cls, config_cls, text: dict, vision: dict, processor) -> None:
+    """A tiny VL model of `model_cls` (real architecture, random weights; `TEXT_SIZES` plus `text`, and `vision`)
+    saved with `processor` (and its tokenizer) as a hub checkpoint would be."""
+    tokenizer = processor.tokenizer
+    pad, eos, ids = tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids
+    config = config_cls(
+        text_config=TEXT_SIZES | text | {"bos_token_id": pad, "eos_token_id": eos, "pad_token_id": pad},
+        vision_config=vision,
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
     )
     torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(config)
+    model = model_cls(config)
     model.generation_config = GenerationConfig(bos_token_id=pad, eos_token_id=[eos, pad], pad_token_id=pad)
     model.save_pretrained(output_dir)
+    processor.save_pretrained(output_dir)
 
+
+def build_policy(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -> None:
+    """A tiny Qwen2.5-VL and its processor."""
+    # head_dim 32: vLLM's CPU attention rejects 16 (real vLLM runs on this kit in CI); 2 query heads per KV head,
+    # grouped-query attention as in every Qwen2.5-VL. mrope_section sums to head_dim / 2.
+    rope = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 6, 6]}
+    text = {"num_attention_heads": 2, "num_key_value_heads": 1, "rope_parameters": rope}
+    vision = {
+        "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 14,
+        "spatial_merge_size": 2, "out_hidden_size": 64, "fullatt_block_indexes": [1],
+        "window_size": 56,  # 2x2 merged patches per window, so the windowed-attention path is exercised
+    }  # fmt: skip
     processor = Qwen2_5_VLProcessor(
         image_processor=Qwen2VLImageProcessor(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS),
         tokenizer=tokenizer,
         video_processor=Qwen2VLVideoProcessor(),
         chat_template=tokenizer.chat_template,
     )
-    processor.save_pretrained(output_dir)
+    _build_vl(output_dir, seed, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLConfig, text, vision, processor)
 
 
 def build_qwen3_vl(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -> None:
-    """A tiny Qwen3-VL (real architecture, random weights) and its own processor, saved as a hub checkpoint would be.
-
-    Sizes follow the Qwen2.5-VL one's; its fields are those of Qwen3-VL-8B's `config.json`
-    (`recipes/model_configs/Qwen3-VL-8B-Instruct`), shrunk."""
-    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in ADDED_TOKENS}
-    eos, pad = ids["<|im_end|>"], ids["<|endoftext|>"]
-    config = Qwen3VLConfig(
-        text_config={
-            "vocab_size": VOCAB_SIZE,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            # Qwen3 states its head size: 32 (vLLM's CPU attention rejects 16), twice hidden_size / heads, so a
-            # reader that derives it from the hidden size (the memory estimator, vLLM's loader) is caught out here.
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "head_dim": 32,
-            "max_position_embeddings": MAX_POSITIONS,
-            # Interleaved multimodal rotary positions, Qwen3-VL's: the 8B's [24, 20, 20] of 64 scaled to head_dim / 2.
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": 5e6,
-                "mrope_section": [6, 5, 5],
-                "mrope_interleaved": True,
-            },
-            "bos_token_id": pad,
-            "eos_token_id": eos,
-            "pad_token_id": pad,
-        },
-        vision_config={
-            "depth": 2,
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_heads": 2,
-            "patch_size": 16,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-            "out_hidden_size": 64,
-            "num_position_embeddings": 64,  # an 8x8 learned grid, resampled to each image's patch grid
-            "deepstack_visual_indexes": [0],  # the first vision layer's features join the first decoder layer
-        },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-    )
-    torch.manual_seed(seed)
-    model = Qwen3VLForConditionalGeneration(config)
-    model.generation_config = GenerationConfig(bos_token_id=pad, eos_token_id=[eos, pad], pad_token_id=pad)
-    model.save_pretrained(output_dir)
-
+    """A tiny Qwen3-VL and its own processor: sizes as the Qwen2.5-VL one's, fields those of Qwen3-VL-8B's
+    `config.json` (`recipes/model_configs/Qwen3-VL-8B-Instruct`), shrunk."""
+    # Qwen3 states its head size: 32 (vLLM's CPU attention rejects 16), twice hidden_size / heads, so a reader that
+    # derives it from the hidden size (the memory estimator, vLLM's loader) is caught out here. Interleaved multimodal
+    # rotary positions, Qwen3-VL's: the 8B's [24, 20, 20] of 64 scaled to head_dim / 2.
+    rope = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [6, 5, 5], "mrope_interleaved": True}
+    text = {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "rope_parameters": rope}
+    vision = {
+        "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 16,
+        "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 64,
+        "num_position_embeddings": 64,  # an 8x8 learned grid, resampled to each image's patch grid
+        "deepstack_visual_indexes": [0],  # the first vision layer's features join the first decoder layer
+    }  # fmt: skip
     budget = {"shortest_edge": QWEN3_MIN_PIXELS, "longest_edge": QWEN3_MAX_PIXELS}
     processor = Qwen3VLProcessor(
         # Qwen3-VL's image processor is Qwen2-VL's with 16-pixel patches and mean/std 0.5 (its preprocessor_config).
@@ -291,7 +214,7 @@ def build_qwen3_vl(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -> No
         video_processor=Qwen3VLVideoProcessor(size=budget, max_video_tokens=16),
         chat_template=tokenizer.chat_template,
     )
-    processor.save_pretrained(output_dir)
+    _build_vl(output_dir, seed, Qwen3VLForConditionalGeneration, Qwen3VLConfig, text, vision, processor)
 
 
 def build_clip(output_dir: Path, seed: int) -> None:
@@ -308,19 +231,11 @@ def build_clip(output_dir: Path, seed: int) -> None:
 
 def build_text_encoder(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -> None:
     """A tiny `Qwen2Model` sharing the policy's tokenizer, standing in for a real text-embedding model."""
-    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id
     config = Qwen2Config(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=MAX_POSITIONS,
-        bos_token_id=pad,
-        eos_token_id=eos,
-        pad_token_id=pad,
-    )
+        **TEXT_SIZES, num_attention_heads=4, num_key_value_heads=2, bos_token_id=pad,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=pad,
+    )  # fmt: skip
     torch.manual_seed(seed)
     Qwen2Model(config).save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)

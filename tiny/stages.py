@@ -1,13 +1,7 @@
-"""The demo's stages as functions, shared by `scripts/demo.py` and the research package, and the summaries and
-zero-signal warnings they report.
-
-Each stage runs what a user would: the tiny CLIP's training (`tiny.clip`), the synthetic data of the tiny recipes'
-world, `sft.py` and `rl.py` in processes of their own with their recipes and a few overrides (exactly as `make sft
-ARGS=...` / `make rl ARGS=...`), and the evaluation `make eval` runs (`evaluation.run`).
-
-A tiny run can look fine while measuring nothing: accuracy at chance, no valid zoom-in call, R_sem zero throughout.
-So every evaluated stage reports its accuracy beside the chance level of the same rows, per question type, and
-`signal_warnings` names each stage whose signal was zero.
+"""The demo's stages as functions, shared by `scripts/demo.py` and the research package: each runs what a user would
+(`make clip`, the tiny recipes' data, `make sft` / `make rl` in processes of their own, `make eval`). A tiny run can
+look fine while measuring nothing, so each evaluated stage reports the chance level of its own rows beside its
+accuracy, and `signal_warnings` names each stage whose signal was zero.
 """
 
 from __future__ import annotations
@@ -28,9 +22,9 @@ from trl import ModelConfig, SFTConfig
 
 from configs import EvalArguments, MAPOConfig, ScriptArguments, ToolConfig, TrajectoryArguments
 from data import synthetic_world
-from data.benchmarks import mean
 from data.synthetic import build_synthetic, chance_accuracy
-from evaluation.run import read_samples, run_evaluation
+from evaluation.metrics import mean
+from evaluation.run import ROLLOUT_FIELDS, SAMPLES_FILE, read_samples, run_evaluation
 from rewards import REWARDS
 from tiny.clip import train_clip
 from tiny.kit import build_tiny_kit, kit_paths
@@ -38,44 +32,17 @@ from utils.recipes import load_recipe, parse_args_and_record
 
 REPO = Path(__file__).resolve().parents[1]
 KIT_DIR = Path("outputs/tiny")
-
-
 SFT_RECIPE = "recipes/tiny/sft/config_sft.yaml"
-
-
 RL_RECIPE = "recipes/tiny/rl/config_mapo.yaml"
-
-
 SFT_TYPES = (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig)  # what sft.py parses
 RL_TYPES = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)  # what rl.py parses
 TRAINER_STATE = "trainer_state.json"  # `Trainer.save_state`'s file, which `utils.policy.save_outputs` writes
-
-
-SUMMARY_KEYS = (
-    "accuracy",
-    "tool_call_rate",
-    "valid_call_rate",
-    "box_contains_target",
-    "mean_z",
-    "gap_rate",
-    "calls_per_sample",
-)
-
-
-SAMPLES_FILE = "samples.jsonl"  # evaluate.run_evaluation's per-sample records, in its output_dir
-
-
+SUMMARY_KEYS = ("accuracy", "tool_call_rate", "valid_call_rate", "box_contains_target", "mean_z", "gap_rate",
+                "calls_per_sample")  # fmt: skip
 # TRL logs each reward function under its own name; the tiny recipe's only outcome reward is `gated_outcome`, 1 when
 # the answer is correct *and* every turn is well formed, so its batch mean is the rollouts' (format-gated) accuracy.
 ACCURACY_KEY = f"rewards/{REWARDS['gated_outcome'].__name__}/mean"
-
-
 SEMANTIC_KEY = "rewards/semantic/mean"  # MAPOTrainer logs R_sem at every training step, whatever the estimator
-
-
-def _valid_rate(error_rate: float) -> float:
-    return 1.0 - error_rate
-
 
 # One RL step's figures by name: the `log_history` key each comes from and, optionally, how it is derived. A key TRL
 # did not log at a step gives None, never 0: no zoom-in call means no z_t and no error rate (`semantic/z_mean`,
@@ -85,7 +52,7 @@ STEP_METRICS: StepMetrics = {
     "r_sem": (SEMANTIC_KEY, None),
     "z_mean": ("semantic/z_mean", None),
     "calls_per_rollout": ("tools/zoom_calls_per_rollout", None),
-    "valid_call_rate": ("tools/zoom_error_rate", _valid_rate),
+    "valid_call_rate": ("tools/zoom_error_rate", lambda error_rate: 1.0 - error_rate),
     "accuracy": (ACCURACY_KEY, None),
     "reward_std": ("reward_std", None),
     "advantage_std": ("mapo/advantage_std", None),
@@ -105,11 +72,6 @@ def flags(**values) -> list[str]:
     return out
 
 
-def parse_recipe(dataclasses: tuple, recipe: str, **overrides) -> tuple:
-    """Parse `recipe` exactly as the entry script does, with `--key value` overrides."""
-    return parse_args_and_record(dataclasses, ["--config", recipe, *flags(**overrides)])
-
-
 def tiny_kit(kit_dir: Path = KIT_DIR) -> dict[str, Path]:
     """The tiny offline models (`make tiny`), built on first use."""
     return kit_paths(kit_dir) if (kit_dir / ".built").exists() else build_tiny_kit(kit_dir)
@@ -125,7 +87,7 @@ def train_verifier(output_dir: Path, kit: dict[str, Path], steps: int, recipe: s
 def recipe_world(recipe: str = SFT_RECIPE) -> dict[str, Any]:
     """`build_synthetic`'s world keywords from `recipe`, parsed as `make sft` parses it (`data.synthetic_world`):
     the demo's data is what `make sft` on that recipe would generate."""
-    return synthetic_world(parse_recipe(SFT_TYPES, recipe)[0])
+    return synthetic_world(parse_args_and_record(SFT_TYPES, ["--config", recipe])[0])
 
 
 def make_data(data_dir: Path, train_rows: int, test_rows: int, seed: int = 0, **world) -> Path:
@@ -146,25 +108,15 @@ def run_entry(script: str, argv: Sequence[str]) -> None:
     subprocess.run([sys.executable, str(REPO / script), *map(str, argv)], check=True, cwd=REPO)
 
 
-def sft_argv(model: str | Path, data_dir: Path, output_dir: Path, steps: int, **overrides) -> list[str]:
-    """`sft.py`'s command line: the tiny SFT recipe from `model` on `data_dir`'s train split, into `output_dir`."""
-    fields = dict(model_name_or_path=model, dataset_name=data_dir, output_dir=output_dir, max_steps=steps)
-    return ["--config", SFT_RECIPE, *flags(**fields, **overrides)]
-
-
 def run_sft(model: str | Path, data_dir: Path, output_dir: Path, steps: int, **overrides) -> None:
-    """`make sft` (the tiny recipe) from `model` on `data_dir`'s train split, into `output_dir`."""
-    run_entry("sft.py", sft_argv(model, data_dir, output_dir, steps, **overrides))
+    """`make sft` (the tiny recipe, `--key value` overrides) from `model` on `data_dir`'s train split, into
+    `output_dir`."""
+    fields = dict(model_name_or_path=model, dataset_name=data_dir, output_dir=output_dir, max_steps=steps)
+    run_entry("sft.py", ["--config", SFT_RECIPE, *flags(**fields, **overrides)])
 
 
 def rl_argv(
-    model: str | Path,
-    data_dir: Path,
-    clip: Path,
-    output_dir: Path,
-    steps: int,
-    recipe: str = RL_RECIPE,
-    **overrides,
+    model: str | Path, data_dir: Path, clip: Path, output_dir: Path, steps: int, recipe: str = RL_RECIPE, **overrides
 ) -> list[str]:
     """`rl.py`'s command line: `recipe` (the tiny RL recipe) from `model` on `data_dir`, scored by `clip`, with
     `--key value` overrides (any recipe field)."""
@@ -175,8 +127,7 @@ def rl_argv(
 
 
 def rl_args(argv: Sequence[str]) -> tuple:
-    """`rl.py`'s parsed arguments (`ScriptArguments`, `MAPOConfig`, `ModelConfig`, `ToolConfig`) for `argv`, parsed
-    exactly as `rl.py` parses them."""
+    """`rl.py`'s parsed arguments (`RL_TYPES`) for `argv`, parsed exactly as `rl.py` parses them."""
     return parse_args_and_record(RL_TYPES, list(map(str, argv)))
 
 
@@ -188,34 +139,20 @@ def run_rl(argv: Sequence[str]) -> list[dict]:
 
 
 def rollout_budget(recipe: str = RL_RECIPE) -> dict[str, Any]:
-    """An RL recipe's rollout budget (the tiny one's by default). Evaluation replays a checkpoint's own (its RL
-    record), but the untrained policy and the SFT checkpoint have none yet, so they are evaluated under the budget RL
-    will train with."""
+    """An RL recipe's rollout budget (the tiny one's by default), for evaluating checkpoints that record none yet (the
+    untrained policy, SFT's) under the budget RL will train with."""
     values = load_recipe(recipe).values
-    return {key: values[key] for key in ("max_completion_length", "max_tool_calling_iterations")}
+    return {key: values[key] for key in ROLLOUT_FIELDS}
 
 
 def evaluate(model: str | Path, data: str | Path, output_dir: Path, limit: int, **overrides) -> dict:
     """`make eval` on the synthetic test split; tool settings and rollout budget come from the checkpoint's record.
-
-    `output_dir` starts empty: evaluation resumes a folder whose settings match, and a pipeline rerun retrains the
-    checkpoint at the same path, so resuming would mix the old model's samples into the new one's metrics.
-    """
+    `output_dir` starts empty: a rerun retrains the checkpoint at the same path, and resuming would mix the old model's
+    samples into the new one's metrics."""
     shutil.rmtree(output_dir, ignore_errors=True)
-    args = parse_args_and_record(
-        (EvalArguments, ToolConfig),
-        flags(
-            model_name_or_path=model,
-            benchmark="synthetic",
-            data_path=data,
-            split="test",
-            output_dir=output_dir,
-            limit=limit,
-            dtype="float32",
-            **overrides,
-        ),
-    )
-    return run_evaluation(*args)
+    fields = dict(model_name_or_path=model, benchmark="synthetic", data_path=data, split="test", output_dir=output_dir)
+    argv = flags(**fields, limit=limit, dtype="float32", **overrides)
+    return run_evaluation(*parse_args_and_record((EvalArguments, ToolConfig), argv))
 
 
 T = TypeVar("T")
@@ -240,9 +177,8 @@ class Stages:
 
 
 def chance_by_source(records: Iterable[dict]) -> tuple[float | None, dict[str, float]]:
-    """Chance accuracy of evaluated rows (`source`, `options`), overall and per source: the mean over those rows of
-    `data.synthetic.chance_accuracy`, so it matches the very rows the accuracy was measured on (a few test rows can
-    hold more multiple-choice or open questions than the generator's mix)."""
+    """Chance accuracy of evaluated rows (`source`, `options`), overall and per source: the mean of
+    `data.synthetic.chance_accuracy` over the very rows the accuracy was measured on, not the generator's mix."""
     by_source = defaultdict(list)
     for record in records:
         by_source[record["source"]].append(chance_accuracy(record["source"], record["options"]))
@@ -301,13 +237,9 @@ def rl_overview(steps: Sequence[dict]) -> dict:
 
 
 def signal_warnings(summary: dict) -> list[str]:
-    """The stages of `summary` whose signal was zero, one sentence each; empty when every stage measured something.
-
-    Reads `summary["eval"]` (stage -> `eval_summary`) and `summary["rl_steps"]` (`rl_step_log`), either may be absent.
-    An evaluated stage with no valid zoom-in call has no z_t, so its tool metrics measure nothing. RL whose R_sem was
-    zero (or had no scored call, hence no z_t) at every step gave MAPO's semantic term nothing to work with; RL with no
-    zoom-in call in any step trained no tool use at all.
-    """
+    """The stages of `summary` whose signal was zero, one sentence each: an evaluated stage with no valid zoom-in call
+    (no z_t), RL whose R_sem was zero or unscored at every step, RL with no zoom-in call at all. Reads
+    `summary["eval"]` (stage -> `eval_summary`) and `summary["rl_steps"]` (`rl_step_log`), either may be absent."""
     warnings = []
     for stage, metrics in summary.get("eval", {}).items():
         if not metrics.get("valid_call_rate"):
@@ -329,8 +261,8 @@ VERDICT_HEADING = "## What it shows"
 
 
 def experiment_verdict(report: Path = EXPERIMENT_REPORT) -> list[str]:
-    """The generated "What it shows" bullets of `make experiment`'s report (`research/reports/experiment.md`): what the demo prints
-    about whether MAPO's signal acts, from the one place the experiment writes it. Empty without a report."""
+    """The generated "What it shows" bullets of `make experiment`'s report (`EXPERIMENT_REPORT`), which the demo
+    prints: whether MAPO's signal acts, from the one place the experiment writes it. Empty without a report."""
     if not report.exists():
         return []
     text = report.read_text(encoding="utf-8")
@@ -345,9 +277,5 @@ def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train_rows", type=int, default=1024)
     parser.add_argument("--test_rows", type=int, default=32)
     parser.add_argument("--clip_steps", type=int, default=300, help="~1 min on 2 idle cores; reproducible")
-    parser.add_argument(
-        "--sft_steps",
-        type=int,
-        default=900,
-        help="batches of 8 (the recipe's); fewer, and boxes miss the named cell more often",
-    )
+    sft_steps_help = "batches of 8 (the recipe's); fewer, and boxes miss the named cell more often"
+    parser.add_argument("--sft_steps", type=int, default=900, help=sft_steps_help)

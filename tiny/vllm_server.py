@@ -1,16 +1,11 @@
 """`trl vllm-serve` on CPU with the tiny kit: how the tests start it, and the one piece of server mode a CPU lacks.
 
-TRL 1.16 pushes the trainer's weights to the server over vLLM's NCCL weight-transfer engine; vLLM 0.31 has no
-transfer backend without CUDA (nccl, sparse_nccl and nccl_m2n use NCCL, ipc CUDA IPC, sharded_rdt Ray and CUDA
-streams). `disk_weight_transfer` replaces that transport, and only that: TRL still walks and gathers the parameters
-(`VLLMGeneration.sync_weights`), and the server still loads them into its running engine, from a safetensors file
-through its own `reload_weights` (the dev-mode `/collective_rpc` endpoint `trl vllm-serve` enables). Everything else
-(the image features, generation, the prefix-cache reset, and the encoder-cache reset `MAPOTrainer` makes after every
-sync, `repairs.vllm_images.reset_encoder_cache_after_sync`) goes to the real server as on a GPU node.
-
-The stand-in does not reset the encoder cache itself: `reload_weights` clears the worker's encoder cache but not the
-scheduler's, so without the production reset the next request holding an already-seen image kills the engine
-("Encoder cache miss"), and the server tests fail.
+TRL 1.16 pushes the trainer's weights over vLLM's NCCL weight-transfer engine; vLLM 0.31 has no transfer backend
+without CUDA (nccl, sparse_nccl and nccl_m2n use NCCL, ipc CUDA IPC, sharded_rdt Ray and CUDA streams).
+`disk_weight_transfer` replaces that transport, and only that: TRL still gathers the parameters, the server loads them
+through its own `reload_weights` (the dev-mode `/collective_rpc`), and everything else goes to the real server as on a
+GPU node (docs/vllm.md). It makes no encoder-cache reset itself: `reload_weights` clears the worker's encoder cache but
+not the scheduler's, so without the trainer's own reset the server tests die ("Encoder cache miss").
 """
 
 from __future__ import annotations
