@@ -1,14 +1,7 @@
 """HPO, the step-level advantage estimator (Hindsight Policy Optimization, Li et al., section 4.3), for `MAPOTrainer`
-(`advantage_estimator: hpo | mapo+hpo`).
-
-- `transport`: Kantorovich potentials of W1 (eq. 1-2, 13-14; POT's exact solver or the authors' geomloss Sinkhorn)
-  and a group's step weights (eq. 16's numerator), pure;
-- `advantages`: online and offline hindsight groups with their fallbacks, eq. 16's normalisation, eq. 17's mix,
-  the spread over tokens, pure;
-- `steps`: a TRL rollout's steps and the text encoder of the intent space;
-- `estimator`: `HPOAdvantages`, the trainer's wiring over one generation batch.
-
-The derivation, the authors' code each choice follows and how this differs from both: `docs/method.md`.
+(`advantage_estimator: hpo | mapo+hpo`): `transport` (W1's Kantorovich potentials, eq. 13-14) and `advantages`
+(eq. 16-17), both pure; `steps` (a rollout's steps, their text encoder); `estimator` (the trainer's wiring). The
+derivation, the authors' code each choice follows and how this differs from both: `docs/method.md`.
 """
 
 from hpo.advantages import (
@@ -16,8 +9,6 @@ from hpo.advantages import (
     MAX_OFF_TRAJECTORIES,
     MIN_NEGATIVE_STEPS,
     MIN_POSITIVE_STEPS,
-    GroupStepAdvantages,
-    StepAdvantageBatch,
     broadcast_to_tokens,
     combine_advantages,
     normalize_step_advantages,
@@ -36,9 +27,7 @@ __all__ = [
     "MAX_OFF_TRAJECTORIES",
     "MIN_NEGATIVE_STEPS",
     "MIN_POSITIVE_STEPS",
-    "GroupStepAdvantages",
     "HPOAdvantages",
-    "StepAdvantageBatch",
     "StepEncoder",
     "broadcast_to_tokens",
     "combine_advantages",

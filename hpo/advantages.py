@@ -1,7 +1,6 @@
-"""HPO's step advantages, pure (Hindsight Policy Optimization, section 4.3): per group, the step weights against a
-hindsight set (online: the group's own successful steps; offline: stored successful trajectories) or a fallback
-with its reasons; eq. 16's batch normalisation and clip; eq. 17's mix with the episode advantage; and the step values
-spread over a completion's tokens. [paper] / [code] marks say which of the authors' texts each choice follows.
+"""HPO's step advantages, pure (section 4.3): per group, step weights against a hindsight set (online: the group's
+own successful steps; offline: stored successful trajectories) or a fallback; eq. 16's batch normalisation, eq. 17's
+mix, the spread over tokens. [paper] / [code] say which of the authors' texts each choice follows.
 """
 
 from __future__ import annotations
@@ -32,14 +31,10 @@ FALLBACK_REASONS = (
 
 @dataclass(frozen=True)
 class GroupStepAdvantages:
-    """One group's step weights before batch normalisation.
-
-    `raw` (n,) float64 is `potential_step_weights` of the group, zeros when `fallback`; `step_index` (n,) int64
-    the step of each policy point (0 = prompt segment); `scale` the factor applied after normalisation (online:
-    positive-step ratio, offline: n_off / max_off); `mode` "online" or "offline" (it picks the default clip);
-    `fallback` says the group gets no step advantage (A_S = 0), `reasons` why as `FALLBACK_REASONS` codes and
-    `reason` in words. Embeddings are used as float64 on the CPU whatever their dtype and device.
-    """
+    """One group's step weights before batch normalisation: `raw` (n,) float64, `potential_step_weights` (zeros for a
+    `fallback`, which gets A_S = 0: `reasons` as `FALLBACK_REASONS` codes, `reason` in words); `step_index` (n,) each
+    point's step (0 = prompt segment); `scale`, applied after normalisation (online: positive-step ratio, offline:
+    n_off / max_off); `mode` "online" or "offline" (it picks the clip)."""
 
     raw: torch.Tensor
     step_index: torch.Tensor
@@ -56,12 +51,8 @@ class GroupStepAdvantages:
 def online_fallback_reason(
     n_positive: int, n_negative: int, min_positive: int = MIN_POSITIVE_STEPS, min_negative: int = MIN_NEGATIVE_STEPS
 ) -> dict[str, str]:
-    """Why an online group gets no step advantage, `{reason code: words}`, empty when it is eligible.
-
-    [code] A group is used only with >= 4 steps from successful rollouts and >= 4 from failed ones, steps counted
-    as the code splits them (step 0, the prompt segment, included). The paper only says online hindsight sets
-    fluctuate (section 5.2).
-    """
+    """Why an online group gets no step advantage, `{reason code: words}`, empty when it is eligible. [code] >= 4
+    steps of successful rollouts and >= 4 of failed ones, step 0 included; the paper only says they fluctuate (5.2)."""
     reasons = {}
     if n_positive < min_positive:
         reasons["too_few_positive"] = f"{n_positive} positive steps < {min_positive}"
@@ -115,19 +106,10 @@ def _group_result(
 
 def unscorable_group(mode: str) -> GroupStepAdvantages:
     """A group none of whose rollouts could be scored (every outcome reward None): no points, no step advantage.
-
-    Unscorable rollouts are left out of their group altogether, neither in its policy cloud, nor in its hindsight
-    set, nor in the batch std, and get advantage 0, as stock GRPO gives them; a group with no other rollout is this.
-    """
-    return GroupStepAdvantages(
-        raw=torch.zeros(0, dtype=torch.float64),
-        step_index=torch.zeros(0, dtype=torch.int64),
-        scale=0.0,
-        mode=mode,
-        fallback=True,
-        reason="no rollout of the group could be scored",
-        reasons=("no_scorable_rollout",),
-    )
+    Unscorable rollouts are left out of their group's clouds and the batch std, and get advantage 0, as in GRPO."""
+    reasons = {"no_scorable_rollout": "no rollout of the group could be scored"}
+    empty = torch.zeros(0, 1, dtype=torch.float64)
+    return _group_result(empty, empty, torch.zeros(0, dtype=torch.int64), 0.0, mode, reasons, 0, "exact")
 
 
 def online_group_step_advantages(
@@ -140,18 +122,12 @@ def online_group_step_advantages(
     min_negative: int = MIN_NEGATIVE_STEPS,
     solver: str = "exact",
 ) -> GroupStepAdvantages:
-    """Online HPO for one prompt: the hindsight set is the group's own steps from successful rollouts.
+    """Online HPO for one prompt: the hindsight set is the group's own steps of successful rollouts [paper eq. 12], a
+    subset of the policy cloud [code]; `scale` is the positive-step ratio n_pos / n [code].
 
-    Args:
-        policy_emb: (n, d) embeddings of every step of every rollout of the prompt (step 0 included if embedded).
-        rollout_index: (n,) which rollout, in [0, G), each step belongs to.
-        step_index: (n,) step of each point in its rollout; 0 = prompt segment, zeroed after normalisation.
-        rollout_success: (G,) bool, or 0/1 numbers. [code] success is an outcome score of exactly 1.
-        min_positive, min_negative: the eligibility rule of `online_fallback_reason`.
-        solver: `potential_step_weights`' "exact" or "geomloss".
-
-    [paper eq. 12] the hindsight set is the steps of successful trajectories. [code] they are a subset of the policy
-    cloud (the policy cloud holds all steps of all rollouts), and `scale` is the positive-step ratio n_pos / n.
+    `policy_emb` (n, d): every step of every rollout (step 0, the prompt segment, zeroed after normalisation);
+    `rollout_index` (n,) in [0, G); `step_index` (n,); `rollout_success` (G,) bool or 0/1 ([code] an outcome of
+    exactly 1); `min_positive`, `min_negative`: `online_fallback_reason`; `solver`: `potential_step_weights`'.
     """
     emb, steps = _group_inputs(policy_emb, step_index)
     roll = torch.as_tensor(rollout_index).detach().to(device="cpu", dtype=torch.int64)
@@ -167,11 +143,9 @@ def online_group_step_advantages(
     if ((roll < 0) | (roll >= success.numel())).any():
         raise ValueError(f"rollout_index must lie in [0, {success.numel()})")
     positive = success[roll]
-    n_pos = int(positive.sum())
-    n = emb.shape[0]
+    n_pos, n = int(positive.sum()), emb.shape[0]  # n >= 1 (`_group_inputs`)
     reason = _nonfinite_reason(policy_emb=emb) or online_fallback_reason(n_pos, n - n_pos, min_positive, min_negative)
-    scale = n_pos / n if n else 0.0
-    return _group_result(emb, emb[positive], steps, scale, "online", reason, n_pos, solver)
+    return _group_result(emb, emb[positive], steps, n_pos / n, "online", reason, n_pos, solver)
 
 
 def offline_group_step_advantages(
@@ -183,20 +157,11 @@ def offline_group_step_advantages(
     max_off_trajectories: int = MAX_OFF_TRAJECTORIES,
     solver: str = "exact",
 ) -> GroupStepAdvantages:
-    """Offline HPO for one prompt: the hindsight set is the steps of pre-collected successful trajectories.
+    """Offline HPO for one prompt: the hindsight set is the steps (`hindsight_emb`, (k, d)) of `n_off_trajectories`
+    pre-collected successful trajectories [paper 4.2]; none makes the group a fallback, else it is used [code].
 
-    Args:
-        policy_emb: (n, d) embeddings of every step of every rollout of the prompt.
-        step_index: (n,) step of each point; 0 = prompt segment, zeroed after normalisation.
-        hindsight_emb: (k, d) embeddings of the steps of the prompt's offline successful trajectories; k = 0 (or
-            n_off_trajectories = 0) makes the group a fallback.
-        n_off_trajectories: how many trajectories `hindsight_emb` comes from.
-        max_off_trajectories: [code] `max_off_num`; `scale` = min(n_off, max_off) / max_off, so prompts with fewer
-            offline successes weigh less. The code assumes the set is already capped; here the scale is capped.
-        solver: `potential_step_weights`' "exact" or "geomloss".
-
-    [paper section 4.2, "offline HPO"] rejection-sampled successes of the initial policy. [code] no eligibility
-    rule: every group with offline successes is used.
+    `scale` = min(n_off, max_off) / max_off [code `max_off_num`, which assumes a capped set; here the scale is
+    capped], so prompts with fewer offline successes weigh less. Other arguments: `online_group_step_advantages`.
     """
     emb, steps = _group_inputs(policy_emb, step_index)
     hind = torch.as_tensor(hindsight_emb).detach().to(device="cpu", dtype=torch.float64)
@@ -232,27 +197,19 @@ class StepAdvantageBatch:
         return sum(self.fallback)
 
 
-def normalize_step_advantages(
-    groups: Sequence[GroupStepAdvantages], *, clip: float | None = None, eps: float = STD_EPS, zero_step0: bool = True
-) -> StepAdvantageBatch:
-    """The batch-level part of eq. 16, as the authors' code does it.
-
-    A_S = clip(raw / (sigma + eps), -clip, clip) * scale, then 0 at step 0 and for fallback groups, where
+def normalize_step_advantages(groups: Sequence[GroupStepAdvantages]) -> StepAdvantageBatch:
+    """The batch-level part of eq. 16, as the authors' code does it: A_S = clip(raw / (sigma + eps), -c, c) * scale,
+    then 0 at step 0 and for fallback groups, where
     - sigma is the std (ddof=1) of the raw weights of all non-fallback groups together, step 0 included [code; the
-      paper's std(f*) does not say over what]. Each group's raw weights already have mean zero, so there is no
-      recentring [paper eq. 16 subtracts mean(-f*) per group; code: `all_w` centred per group, then `w * inv`];
-    - clip defaults to 1 for online and 5 for offline groups [code];
-    - scale is the group's positive-step ratio (online) or n_off / max_off (offline) [code];
+      paper's std(f*) does not say over what]; raw weights have mean zero per group already [code: `all_w`];
+    - c is 1 for online and 5 for offline groups [code], so a batch mixing them is refused;
     - step 0, the prompt segment, enters sigma but gets 0 [code: `step_returns[0]` stays 0];
     - if sigma = 0 (all raw weights are 0) the values are left unscaled and unclipped, i.e. 0 [code].
     """
-    if clip is None:
-        modes = {g.mode for g in groups}
-        if len(modes) > 1:
-            raise ValueError(f"groups mix modes {sorted(modes)}; pass clip explicitly")
-        clip = OFFLINE_CLIP if modes == {"offline"} else ONLINE_CLIP
-    if not clip > 0:
-        raise ValueError(f"clip must be > 0, got {clip}")
+    modes = {g.mode for g in groups}
+    if len(modes) > 1:
+        raise ValueError(f"groups mix modes {sorted(modes)}: one batch is online or offline")
+    clip = OFFLINE_CLIP if modes == {"offline"} else ONLINE_CLIP
     used = [g.raw for g in groups if not g.fallback]
     pooled = torch.cat(used) if used else torch.zeros(0, dtype=torch.float64)
     sigma = float(pooled.std(correction=1)) if pooled.numel() > 1 else 0.0
@@ -261,25 +218,19 @@ def normalize_step_advantages(
         if g.fallback:
             values.append(torch.zeros_like(g.raw))
             continue
-        v = (g.raw / (sigma + eps)).clamp(-clip, clip) if sigma > 0 else g.raw.clone()
-        v = v * g.scale
-        if zero_step0:
-            v[g.step_index == 0] = 0.0
+        v = (g.raw / (sigma + STD_EPS)).clamp(-clip, clip) * g.scale if sigma > 0 else g.raw.clone()
+        v[g.step_index == 0] = 0.0
         values.append(v)
-    return StepAdvantageBatch(values=values, sigma=sigma, clip=float(clip), fallback=[g.fallback for g in groups])
+    return StepAdvantageBatch(values=values, sigma=sigma, clip=clip, fallback=[g.fallback for g in groups])
 
 
 # ---------------------------------------------------------------------------------------- final advantage
 def combine_advantages(episode_adv, step_adv, omega: float, episode_only=None) -> torch.Tensor:
-    """Eq. 17: (A_E + omega * A_S) / (1 + omega) [paper; code `compute_otgrpo_outcome_advantage`].
+    """Eq. 17: (A_E + omega * A_S) / (1 + omega) [paper; code `compute_otgrpo_outcome_advantage`], omega >= 0.
 
-    Args:
-        episode_adv: A_E, (B,) per rollout or already the shape of `step_adv`.
-        step_adv: A_S, (B, S) per step (or (B, T) per token) or (B,).
-        omega: >= 0; 0 gives plain GRPO.
-        episode_only: optional bool, (B,) or the shape of `step_adv`: where True the result is A_E itself. The
-            authors' code has no such switch: a fallback group has A_S = 0 and so gets A_E / (1 + omega). Pass the
-            fallback flags here to fall back to the unscaled episode advantage instead.
+    `episode_adv` A_E is (B,) or the shape of `step_adv` A_S ((B, S) per step, (B, T) per token, or (B,)). Where the
+    optional bool `episode_only` ((B,) or A_S's shape) is True the result is A_E itself: the authors' code has no such
+    switch (a fallback's A_S = 0 gives A_E / (1 + omega)).
     """
     ea = torch.as_tensor(episode_adv)
     sa = torch.as_tensor(step_adv)
@@ -299,15 +250,9 @@ def combine_advantages(episode_adv, step_adv, omega: float, episode_only=None) -
 
 
 def broadcast_to_tokens(step_values, token_step_index) -> torch.Tensor:
-    """Per-token advantages: token t of row b gets `step_values[b][token_step_index[b, t]]`, or 0 where the index is -1.
-
-    Args:
-        step_values: (B, S) tensor, or a list of B 1-D tensors of different lengths (one value per step/turn).
-        token_step_index: (B, T) integers in [-1, S_b); -1 marks tokens of no step (prompt, padding, tool-response
-            tokens the caller does not assign): they get 0, and the loss masks them anyway [code: `valid = sidx >= 0`].
-
-    Returns (B, T) in the dtype of `step_values`, on the device of `token_step_index`.
-    """
+    """Per-token advantages (B, T), in `step_values`' dtype on `token_step_index`'s device: token t of row b gets
+    `step_values[b][token_step_index[b, t]]` ((B, S), or B 1-D tensors of different lengths), or 0 where the index is
+    -1 (no step: padding, tool responses; the loss masks them anyway [code: `valid = sidx >= 0`])."""
     idx = torch.as_tensor(token_step_index)
     if idx.dim() != 2:
         raise ValueError(f"token_step_index must be 2-D (rows, tokens), got shape {tuple(idx.shape)}")

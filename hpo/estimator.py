@@ -26,11 +26,8 @@ OFFLINE_CACHE_PROMPTS = 1024  # offline hindsight clouds kept embedded (least re
 
 
 class HPOAdvantages:
-    """HPO for `MAPOTrainer` (`advantage_estimator: hpo | mapo+hpo`): the text encoder of the intent space, the
-    offline hindsight cache, and eq. 17 over one generation batch (`__call__`).
-
-    `config` is the run's `configs.MAPOConfig` (its `hpo_*` fields).
-    """
+    """HPO for `MAPOTrainer`: the text encoder of the intent space, the offline hindsight cache, and eq. 17 over one
+    generation batch (`__call__`); `config` is the run's `configs.MAPOConfig` (its `hpo_*` fields)."""
 
     def __init__(self, config, device: torch.device | str = "cpu"):
         self.config = config
@@ -48,12 +45,10 @@ class HPOAdvantages:
         drop_token_ids: Sequence[int],
         process_index: int,
     ) -> tuple[torch.Tensor, dict[str, float], list[str]]:
-        """Per-token advantages (B, T) of this process's rollouts (eq. 17, A_E being `out["advantages"]`, TRL's GRPO
-        or MAPO advantage), the step's `hpo/*` metrics, and each gathered rollout's per-turn advantages as text.
-
-        `out` is `GRPOTrainer._generate_and_score_completions`' output, `outcome` R_out of the whole gathered batch.
-        Every process embeds its own rollouts' steps; the embeddings are gathered so that each group, possibly split
-        across processes, is transported whole, and every process computes the same batch statistics (eq. 16's std).
+        """Per-token advantages (B, T) of this process's rollouts (eq. 17, A_E being `out["advantages"]`), the step's
+        `hpo/*` metrics, and each gathered rollout's per-turn advantages as text. `out` is TRL's
+        `_generate_and_score_completions` output, `outcome` R_out of the whole gathered batch. Embeddings are gathered
+        so each group, possibly split across processes, is transported whole, with the same eq. 16 std everywhere.
         """
         args = self.config
         segments = step_segments(
@@ -133,9 +128,8 @@ class HPOAdvantages:
         return advantages.to(out["advantages"].dtype), metrics, turn_values
 
     def _offline_hindsight(self, trajectories, prompt_segment: str, row: int) -> tuple[torch.Tensor, int]:
-        """The offline hindsight cloud of one prompt (every step of its stored successful trajectories, the prompt
-        included), embedded once and kept for the `OFFLINE_CACHE_PROMPTS` most recently used prompts, and how many
-        trajectories it holds."""
+        """One prompt's offline hindsight cloud (every step of its stored successful trajectories, the prompt included;
+        texts embedded once, cached LRU) and how many trajectories it holds."""
         column = self.config.hpo_hindsight_column
         trajectories = [t for t in trajectories or [] if t]
         if not trajectories:

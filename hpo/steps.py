@@ -1,7 +1,5 @@
-"""The steps of a TRL rollout as HPO reads them (section 4.1: a step is an assistant turn, step 0 the prompt): each
-completion token's turn, the text of every step prefix, and the frozen text encoder that embeds them (the intent
-space of section 4.2).
-"""
+"""A TRL rollout's steps as HPO reads them (section 4.1: a step is an assistant turn, step 0 the prompt): each token's
+turn, each step's text, and the frozen text encoder that embeds them (the intent space of section 4.2)."""
 
 from __future__ import annotations
 
@@ -14,13 +12,8 @@ from utils.models import load_text_encoder
 
 
 def turn_index(completion_mask: torch.Tensor, tool_mask: torch.Tensor | None) -> torch.Tensor:
-    """(B, T) step of each completion token: j >= 1 for the tokens of assistant turn j, -1 for tool-response tokens
-    and padding.
-
-    A TRL completion is assistant turn 1, a tool response (`tool_mask` 0), turn 2, ...: the turns are the runs of
-    tokens with `completion_mask * tool_mask` = 1. Steps are assistant turns (paper section 4.1); step 0, the prompt,
-    has no completion tokens.
-    """
+    """(B, T) step of each completion token: j >= 1 for assistant turn j (the j-th run of tokens with
+    `completion_mask * tool_mask` = 1), -1 for tool-response tokens and padding."""
     kept = completion_mask.bool() if tool_mask is None else (completion_mask * tool_mask).bool()
     starts = kept & ~torch.nn.functional.pad(kept, (1, 0))[:, :-1]
     index = torch.cumsum(starts.long(), dim=1)
@@ -36,13 +29,10 @@ def step_segments(
     tool_mask: torch.Tensor | None,
     drop_token_ids: Sequence[int] = (),
 ) -> list[list[str]]:
-    """The text of each step of each rollout: `[prompt, segment 1, ..., segment T]` per row.
-
-    Segment j is what the rollout added between the end of turn j - 1 and the end of turn j: the tool response to
-    turn j - 1 (if any), then turn j itself. Concatenated, segments 0..j are the history up to step j plus its action
-    text, the state-action pair HPO embeds (section 4.2; the authors' code also appends the observation that follows
-    the action, which here is an image the text encoder cannot read). `drop_token_ids` (the image pads) are removed
-    before decoding: a text encoder reads thousands of `<|image_pad|>` as noise.
+    """Per row, `[prompt, segment 1, ..., segment T]`: segment j is the tool response to turn j - 1 (if any), then
+    turn j. Segments 0..j are the history up to step j plus its action, the state-action pair HPO embeds (section 4.2;
+    the authors' code also appends the observation that follows, here an image the text encoder cannot read).
+    `drop_token_ids` (the image pads, noise to a text encoder) are removed before decoding.
     """
     drop = torch.tensor(list(drop_token_ids), dtype=prompt_ids.dtype, device=prompt_ids.device)
     turns = turn_index(completion_mask, tool_mask)
@@ -65,13 +55,10 @@ def step_segments(
 
 
 class StepEncoder:
-    """A frozen causal text encoder (Qwen3-Embedding-0.6B by default) embedding every step of every rollout.
-
-    Like the CLIP verifier it lives beside the policy (never wrapped by DeepSpeed/accelerate, no gradients, half
-    precision on GPU). A rollout's segments are tokenized and concatenated, and one forward pass gives every step:
-    the embedding of step j is the last hidden state at the last token of segments 0..j, a causal model's summary of
-    that prefix (the authors' code; no L2 normalisation). A rollout longer than `max_length` tokens embeds each step
-    from its own window, the last `max_length` tokens up to its end.
+    """A frozen causal text encoder (`hpo_text_encoder`) beside the policy, like the CLIP verifier. One forward pass
+    over a rollout's concatenated segments embeds every step: step j is the last hidden state at the last token of
+    segments 0..j (the authors' code; no L2 normalisation). Past `max_length` tokens, each step is embedded from its
+    own window, the last `max_length` tokens up to its end.
     """
 
     def __init__(self, name: str, device: torch.device | str = "cpu", max_length: int = 8192, batch_size: int = 16):

@@ -1,11 +1,7 @@
-"""Kantorovich potentials of the 1-Wasserstein distance between two point clouds (HPO eq. 1-2, 13-14): POT's exact
-solver with canonical ("central") optimal duals, and the authors' geomloss Sinkhorn (`hpo_solver`); and a group's
-step weights from them, eq. 16's numerator. Pure: tensors and arrays in, float64 CPU tensors out.
-
-Exact potentials are not unique: any optimal dual plus a shift constant on each connected part of the optimal plan's
-support is optimal too. `kantorovich_potentials` picks the canonical ones (`_central_shifts`: per part, the mass-weighted
-average of the largest and the smallest shift dual feasibility allows), which do not depend on the order of the points
-or on the solver's own choice of duals.
+"""Kantorovich potentials of the 1-Wasserstein distance between two point clouds (HPO eq. 1-2, 13-14), POT's exact
+solver or the authors' geomloss Sinkhorn (`hpo_solver`), and a group's step weights from them (eq. 16's numerator).
+Pure: tensors and arrays in, float64 CPU tensors out. Exact potentials are unique only up to a shift on each connected
+part of the optimal plan's support; `_central_shifts` picks canonical ones, independent of point order and solver.
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ def nonfinite_rows(t: torch.Tensor) -> int:
 
 
 def _as_cloud(name: str, x) -> torch.Tensor:
-    """`x` as a float64 CPU tensor of shape (rows, width), or a ValueError that names `name`."""
+    """`x` as a float64 CPU tensor (rows, width), or a ValueError naming `name`."""
     t = torch.as_tensor(x).detach()
     if t.dim() != 2:
         raise ValueError(f"{name} must be 2-D (points, width), got shape {tuple(t.shape)}")
@@ -36,8 +32,7 @@ def _as_cloud(name: str, x) -> torch.Tensor:
     if t.shape[1] == 0:
         raise ValueError(f"{name} has width 0")
     t = t.to(device="cpu", dtype=torch.float64)
-    bad = nonfinite_rows(t)
-    if bad:
+    if bad := nonfinite_rows(t):
         raise ValueError(f"{name} has NaN/inf in {bad} of {t.shape[0]} rows")
     return t
 
@@ -115,25 +110,14 @@ def _central_shifts(cost: np.ndarray, plan: np.ndarray, u: np.ndarray, v: np.nda
 
 
 def kantorovich_potentials(x, y, a=None, b=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Kantorovich potentials of the 1-Wasserstein distance between point clouds, Euclidean cost (eq. 1-2).
+    """Kantorovich potentials of W1 between clouds `x` (n, d; in HPO the policy steps) and `y` (m, d; the hindsight
+    steps), Euclidean cost (eq. 1-2), with non-negative weights `a`, `b` (uniform when None; normalised to sum 1).
 
-    Args:
-        x: (n, d) points of the first measure (in HPO, the policy steps); tensor or array, any float dtype/device.
-        y: (m, d) points of the second measure (the hindsight steps).
-        a, b: (n,) and (m,) non-negative weights; uniform when None. They are normalised to sum to 1.
-
-    Returns:
-        `(f, g, w1)`: float64 CPU tensors of shapes (n,), (m,) and () such that f_i + g_j <= |x_i - y_j| for all
-        i, j (dual feasibility) and a.f + b.g = w1 = W1(a, b), the optimal cost. Normalisation: f has weighted mean
-        zero under a (a.f = 0, so b.g = w1), matching the per-group centring of HPO's code; beyond that shift the
-        potentials are the canonical (order-independent, "central") optimal duals described in the module
-        docstring. f is a c-transform of g, hence 1-Lipschitz on the x points (and g on the y points); for a
-        zero-weight point it is the largest feasible value.
-
-    Raises:
-        ValueError: a cloud that is not 2-D, has no points, width 0, or NaN/inf rows (the message names it and
-            counts the rows); widths that differ; weights of the wrong shape, negative, non-finite or summing to 0.
-        RuntimeError: POT's solver did not reach optimality.
+    Returns float64 CPU `(f, g, w1)`, (n,), (m,), (): f_i + g_j <= |x_i - y_j| and a.f + b.g = w1 = W1(a, b). f has
+    weighted mean zero (a.f = 0), as HPO's code centres per group; beyond that the duals are the canonical ones
+    (module docstring). f is a c-transform of g (1-Lipschitz); a zero-weight point gets its largest feasible value.
+    ValueError: a cloud not 2-D, empty, of width 0 or with NaN/inf rows (named, counted); widths that differ; bad
+    weights. RuntimeError: POT's solver did not reach optimality.
     """
     xt, yt = _as_cloud("x", x), _as_cloud("y", y)
     if xt.shape[1] != yt.shape[1]:
@@ -166,12 +150,8 @@ def kantorovich_potentials(x, y, a=None, b=None) -> tuple[torch.Tensor, torch.Te
 
 def geomloss_potentials(x, y) -> tuple[torch.Tensor, float]:
     """[code] The HPO authors' potentials: geomloss `SamplesLoss("sinkhorn", p=1, blur=0.01, scaling=0.5,
-    debias=False, potentials=True)` on float32 clouds, uniform weights; f (n,) float64 centred to mean 0, and the
-    loss <a, F> + <b, G>.
-
-    Not the exact f* of eq. 13-14: epsilon-scaling at 0.5 runs about one averaged Sinkhorn iteration per scale and
-    stops at epsilon = 0.01, far from converged (`research/hpo_solvers.py` measures how far; `docs/method.md`).
-    """
+    debias=False, potentials=True)` on float32 clouds, uniform weights; f (n,) float64 centred, and <a, F> + <b, G>.
+    Not eq. 13-14's exact f*: it stops far from converged (`docs/method.md`)."""
     from geomloss import SamplesLoss  # only this solver needs it
 
     xt, yt = _as_cloud("x", x).float(), _as_cloud("y", y).float()
@@ -185,14 +165,12 @@ HPO_SOLVERS = ("exact", "geomloss")
 
 
 def potential_step_weights(policy_emb, hindsight_emb, solver: str = "exact") -> tuple[torch.Tensor, float]:
-    """The per-group numerator of eq. 16: w_i = -(n / (n - 1)) * (f_i - mean f), and W1.
+    """The per-group numerator of eq. 16, float64 (n,): w_i = -(n / (n - 1)) * (f_i - mean f), and W1.
 
-    f is the Kantorovich potential of W1(policy, hindsight) on the n policy points, both clouds uniformly weighted
-    [paper eq. 12, 14; code: geomloss with uniform weights, `F, _ = ot(all_emb, pos_emb)`]: `solver` "exact" is
-    `kantorovich_potentials`, "geomloss" the authors' call (`geomloss_potentials`). The sign makes a
-    lower potential (closer to the hindsight set) a positive advantage [paper eq. 16]. The n / (n - 1) factor, with
-    n - 1 read as 1 for n = 1, is [code] `all_w = (len(k_all) / max(len(k_all) - 1, 1)) * (k_all - mean)`; it only
-    matters between groups of different sizes, as the batch std divides it out otherwise. Returns float64 (n,).
+    f: the potential of W1(policy, hindsight) on the n policy points, uniform weights [paper eq. 12, 14; code
+    `F, _ = ot(all_emb, pos_emb)`], by `solver` "exact" (`kantorovich_potentials`) or "geomloss". A lower potential
+    (closer to the hindsight set) is a positive advantage [paper eq. 16]. n / max(n - 1, 1) is [code] `all_w`'s; it
+    matters only between groups of different sizes (the batch std divides it out).
     """
     if solver == "exact":
         f, _, w1 = kantorovich_potentials(policy_emb, hindsight_emb)

@@ -1,9 +1,6 @@
-"""Rewards by the name a recipe gives (`reward_funcs: [gated_outcome]`) or by import path (`package.module:name`).
-
-Reward functions follow TRL's signature `(completions, **kwargs) -> list[float | None]`; `None` marks a row its reward
-could not score (TRL and `MAPOTrainer` then give it advantage 0). The semantic reward R_sem is not one of them:
-`MAPOTrainer` computes it from its verifier's scores of each rollout's calls (`rewards.verifiers`, `mapo.semantic_reward`,
-eq. 2). Modules: `outcome` (R_out, format, DeepEyes' tool bonus), `judge` (an LLM judge), `verifiers` (z_t).
+"""Rewards by the name a recipe gives (`reward_funcs: [gated_outcome]`) or by import path (`package.module:name`), in
+TRL's signature `(completions, **kwargs) -> list[float | None]` (None: a row not scored, advantage 0): `outcome` (R_out,
+format, DeepEyes' tool bonus), `judge` (an LLM judge). R_sem is `MAPOTrainer`'s, from `verifiers`' z_t (eq. 2).
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """`judge` reward: R_out from an LLM judge behind an OpenAI-compatible chat endpoint, for open-ended answers.
 
-Standard library only (`urllib`, a thread pool): one request per row, concurrent within a batch; a row the judge
-cannot score is None (TRL and `MAPOTrainer` then give it advantage 0).
-
-Two verdict modes (`JUDGE_VERDICT`). Ours (`correct_incorrect`, the default) asks for one word, CORRECT or INCORRECT, at
-temperature 0, and leaves an unreadable reply unscored. `deepeyes` reproduces DeepEyes' judge, to compare rewards or
-judged accuracy with its numbers: pointed at a template of its prompt (`JUDGE_PROMPT`; github.com/Visual-Agent/DeepEyes,
-`verl/utils/reward_score/vl_agent.py`, `get_prompt`, not copied here), it sends that prompt after the system message
-"You are a helpful assistant." at temperature 0.3 with no token limit, reads the reply as `compute_score` there does
-(`parse_deepeyes_verdict`: "Judgement: 1" / "Judgement: 0") and scores an unreadable reply 0. Their evaluation script
-(`eval/judge_result.py`) asks the same at temperature 0: set `JUDGE_TEMPERATURE=0` to compare judged accuracy.
+Standard library only: one request per row, concurrent within a batch; a row the judge cannot score is None (advantage
+0). Settings are environment variables (`JUDGE_ENV`); the two verdict modes, ours (`correct_incorrect`) and DeepEyes'
+(`deepeyes`, its prompt given as `JUDGE_PROMPT`, not copied here), and which to use: docs/data.md.
 """
 
 from __future__ import annotations
@@ -26,6 +19,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from data.task import MAX_ANSWER_CHARS, USER_SUFFIX, extract_answer, final_text, message_text
 from utils.registry import reads_columns
@@ -33,8 +27,8 @@ from utils.registry import reads_columns
 logger = logging.getLogger(__name__)
 
 
-# The judge's settings: environment variables read at each call (so a launcher can point a run at its endpoint without
-# a recipe key), with their defaults. An empty value counts as unset.
+# The judge's settings, environment variables read at each call (a launcher points a run at its endpoint without a
+# recipe key), and their defaults; an empty value counts as unset.
 JUDGE_ENV: dict[str, str] = {
     "JUDGE_BASE_URL": "http://localhost:8000/v1",  # OpenAI-compatible API root; POST {base}/chat/completions
     "JUDGE_MODEL": "judge",  # the served model name (`vllm serve <model> --served-model-name judge`)
@@ -89,26 +83,36 @@ class JudgeSettings:
     unreadable_zero: bool = False
 
 
+def _read(env: dict[str, str], name: str, wants: str, convert: Callable[[str], Any], valid: Callable[[Any], bool]):
+    """`convert(env[name])` if it converts and is `valid`, else a ValueError naming the variable and what it wants."""
+    try:
+        value = convert(env[name])
+    except ValueError:
+        value = _INVALID
+    if value is _INVALID or not valid(value):
+        raise ValueError(f"{name} must be {wants}, got {env[name]!r}")
+    return value
+
+
+_INVALID = object()
+
+
+def _token_limit(text: str) -> Any:
+    """`JUDGE_MAX_TOKENS`: "none" (the request names no limit) or a whole number of tokens."""
+    return None if text.lower() == "none" else int(text) if text.isdigit() else _INVALID
+
+
 def judge_settings(environ: Mapping[str, str]) -> JudgeSettings:
-    """The `JudgeSettings` that `environ` (e.g. `os.environ`) gives, defaults from `JUDGE_ENV`. A bad value fails with
-    a `ValueError` naming its variable: a base URL that is not http(s), a timeout that is not a positive number, a
-    concurrency below 1, or a `JUDGE_PROMPT` file that does not exist or lacks `{answer}` or `{prediction}`."""
+    """The `JudgeSettings` that `environ` (e.g. `os.environ`) gives, defaults from `JUDGE_ENV` and the verdict mode. A
+    bad value fails with a `ValueError` naming its variable (a base URL that is not http(s), a `JUDGE_PROMPT` file that
+    does not exist or lacks `{answer}` or `{prediction}`, a number out of range...)."""
     env = {name: environ.get(name) or default for name, default in JUDGE_ENV.items()}
     base_url = env["JUDGE_BASE_URL"].rstrip("/")
     if not base_url.startswith(("http://", "https://")):
         raise ValueError(f"JUDGE_BASE_URL must be an http(s) URL, got {base_url!r}")
-    try:
-        timeout = float(env["JUDGE_TIMEOUT"])
-    except ValueError:
-        timeout = math.nan
-    if not (math.isfinite(timeout) and timeout > 0):
-        raise ValueError(f"JUDGE_TIMEOUT must be a positive number of seconds, got {env['JUDGE_TIMEOUT']!r}")
-    try:
-        concurrency = int(env["JUDGE_CONCURRENCY"])
-    except ValueError:
-        concurrency = 0
-    if concurrency < 1:
-        raise ValueError(f"JUDGE_CONCURRENCY must be an integer of at least 1, got {env['JUDGE_CONCURRENCY']!r}")
+    positive = "a positive number of seconds"
+    timeout = _read(env, "JUDGE_TIMEOUT", positive, float, lambda t: math.isfinite(t) and t > 0)
+    concurrency = _read(env, "JUDGE_CONCURRENCY", "an integer of at least 1", int, lambda n: n >= 1)
     template = JUDGE_TEMPLATE
     if env["JUDGE_PROMPT"]:
         path = Path(env["JUDGE_PROMPT"])
@@ -129,25 +133,15 @@ def judge_settings(environ: Mapping[str, str]) -> JudgeSettings:
             "instructions, its in-context examples and the test block, with {question}, {answer} and {prediction} "
             "where it puts question, ground_truth and predict_str)"
         )
-    temperature = mode.temperature
-    if environ.get("JUDGE_TEMPERATURE"):
-        try:
-            temperature = float(env["JUDGE_TEMPERATURE"])
-        except ValueError:
-            temperature = math.nan
-        if not (math.isfinite(temperature) and temperature >= 0):
-            raise ValueError(f"JUDGE_TEMPERATURE must be a number >= 0, got {env['JUDGE_TEMPERATURE']!r}")
-    max_tokens = mode.max_tokens
-    if environ.get("JUDGE_MAX_TOKENS"):
-        value = env["JUDGE_MAX_TOKENS"]
-        max_tokens = None if value.lower() == "none" else int(value) if value.isdigit() and int(value) > 0 else -1
-        if max_tokens == -1:
-            raise ValueError(f"JUDGE_MAX_TOKENS must be a positive integer or 'none', got {value!r}")
-    unreadable_zero = mode.unreadable_zero
-    if environ.get("JUDGE_UNREADABLE"):
-        if env["JUDGE_UNREADABLE"] not in ("none", "zero"):
-            raise ValueError(f"JUDGE_UNREADABLE must be 'none' or 'zero', got {env['JUDGE_UNREADABLE']!r}")
-        unreadable_zero = env["JUDGE_UNREADABLE"] == "zero"
+    temperature, max_tokens, unreadable_zero = mode.temperature, mode.max_tokens, mode.unreadable_zero
+    if env["JUDGE_TEMPERATURE"]:
+        temperature = _read(env, "JUDGE_TEMPERATURE", "a number >= 0", float, lambda t: math.isfinite(t) and t >= 0)
+    if env["JUDGE_MAX_TOKENS"]:
+        wants = "a positive integer or 'none'"
+        max_tokens = _read(env, "JUDGE_MAX_TOKENS", wants, _token_limit, lambda n: n is None or n > 0)
+    if env["JUDGE_UNREADABLE"]:
+        unreadable_zero = _read(env, "JUDGE_UNREADABLE", "'none' or 'zero'", {"none": False, "zero": True}.get,
+                                lambda z: z is not None)  # fmt: skip
     system = env["JUDGE_SYSTEM"] or mode.system
     api_key = env["JUDGE_API_KEY"] or None
     return JudgeSettings(base_url, env["JUDGE_MODEL"], api_key, timeout, concurrency, template, env["JUDGE_VERDICT"],
@@ -229,23 +223,12 @@ def ask_judge(settings: JudgeSettings, prompt: str) -> tuple[float | None, str |
 
 @reads_columns("answer")
 def judge_reward(completions: list, answer: list[str], prompts: list | None = None, **kwargs) -> list[float | None]:
-    """R_out from an LLM judge, for open-ended answers: 1.0 when the judge says the final `<answer>` (fallback
-    `\\boxed{}`) matches the row's `answer`, else 0.0.
+    """R_out from an LLM judge (docs/data.md): 1.0 when the judge says the final `<answer>` (fallback `\\boxed{}`)
+    matches the row's `answer`, else 0.0. The prompt template's `{question}` is the last user turn of TRL's `prompts`.
 
-    The judge is an OpenAI-compatible chat endpoint (e.g. `vllm serve <judge model> --served-model-name judge`), asked
-    with the prompt template (`{question}`: the last user turn of the row's prompt, TRL's `prompts`; `{answer}`: the
-    ground truth; `{prediction}`: the extracted answer) at temperature 0; it replies CORRECT or INCORRECT
-    (`parse_verdict`), or, with `JUDGE_VERDICT=deepeyes`, as DeepEyes' judge does (the module's docstring).
-    Settings, read from the environment at each call (`judge_settings`, `JUDGE_ENV`): `JUDGE_BASE_URL` (default
-    http://localhost:8000/v1), `JUDGE_MODEL` (default judge), `JUDGE_API_KEY` (optional, sent as a Bearer token),
-    `JUDGE_TIMEOUT` seconds (default 30), `JUDGE_CONCURRENCY` requests in flight (default 8), `JUDGE_PROMPT` (path to
-    a template file; default `JUDGE_TEMPLATE`), `JUDGE_VERDICT`, and the mode's `JUDGE_TEMPERATURE`,
-    `JUDGE_MAX_TOKENS`, `JUDGE_SYSTEM`, `JUDGE_UNREADABLE`.
-
-    A completion with no extractable answer scores 0.0, and so does an answer of `MAX_ANSWER_CHARS` (1000) characters
-    or more (DeepEyes' rule against answer-spraying), both without a request. A row whose request times out, fails or
-    gets no verdict is None (unscorable: advantage 0), with one warning a batch giving the count. Requests run
-    concurrently; the scores are in row order.
+    A completion with no extractable answer, or one of `MAX_ANSWER_CHARS` characters or more (DeepEyes' rule against
+    answer-spraying), scores 0.0 without a request. A row whose request times out, fails or gets no verdict is None
+    (unscorable: advantage 0), with one warning a batch giving the count. Scores are in row order.
     """
     settings = judge_settings(os.environ)
     prompts = prompts if prompts is not None else [None] * len(completions)

@@ -1,9 +1,7 @@
-"""The verifiers that score z_t, the match of a zoom-in call's label with the crop it returned (`semantic_verifier`).
-
-A verifier is built by a factory `(tool_config, device, seed) -> verifier` and scores a batch of valid calls with
-`score(calls, scenes) -> torch.Tensor` (one z_t per call, before `mapo.scale_similarity`). The paper's is CLIP
-(`ClipVerifier`, which evaluation scores with too); a recipe may name another by import path
-(`semantic_verifier: package.module:factory`, `utils.registry`), as `research/` does for its ground-truth controls.
+"""The verifiers that score z_t, the match of a zoom-in call's label with its crop (`semantic_verifier`): built by a
+factory `(tool_config, device, seed) -> verifier`, scoring valid calls with `score(calls, scenes) -> torch.Tensor` (one
+z_t per call, before `mapo.scale_similarity`). The paper's is CLIP (`ClipVerifier`, evaluation's too); a recipe may
+name another by import path (`utils.registry`), as `research/` does for its ground-truth controls.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from tools import ToolConfig, ZoomCall
+from tools import ToolConfig, VerifierConfig, ZoomCall
 from utils.models import load_clip
 from utils.registry import resolve
 
@@ -23,14 +21,12 @@ from utils.registry import resolve
 class ClipVerifier:
     """Frozen open_clip model scoring (label, crop) pairs: z_t = cosine of the L2-normalised embeddings.
 
-    It lives beside the policy, not inside it: never wrapped by DeepSpeed/accelerate, no gradients, eval mode,
-    half precision on GPU. `similarity` scores a whole generation batch in one call. Built from a `ToolConfig`, so
-    training and evaluation score with the same model and the same preprocessing: by default each crop is letterboxed
-    to CLIP's square input (`clip_resize: pad`), since open_clip's default centre crop would score only the middle
-    square of an elongated crop.
+    Beside the policy, not inside it: never wrapped by DeepSpeed/accelerate, no gradients, half precision on GPU.
+    Built from a `VerifierConfig` (a `ToolConfig` is one), so training and evaluation score with the same model and
+    preprocessing (`clip_resize`).
     """
 
-    def __init__(self, config: ToolConfig, device: torch.device | str = "cpu"):
+    def __init__(self, config: VerifierConfig, device: torch.device | str = "cpu"):
         self.device = torch.device(device)
         self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
         # Building the model draws its random init from the global RNG; fork it so adding the verifier does not
@@ -59,16 +55,15 @@ class ClipVerifier:
 
 @dataclass(frozen=True)
 class Scene:
-    """What a verifier may know of a call's rollout besides the call: the whole image, and where the data has them,
-    the target's box (original pixels) and its referent label: the ground truth the controls score from."""
+    """What a verifier may know of a call's rollout besides the call: the whole image and, where the data has them,
+    the target's box (original pixels) and label: the ground truth the controls score from."""
 
     image: Image.Image
     target_bbox: Sequence[int] | None = None
     target_label: str | None = None
 
     def whole_image_call(self, call: ZoomCall) -> ZoomCall:
-        """`call` as if it had zoomed on the whole image: what `semantic_score: contrastive` scores the label against
-        to take away what the label earns anywhere."""
+        """`call` as if it had zoomed on the whole image: what `semantic_score: contrastive` subtracts."""
         return replace(call, crop=self.image, box=(0, 0, *self.image.size))
 
 

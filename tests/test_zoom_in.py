@@ -358,6 +358,46 @@ def test_executed_calls_keep_the_arguments_of_calls_trl_rejected(env):
     assert call.arguments == {"bbox_2d": [1, 2, 3, 4]} and call.name == TOOL_NAME and not call.ok
 
 
+class ZoomAndCountEnv(ZoomInEnv):
+    """The zoom-in tool beside a second, toy tool, as a subclass adding one would expose both to TRL."""
+
+    def count_objects(self, color: str) -> str:
+        """Count the objects of one color in the image.
+
+        Args:
+            color: The color to count, e.g. "blue".
+        """
+        return "1"
+
+
+def test_executed_calls_keep_only_the_zoom_calls_beside_a_second_tool():
+    env = ZoomAndCountEnv(ToolConfig(), BUDGET)
+    env.reset(image=Image.new("RGB", (2000, 1500), "white"))
+    assert [tool.__name__ for tool in environment_tools(env)] == ["count_objects", TOOL_NAME]
+    zoom = {"name": TOOL_NAME, "arguments": {"bbox_2d": [0, 0, 50, 50], "label": "corner"}}
+    count = {"name": "count_objects", "arguments": {"color": "blue"}}
+    misspelt_zoom = {"name": "image_zoom", "arguments": zoom["arguments"]}
+    both = [{"type": "function", "function": zoom}, {"type": "function", "function": count}]
+    completion = [
+        {"role": "assistant", "content": "<think>a</think>", "tool_calls": both},
+        _tool_message(env.image_zoom_in_tool(**zoom["arguments"])),
+        {"role": "tool", "name": "count_objects", "content": env.count_objects("blue")},
+        {"role": "assistant", "content": "<think>b</think>", "tool_calls": [{"type": "function", "function": count}]},
+        {"role": "tool", "name": "count_objects", "content": "{'error': 'count_objects() got an unexpected keyword'}"},
+        {
+            "role": "assistant",
+            "content": "<think>c</think>",
+            "tool_calls": [{"type": "function", "function": misspelt_zoom}],
+        },
+        {"role": "tool", "name": "image_zoom", "content": "{'error': 'Tool image_zoom not found.'}"},
+    ]
+    first, misspelt = executed_calls(env, completion)
+    assert (first.turn, first.ok, first.label, first.name) == (1, True, "corner", TOOL_NAME)
+    # A call to a tool the environment does not have is still a failed zoom-in call: a misspelt name dodges nothing.
+    assert (misspelt.turn, misspelt.ok, misspelt.name) == (2, False, "image_zoom") and "not found" in misspelt.error
+    assert misspelt.arguments == zoom["arguments"]  # the rejected call keeps what was asked
+
+
 # ------------------------------------------------------------------------------------------------- fuzzing
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),

@@ -1,6 +1,5 @@
 """The zoom-in tool the agent calls: its geometry (`zoom_in`), its TRL environment and call record (`env`), and its
-settings (`config`). It is the only tool: R_sem, the zoom metrics and the token-budget check read every tool
-response as a zoom-in's."""
+settings and their checkpoint record (`config`)."""
 
 from __future__ import annotations
 
@@ -8,11 +7,11 @@ import functools
 
 from tools.config import (
     BOX_CONVENTIONS,
-    CLIP_RESIZE,
     RECORD_NAME,
     PixelBudget,
     ToolConfig,
     ToolConfigRecorder,
+    VerifierConfig,
     read_record,
     record_mismatches,
     refuse_mismatch,
@@ -21,15 +20,12 @@ from tools.config import (
 )
 from tools.env import ENVIRONMENTS, RelativeZoomInEnv, ZoomCall, ZoomInEnv, environment_tools, executed_calls
 from tools.zoom_in import (
-    RELATIVE_GRID,
     TOOL_NAME,
     ToolError,
     box_contains,
-    box_frame,
     boxes_overlap,
     crop,
     crop_box,
-    resize_to_budget,
     seen_size,
     tool_call_text,
     validate_label,
@@ -38,26 +34,23 @@ from tools.zoom_in import (
 
 def make_environment_factory(config: ToolConfig, image_budget: PixelBudget) -> functools.partial:
     """A zero-argument factory for TRL's `environment_factory`: the `ZoomInEnv` of `config.box_convention` and
-    `config.accept_img_idx` (`ENVIRONMENTS`) in the processor's frame (`utils.models.pixel_budget(processor)`)."""
+    `accept_img_idx` in the processor's frame (`utils.models.pixel_budget(processor)`)."""
     return functools.partial(ENVIRONMENTS[config.box_convention, config.accept_img_idx], config, image_budget)
 
 
 __all__ = [
     "BOX_CONVENTIONS",
-    "CLIP_RESIZE",
-    "ENVIRONMENTS",
     "RECORD_NAME",
-    "RELATIVE_GRID",
     "TOOL_NAME",
     "PixelBudget",
     "RelativeZoomInEnv",
     "ToolConfig",
     "ToolConfigRecorder",
     "ToolError",
+    "VerifierConfig",
     "ZoomCall",
     "ZoomInEnv",
     "box_contains",
-    "box_frame",
     "boxes_overlap",
     "crop",
     "crop_box",
@@ -67,7 +60,6 @@ __all__ = [
     "read_record",
     "record_mismatches",
     "refuse_mismatch",
-    "resize_to_budget",
     "seen_size",
     "tool_call_text",
     "validate_label",

@@ -1,13 +1,11 @@
 """`ToolConfig`: the one declaration of what SFT, RL and evaluation must agree on about the zoom-in tool and its
-CLIP verifier, and the record of it that every checkpoint carries.
+CLIP verifier (`VerifierConfig`), and `tool_config.json`, the record of it that every checkpoint carries.
 
-`sft.py`, `rl.py` and `evaluate.py` all parse `ToolConfig` (flat keys in a recipe, `--field value` on the command
-line). Each checkpoint they write holds `tool_config.json`: the settings it was trained with, with the pixel budgets
-resolved from the processor (and, for RL, the rollout budget). A run that starts from a checkpoint takes those values
-unless the recipe or the command line says otherwise, and then warns with both values: a policy evaluated with
-another pixel budget than it was trained with sees its coordinates in another frame, silently. A different
-`box_convention` is an error instead (`refuse_mismatch`): the policy would write every box in a frame the tool does
-not read it in.
+`sft.py`, `rl.py` and `evaluate.py` all parse `ToolConfig` (flat recipe keys, `--field value` flags). Each checkpoint
+records the settings it was trained with, pixel budgets resolved from the processor (and, for RL, the rollout budget).
+A run from a checkpoint takes those values unless the recipe or command line says otherwise, and then warns with both
+values: a policy evaluated with another pixel budget sees its coordinates in another frame, silently. A different
+`box_convention` is an error instead (`refuse_mismatch`): every box would be read in a frame it was not written in.
 """
 
 from __future__ import annotations
@@ -22,15 +20,14 @@ from typing import Any
 from transformers import TrainerCallback
 
 RECORD_NAME = "tool_config.json"
-VERIFIER_FIELDS = ("clip_model", "clip_pretrained", "clip_resize")
 # `clip_resize` values, and open_clip's names for them (`create_model_and_transforms(image_resize_mode=...)`).
 OPEN_CLIP_RESIZE_MODE = {"pad": "longest", "squash": "squash", "center_crop": "shortest"}
 CLIP_RESIZE = tuple(OPEN_CLIP_RESIZE_MODE)
 # How the model writes `bbox_2d` (`ToolConfig.box_convention`): Qwen2.5-VL's absolute pixels of the resized image it
 # sees, or Qwen3-VL's 0-1000 grid relative to the image (its pre-training's grounding format).
 BOX_CONVENTIONS = ("pixels", "relative_1000")
-# Each supported model family's own tool settings (config.json `model_type`): what a run takes for a setting neither
-# the recipe, the command line nor the starting checkpoint's record sets (`utils.recipes.parse_args_and_record`).
+# Each model family's own tool settings (config.json `model_type`): what a run takes for a setting neither the recipe,
+# the command line nor the starting checkpoint's record sets (`utils.recipes.parse_args_and_record`).
 FAMILY_TOOL_SETTINGS = {
     "qwen2_5_vl": {"box_convention": "pixels", "accept_img_idx": False},
     "qwen3_vl": {"box_convention": "relative_1000", "accept_img_idx": True},
@@ -46,8 +43,8 @@ def open_clip_resize_mode(clip_resize: str) -> str:
 
 @dataclass(frozen=True)
 class PixelBudget:
-    """An image processor's budget: images are resized so that `min_pixels <= h * w <= max_pixels`, with sides
-    multiples of `factor` (patch size x merge size), and every `factor x factor` block costs one token."""
+    """An image processor's budget: `min_pixels <= h * w <= max_pixels`, sides multiples of `factor` (patch size x
+    merge size), one token per `factor x factor` block."""
 
     min_pixels: int
     max_pixels: int
@@ -60,64 +57,12 @@ class PixelBudget:
 
 
 @dataclass
-class ToolConfig:
-    """The zoom-in tool and its verifier; shared by SFT, RL and evaluation and recorded in each checkpoint."""
+class VerifierConfig:
+    """The CLIP model that scores z_t (MAPO eq. 1): `semantic_verifier: clip` in training (`configs.MAPOConfig`
+    names which verifier scores) and always in evaluation. Each recipe family's default: recipes/README.md."""
 
-    min_pixels: int | None = field(
-        default=None, metadata={"help": "Image processor min pixels (None: the model's own)."}
-    )
-    max_pixels: int | None = field(
-        default=None,
-        metadata={
-            "help": "Image processor max pixels (None: the model's own): the budget of the prompt image, and the "
-            "frame the model's bbox_2d coordinates live in."
-        },
-    )
-    crop_max_pixels: int | None = field(
-        default=None,
-        metadata={
-            "help": "Max pixels of a zoomed crop fed back to the model (None: max_pixels). Each crop costs up to "
-            "crop_max_pixels / 28^2 tokens of max_completion_length, so it is usually below the image's budget."
-        },
-    )
-    min_side: int = field(
-        default=28, metadata={"help": "A box side shorter than this (original pixels) is expanded about its centre."}
-    )
-    max_aspect: float = field(default=100.0, metadata={"help": "Boxes more elongated than this are rejected."})
-    box_convention: str = field(
-        default="pixels",
-        metadata={
-            "help": "The frame the model writes bbox_2d in, as the tool, the system prompt, the SFT gold calls and "
-            "evaluation read it. 'pixels': absolute pixels of the resized image the model sees (Qwen2.5-VL's "
-            "grounding). 'relative_1000': a 0-1000 grid over the image, whatever its size (Qwen3-VL's). A checkpoint "
-            "records it; a run that sets another one than its starting checkpoint's fails at start. Left unset, the "
-            "starting checkpoint's record, else the model family's own (qwen3_vl: relative_1000, qwen2_5_vl: pixels); "
-            "'pixels' only when neither can be read.",
-            "choices": list(BOX_CONVENTIONS),
-        },
-    )
-    accept_img_idx: bool = field(
-        default=False,
-        metadata={
-            "help": "Let the zoom tool take `img_idx`, the image to crop, as Qwen3-VL's released image_zoom_in_tool "
-            "does (Qwen-Agent): 0 or absent the original, i the image the i-th successful zoom returned, bbox_2d in "
-            "that image's frame, composed into the original's for the crop and z_t. The tool's description states "
-            "it. Left unset, the starting checkpoint's record, else the model family's own (qwen3_vl: true, "
-            "qwen2_5_vl: false)."
-        },
-    )
-    max_label_words: int = field(
-        default=12,
-        metadata={"help": "Longest label (words) the tool accepts; MAPO section 3.3 limits labels against hacking."},
-    )
-    max_label_chars: int = field(default=80, metadata={"help": "Longest label (characters) the tool accepts."})
-    clip_model: str = field(
-        default="ViT-B-32",
-        metadata={"help": "open_clip model name of the CLIP verifier, or a local directory (tiny models)."},
-    )
-    clip_pretrained: str | None = field(
-        default="openai", metadata={"help": "open_clip pretrained tag; ignored for a local directory."}
-    )
+    clip_model: str = field(default="ViT-B-32", metadata={"help": "open_clip model name, or a local directory."})
+    clip_pretrained: str | None = field(default="openai", metadata={"help": "open_clip's pretrained tag."})
     clip_resize: str = field(
         default="pad",
         metadata={
@@ -130,6 +75,52 @@ class ToolConfig:
 
     def __post_init__(self):
         open_clip_resize_mode(self.clip_resize)
+
+
+VERIFIER_FIELDS = tuple(f.name for f in fields(VerifierConfig))
+
+
+@dataclass
+class ToolConfig(VerifierConfig):
+    """The zoom-in tool and its verifier; shared by SFT, RL and evaluation and recorded in each checkpoint."""
+
+    min_pixels: int | None = field(default=None, metadata={"help": "Image processor min pixels (None: the model's)."})
+    max_pixels: int | None = field(
+        default=None,
+        metadata={"help": "Image processor max pixels (None: the model's own): the frame bbox_2d is written in."},
+    )
+    crop_max_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "Max pixels of a crop fed back to the model (None: max_pixels); costs max_completion_length."
+        },
+    )
+    min_side: int = field(default=28, metadata={"help": "Shorter box sides (original pixels) are expanded."})
+    max_aspect: float = field(default=100.0, metadata={"help": "Boxes more elongated than this are rejected."})
+    box_convention: str = field(
+        default="pixels",
+        metadata={
+            "help": "The frame the model writes bbox_2d in, wherever it is read (tool, system prompt, SFT gold calls, "
+            "evaluation): 'pixels', absolute pixels of the resized image the model sees (Qwen2.5-VL's grounding), or "
+            "'relative_1000', a 0-1000 grid over the image (Qwen3-VL's). A run that sets another one than its "
+            "starting checkpoint recorded fails at start. Unset: the record's, else the model family's own "
+            "(recipes/README.md, 'Qwen3-VL: box coordinates').",
+            "choices": list(BOX_CONVENTIONS),
+        },
+    )
+    accept_img_idx: bool = field(
+        default=False,
+        metadata={
+            "help": "Let the zoom tool take Qwen3-VL's `img_idx` (Qwen-Agent's image_zoom_in_tool): 0 or absent the "
+            "original, i the image the i-th successful zoom returned, bbox_2d in that image's frame. Unset: the "
+            "record's, else the model family's own (qwen3_vl: true, qwen2_5_vl: false)."
+        },
+    )
+    max_label_words: int = field(default=12, metadata={"help": "Longest label (words); MAPO section 3.3."})
+    max_label_chars: int = field(default=80, metadata={"help": "Longest label (characters) the tool accepts."})
+
+    def __post_init__(self):
+        super().__post_init__()
         if self.box_convention not in BOX_CONVENTIONS:
             raise ValueError(f"box_convention must be one of {BOX_CONVENTIONS}; got {self.box_convention!r}")
         for name in ("min_pixels", "max_pixels", "crop_max_pixels"):
@@ -161,41 +152,35 @@ class ToolConfig:
         )
 
 
-# --------------------------------------------------------------------------------------------------- the record
 def write_record(output_dir: str | os.PathLike, tool: dict[str, Any], **rollout: Any) -> Path:
-    """Write `tool_config.json` into `output_dir`: the tool settings (`ToolConfig.as_record`), plus the rollout budget
-    RL trained with (`max_completion_length`, `max_tool_calling_iterations`), which evaluation replays."""
+    """Write `tool_config.json` into `output_dir`: the tool settings (`ToolConfig.as_record`) and RL's rollout budget
+    (`max_completion_length`, `max_tool_calling_iterations`), which evaluation replays."""
     path = Path(output_dir) / RECORD_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"tool": tool, "rollout": rollout}, indent=2) + "\n", encoding="utf-8")
     return path
 
 
-# Settings earlier checkpoints recorded that no longer exist, ignored when read: `environment` named the one tool there
-# ever was, the zoom-in tool.
+# Settings earlier checkpoints recorded that no longer exist, ignored when read (`environment`: the zoom-in tool).
 RETIRED_SETTINGS = ("environment",)
-# Settings earlier checkpoints did not record, read as what they were trained with: before `box_convention` existed,
-# every checkpoint wrote its boxes in pixels, and before `accept_img_idx`, no tool took `img_idx`.
+# Settings earlier checkpoints did not record, read as what they were trained with: boxes in pixels, no `img_idx`.
 UNRECORDED_SETTINGS = {"box_convention": "pixels", "accept_img_idx": False}
-# Recorded settings a run may not change: a policy trained to write boxes in one frame, read in another, crops the
-# wrong region on every call, silently (a pixel budget changed only rescales the frame, which a warning covers).
+# Recorded settings a run may not change: boxes read in another frame than they were trained in crop the wrong region
+# on every call, silently (a pixel budget changed only rescales the frame, which a warning covers).
 MUST_MATCH = ("box_convention",)
 
 
 def read_record(checkpoint: str | os.PathLike | None) -> dict[str, dict[str, Any]] | None:
-    """The record of a local checkpoint folder, or None (no record, or a hub name: nothing is downloaded for it).
-    Settings an earlier version did not record read as what it trained with (`UNRECORDED_SETTINGS`)."""
+    """The record of a local checkpoint folder, or None (no record, or a hub name: nothing is downloaded for it)."""
     if checkpoint is None:
         return None
     path = Path(checkpoint) / RECORD_NAME
     if not path.is_file():
         return None
     record = json.loads(path.read_text(encoding="utf-8"))
-    tool = {name: value for name, value in record.get("tool", {}).items() if name not in RETIRED_SETTINGS}
-    tool = UNRECORDED_SETTINGS | tool
+    tool = UNRECORDED_SETTINGS | {k: v for k, v in record.get("tool", {}).items() if k not in RETIRED_SETTINGS}
     known = {f.name for f in fields(ToolConfig)}
-    unknown = set(tool) - known
-    if unknown:
+    if unknown := set(tool) - known:
         raise ValueError(f"{path}: unknown tool setting(s) {sorted(unknown)}; known: {sorted(known)}")
     return {"tool": tool, "rollout": record.get("rollout", {})}
 
@@ -203,15 +188,12 @@ def read_record(checkpoint: str | os.PathLike | None) -> dict[str, dict[str, Any
 def record_mismatches(record: dict[str, dict[str, Any]], values: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """`{name: (recorded, used)}` for every recorded setting that `values` sets to something else."""
     recorded = {**record["tool"], **record["rollout"]}
-    return {
-        name: (recorded[name], values[name]) for name in recorded if name in values and values[name] != recorded[name]
-    }
+    return {k: (recorded[k], values[k]) for k in recorded if k in values and values[k] != recorded[k]}
 
 
 def refuse_mismatch(checkpoint: str | os.PathLike, mismatches: dict[str, tuple[Any, Any]]) -> None:
     """Raise, naming both values, when a setting of `MUST_MATCH` differs from what `checkpoint` was trained with."""
-    refused = {name: mismatches[name] for name in MUST_MATCH if name in mismatches}
-    if refused:
+    if refused := {name: mismatches[name] for name in MUST_MATCH if name in mismatches}:
         lines = "; ".join(
             f"{name}: trained with {old!r}, the recipe or command line sets {new!r}"
             for name, (old, new) in refused.items()
@@ -233,8 +215,7 @@ def warn_on_mismatch(checkpoint: str | os.PathLike, mismatches: dict[str, tuple[
 
 
 class ToolConfigRecorder(TrainerCallback):
-    """Writes the tool record into every checkpoint folder the trainer saves (`checkpoint-<step>/`), so a run
-    resumed or evaluated from an intermediate checkpoint knows its settings too."""
+    """Writes the tool record into every checkpoint folder the trainer saves (`checkpoint-<step>/`)."""
 
     def __init__(self, tool: dict[str, Any], **rollout: Any):
         self.tool, self.rollout = tool, rollout

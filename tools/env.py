@@ -1,10 +1,7 @@
-"""`ZoomInEnv`: the zoom-in tool as a stateful environment for TRL's `environment_factory`.
-
-TRL creates one instance per rollout, calls `reset(**row)` with the dataset row, exposes every public method except
-`reset` as a tool (its schema comes from the signature and Google docstring), and hands the instances to the reward
-functions as `environments`. The environment records every call it executes; `executed_calls` then keeps only the
-calls whose response survived into the trained completion (see there). Training (MAPO's R_sem) and evaluation both
-read a rollout's calls through `executed_calls`, so both count and score exactly the same calls.
+"""`ZoomInEnv`: the zoom-in tool as a stateful environment for TRL's `environment_factory`, which makes one per
+rollout, calls `reset(**row)`, exposes its public methods as tools (schema from signature and docstring) and hands it
+to the reward functions. Training (R_sem) and evaluation both read a rollout's calls through `executed_calls`, so both
+count and score exactly the same calls.
 """
 
 from __future__ import annotations
@@ -33,10 +30,8 @@ from tools.zoom_in import (
 
 @dataclass
 class ZoomCall:
-    """One tool call of a rollout, as the model made it and as the tool answered: MAPO's (y_t, I_t) pair when `ok`.
-
-    The one record of a call, for training (R_sem) and evaluation (reports, tool-use metrics) alike.
-    """
+    """One tool call of a rollout, as the model made it and as the tool answered: MAPO's (y_t, I_t) pair when `ok`;
+    the one record of a call, for training (R_sem) and evaluation alike."""
 
     turn: int  # t: 1-based index among this rollout's tool calls
     arguments: Any  # what the model passed (the parsed JSON arguments); None when TRL rejected the call first
@@ -52,14 +47,12 @@ class ZoomCall:
 
 
 class ZoomInEnv:
-    """Environment exposing `image_zoom_in_tool` over the row's image, its boxes in absolute pixels of the image the
-    model sees (`box_convention` "pixels"; `RelativeZoomInEnv` reads Qwen3-VL's 0-1000 grid).
+    """`image_zoom_in_tool` over the row's image, boxes in absolute pixels of the image the model sees
+    (`box_convention` "pixels"; `RelativeZoomInEnv` reads Qwen3-VL's 0-1000 grid).
 
-    Built by `tools.make_environment_factory(config, processor)`, which picks the class of `config.box_convention`
-    and `config.accept_img_idx`, so the frame the model's coordinates refer to is the one the processor really produced
-    (`image_budget`), and crops come back at `config.crop_budget(image_budget)`. One class per convention (and one
-    more with `img_idx`: `accepting_img_idx`) because TRL renders the tool's schema, its description of `bbox_2d`
-    included, from the method's signature and docstring.
+    Built by `tools.make_environment_factory(config, image_budget)`, with the processor's budget, so the model's frame
+    is the one the processor really produced. One class per convention (and per `accept_img_idx`) because TRL renders
+    the tool's schema, the description of `bbox_2d` included, from the method's signature and docstring.
     """
 
     box_convention = "pixels"
@@ -78,8 +71,7 @@ class ZoomInEnv:
         self.seen_size: tuple[int, int] | None = None  # the resized image the model sees, in pixels
         self.box_frame: tuple[int, int] | None = None  # the frame its bbox_2d is written in (`tools.box_frame`)
         self.calls: list[ZoomCall] = []
-        # Every image the rollout has shown, as (its region of the original, the frame a box on it is written in):
-        # the original, then each crop a call returned; Qwen3-VL's `img_idx` indexes them.
+        # Every image shown (the original, then each crop), as (its region of the original, its box frame): `img_idx`.
         self.shown: list[tuple[tuple[int, int, int, int], tuple[int, int]]] = []
 
     def reset(self, **row) -> None:
@@ -106,8 +98,8 @@ class ZoomInEnv:
         return self._zoom(bbox_2d, label)
 
     def _zoom(self, bbox_2d: list[float], label: str, img_idx: Any = None) -> list[dict]:
-        """The tool's work, whatever the convention: `bbox_2d` is read in the frame of the image `img_idx` names
-        (`self.shown`; None or 0: the original, in `self.box_frame`), composed into the original's pixels."""
+        """The tool's work: `bbox_2d` read in the frame of the image `img_idx` names (`self.shown`; None or 0: the
+        original), composed into the original's pixels."""
         config, turn = self.config, len(self.calls) + 1
         arguments = {"bbox_2d": bbox_2d, "label": label} | ({} if img_idx is None else {"img_idx": img_idx})
         try:
@@ -139,8 +131,8 @@ class ZoomInEnv:
 
 
 class RelativeZoomInEnv(ZoomInEnv):
-    """`ZoomInEnv` reading `bbox_2d` on Qwen3-VL's 0-1000 grid over the image (`box_convention` "relative_1000"), the
-    format Qwen3-VL was pre-trained to ground objects in; only the tool's description differs."""
+    """`ZoomInEnv` reading `bbox_2d` on Qwen3-VL's 0-1000 grid (`box_convention` "relative_1000"); only the tool's
+    description differs."""
 
     box_convention = "relative_1000"
 
@@ -162,9 +154,8 @@ IMG_IDX_DESCRIPTION = (
 
 
 def accepting_img_idx(env: type[ZoomInEnv]) -> type[ZoomInEnv]:
-    """`env` whose tool also takes `img_idx`, the image to crop, as Qwen3-VL's released `image_zoom_in_tool` does
-    (Qwen-Agent `qwen_agent/tools/image_zoom_in_qwen3vl.py`: `images[img_idx]` over every image the conversation
-    shows, crops included), described in its docstring, so in its schema. Optional, 0 when absent."""
+    """`env` whose tool also takes the optional `img_idx` (0 when absent), as Qwen3-VL's released tool does (Qwen-Agent
+    `qwen_agent/tools/image_zoom_in_qwen3vl.py`: an index over every image shown), described in its schema."""
 
     def image_zoom_in_tool(self, bbox_2d: list[float], label: str, img_idx: int = 0) -> list[dict]:
         return self._zoom(bbox_2d, label, img_idx)
@@ -186,8 +177,8 @@ ENVIRONMENTS = {
 
 
 def environment_tools(environment: object) -> list[Callable]:
-    """The tools TRL's GRPOTrainer exposes for an `environment_factory` instance: its public methods, less the
-    `reset` and `get_reward` hooks, in name order (the order their schemas are rendered in)."""
+    """The tools TRL exposes for an `environment_factory` instance: its public methods but `reset` and `get_reward`,
+    in name order (the order their schemas are rendered in)."""
     return [
         getattr(environment, name)
         for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)
@@ -196,17 +187,19 @@ def environment_tools(environment: object) -> list[Callable]:
 
 
 def executed_calls(env: ZoomInEnv, completion: list[dict] | str) -> list[ZoomCall]:
-    """The tool calls of a trained `completion`, in order: MAPO's t = 1..T.
+    """The zoom-in calls of a trained `completion`, in order: MAPO's t = 1..T.
 
     TRL 1.16 runs a tool, then drops its response if appending it would overflow `max_completion_length`
     (grpo_trainer.py, `_tool_call_loop`), so `env.calls` can hold calls the policy is never trained on; they are left
     out here. Every call that reaches `image_zoom_in_tool` returns a list of parts, which TRL keeps as a list-valued
-    tool message, and a rollback only removes a suffix; so the k-th list-valued message is `env.calls[k]`. A call TRL
-    rejects before the method runs (unknown tool name, missing or extra argument) comes back as a string message; it
-    is kept as a failed call, so that leaving out the label cannot dodge the semantic score.
+    tool message, and a rollback only removes a suffix; so the k-th list-valued zoom-in message is `env.calls[k]`. A
+    call TRL rejects before the method runs (unknown tool name, missing or extra argument) comes back as a string
+    message; it is kept as a failed call, so that leaving out the label cannot dodge the semantic score. The replies of
+    the environment's other tools are no zoom-in calls: left out, neither failed nor scored.
     """
     if isinstance(completion, str):
         return []
+    other_tools = {tool.__name__ for tool in environment_tools(env)} - {TOOL_NAME}
     recorded = iter(env.calls)
     requested: list[dict] = []  # the calls of the last assistant turn, which TRL answers in order
     calls = []
@@ -218,6 +211,8 @@ def executed_calls(env: ZoomInEnv, completion: list[dict] | str) -> list[ZoomCal
             continue
         content = message.get("content")
         asked = requested.pop(0) if requested else {}
+        if message.get("name") in other_tools:
+            continue
         if message.get("name") == TOOL_NAME and isinstance(content, list):
             call = next(recorded, None)
             if call is None:

@@ -1,21 +1,13 @@
-"""The zoom-in tool: crop geometry, label rules and the observation returned to the model.
+"""The zoom-in tool, pure (PIL in, PIL out; `tools.env.ZoomInEnv` wraps it for TRL): crop geometry, label rules, the
+observation returned to the model.
 
-DeepEyes-compatible interface: tool name `image_zoom_in_tool`, arguments `bbox_2d = [x1, y1, x2, y2]` in the model's
-own frame and `label`, the short description of what the model expects to find there (MAPO's "talk", scored against
-the crop by CLIP). The frame (`ToolConfig.box_convention`, `box_frame`) is Qwen2.5-VL's absolute pixels *of the image
-the model sees* (Qwen's `smart_resize` of the original), or Qwen3-VL's 0-1000 grid over the image: both are a
-rescaling of the original, so `crop_box` maps either back to full-resolution pixels with the same rule.
-
-How this differs from DeepEyes' tool:
-- the box is mapped from the resized image the model saw back to the full-resolution original before cropping
-  (DeepEyes applies it to the original unmapped, its issue #141), so crops are taken at full resolution;
-- a box smaller than `min_side` is expanded about its centre and kept inside the image (DeepEyes' expansion branch
-  is unreachable behind its `> 30 px` check), instead of being rejected;
-- `label` is required and length-limited: the paper constrains labels to stop reward hacking through long captions;
-- the response is the crop and the box it was cut from, never the label: repeating the model's claim beside the crop
-  would hand it a text crutch against "walk the talk".
-
-Everything here is pure (PIL in, PIL out) so it is tested without a model; `tools.env.ZoomInEnv` wraps it for TRL.
+DeepEyes' interface (`image_zoom_in_tool`, `bbox_2d = [x1, y1, x2, y2]` in the model's frame, `label`: what the model
+expects there, MAPO's "talk", scored against the crop by CLIP), but: the box is mapped from the frame the model saw
+(`box_frame`: pixels of the resized image, or Qwen3-VL's 0-1000 grid) back to the full-resolution original before
+cropping (DeepEyes crops the original unmapped, its issue #141); a box under `min_side` is expanded about its centre
+inside the image (DeepEyes' expansion is unreachable behind its `> 30 px` check); `label` is required and
+length-limited (the paper's guard against reward hacking); the response never repeats the label, which would hand the
+model a text crutch against "walk the talk".
 """
 
 from __future__ import annotations
@@ -35,9 +27,8 @@ RELATIVE_GRID = 1000  # `relative_1000`: (0, 0) is the image's top-left corner, 
 
 
 def box_frame(seen: tuple[int, int], box_convention: str) -> tuple[int, int]:
-    """(width, height) of the frame `bbox_2d` is written in: `seen` (the resized image the model sees, in pixels) for
-    `pixels`, the `RELATIVE_GRID` square for `relative_1000`. `smart_resize` rescales the whole image, so a relative
-    box means the same region of the seen image and of the original."""
+    """(width, height) of the frame `bbox_2d` is written in: `seen` (the resized image the model sees) for `pixels`,
+    the `RELATIVE_GRID` square for `relative_1000` (the same region of the seen image and of the original)."""
     if box_convention == "pixels":
         return seen
     if box_convention == "relative_1000":
@@ -46,8 +37,8 @@ def box_frame(seen: tuple[int, int], box_convention: str) -> tuple[int, int]:
 
 
 def tool_call_text(bbox_2d: Sequence[float], label: str, name: str = TOOL_NAME) -> str:
-    """A zoom-in call as the model writes it: Qwen2.5's `<tool_call>` JSON block, which the chat template renders for a
-    structured call and TRL's response parser reads back. The one place that spells a call out by hand."""
+    """A zoom-in call as the model writes it: Qwen's `<tool_call>` JSON block, as the chat template renders a
+    structured call and TRL's response parser reads it back. The one place that spells a call out by hand."""
     call = {"name": name, "arguments": {"bbox_2d": list(bbox_2d), "label": label}}
     return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
@@ -57,8 +48,8 @@ class ToolError(ValueError):
 
 
 def validate_label(label: object, max_words: int, max_chars: int) -> str:
-    """Return the label with its whitespace collapsed, or raise `ToolError` if it is missing, not a string, empty or
-    longer than `max_words` words / `max_chars` characters (MAPO section 3.3 limits labels against reward hacking)."""
+    """The label with its whitespace collapsed; `ToolError` if it is not a string, empty or longer than `max_words`
+    words / `max_chars` characters (MAPO section 3.3 limits labels against reward hacking)."""
     if not isinstance(label, str):
         raise ToolError(f"label must be a short text naming what you expect to see; got {type(label).__name__}.")
     label = " ".join(label.split())
@@ -108,19 +99,10 @@ def crop_box(
     min_side: int,
     max_aspect: float,
 ) -> tuple[int, int, int, int]:
-    """The pixel box of the original image that `crop` cuts out, as integers (left, top, right, bottom).
-
-    Args:
-        image_size: (width, height) of the original, full-resolution image.
-        bbox_2d: [x1, y1, x2, y2] in the frame `seen_size`.
-        seen_size: (width, height) of the frame the box is written in (`box_frame`: the image the model saw, or the
-            1000 x 1000 relative grid); None means the original's pixels.
-        min_side: a box side shorter than this (original pixels) is expanded about its centre, inside the image.
-        max_aspect: boxes whose long/short side ratio exceeds this are rejected.
-
-    Raises:
-        ToolError: the box is malformed, empty after clamping to the image, or too elongated.
-    """
+    """The integer box (left, top, right, bottom) of the `image_size` original that `bbox_2d` names in the frame
+    `seen_size` (`box_frame`; None: the original's pixels). A side shorter than `min_side` original pixels is expanded
+    about its centre inside the image. `ToolError`: the box is malformed, empty once clamped to the image, or more
+    elongated than `max_aspect`."""
     width, height = image_size
     seen_w, seen_h = seen_size or image_size
     x1, y1, x2, y2 = _parse_box(bbox_2d)
@@ -162,16 +144,12 @@ def crop(
     min_side: int,
     max_aspect: float,
 ) -> Image.Image:
-    """Cut `bbox_2d` (given in the model's frame `seen_size`, `box_frame`) out of the full-resolution `image`.
-
-    See `crop_box` for the geometry rules. Raises `ToolError` for a box that cannot be cropped.
-    """
+    """Cut `bbox_2d` (in the model's frame `seen_size`) out of the full-resolution `image`; the rules: `crop_box`."""
     return image.crop(crop_box(image.size, bbox_2d, seen_size=seen_size, min_side=min_side, max_aspect=max_aspect))
 
 
 def seen_size(image_size: tuple[int, int], budget: PixelBudget) -> tuple[int, int]:
-    """(width, height) of `image_size` after Qwen2-VL's `smart_resize` under `budget`: the frame the model's
-    coordinates live in."""
+    """(width, height) of `image_size` after Qwen2-VL's `smart_resize` under `budget`: the image the model sees."""
     width, height = image_size
     h, w = smart_resize(
         height, width, factor=budget.factor, min_pixels=budget.min_pixels, max_pixels=budget.max_pixels
@@ -180,8 +158,8 @@ def seen_size(image_size: tuple[int, int], budget: PixelBudget) -> tuple[int, in
 
 
 def resize_to_budget(image: Image.Image, budget: PixelBudget) -> Image.Image:
-    """Resize to a pixel budget now, so crops kept in memory and logs are no larger than what the model is fed (a
-    full-resolution crop can be many megapixels), and tiny crops are upscaled to be legible."""
+    """Resize to a pixel budget now, so crops kept in memory and logs are no larger than what the model is fed, and
+    tiny crops are upscaled to be legible."""
     size = seen_size(image.size, budget)
     return image if size == image.size else image.resize(size, Image.Resampling.BICUBIC)
 
