@@ -748,7 +748,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--gate_rows", type=int, default=64, help="held-out rows of the verifier gate")
     add("--variance_batches", type=int, default=16, help="batches of the gradient-variance measurement (0: skip)")
     add("--output_dir", type=Path, default=Path("outputs/experiment"))
-    add("--report", type=Path, default=Path("research/reports/experiment_curves.md"), help="plots go in <report without .md>/")
+    add(
+        "--report",
+        type=Path,
+        default=Path("research/reports/experiment_curves.md"),
+        help="plots go in <report without .md>/",
+    )
     add("--sft_model", type=Path, default=None, help="reuse this SFT checkpoint (default: make one as the demo does)")
     add("--data", type=Path, default=None, help="with --sft_model: its data (default: data/ beside it)")
     add("--clip", type=Path, default=None, help="with --sft_model: the verifier (default: clip/ beside it)")

@@ -312,8 +312,8 @@ def bench_rollouts(
         first = {}  # per trainer: prompt ids, images, multimodal fields
         for name, trainer in trainers.items():
             trainer._batch_environments = [None] * len(inputs)  # what _generate_and_score_completions sets first
-            prompts = [prepare_multimodal_messages(r["prompt"], images=[r["image"]]) for r in inputs]
-            first[name] = trainer._tokenize_prompts(prompts)
+            messages = [prepare_multimodal_messages(r["prompt"], images=[r["image"]]) for r in inputs]
+            first[name] = trainer._tokenize_prompts(messages)
         orders = [list(trainers) if round_ % 2 == 0 else list(reversed(trainers)) for round_ in range(rounds + 1)]
         free = {name: {"s": [], "tokens": []} for name in trainers}
         for round_, order in enumerate(orders):  # round 0: warm-up
