@@ -16,6 +16,7 @@ import os
 import statistics
 from pathlib import Path
 
+from accelerate import PartialState
 from trl import ModelConfig
 
 import rl
@@ -72,6 +73,11 @@ def main() -> dict:
         print("RL_FORCED", "OK" if result["ok"] else "FAIL", json.dumps(result), flush=True)
         if os.environ.get("GPU_CHECK_JSON"):
             Path(os.environ["GPU_CHECK_JSON"]).write_text(json.dumps(result, indent=2))
+    # Tear the process group down before the interpreter does: left to exit, a still-joinable c10d thread aborted a
+    # rank that finished first ("terminate called without an active exception", exit -6) while rank 0 was saving.
+    state = PartialState()
+    state.wait_for_everyone()
+    state.destroy_process_group()
     return result
 
 
