@@ -42,7 +42,7 @@ tiny demo test test-fast bench clip experiment experiment-curves: export HF_DATA
 export TRL_EXPERIMENTAL_SILENCE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: help install vllm-cpu resolve tiny demo experiment experiment-curves sft rl eval clip test test-fast lint bench clean
+.PHONY: help install vllm-cpu resolve tiny demo experiment experiment-curves sft rl eval reproduce clip test test-fast lint bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -97,6 +97,15 @@ rl: $(call tiny_kit_for,$(RECIPE)) ## MAPO RL: RECIPE=<recipe.yaml> ACCELERATE=<
 
 eval: $(call tiny_kit_for,$(MODEL) $(CLIP)) ## Score MODEL on BENCH (vstar|hrbench|mme_realworld|synthetic); DATA: its files (empty: generated synthetic test split); ARGS="--limit 20"
 	$(call tiny_only,$(MODEL) $(CLIP)) $(PY) evaluate.py --model_name_or_path $(MODEL) --benchmark $(BENCH) $(if $(DATA),--data_path $(DATA)) $(if $(CLIP),--clip_model $(CLIP)) $(ARGS)
+
+# make reproduce: the recipe set's stages (recipes/reproduce.yaml, docs/reproduce.md); the tiny set runs offline on the kit.
+RECIPE_SET  ?= qwen2.5-vl-7b
+DATA_ROOT   ?= /data
+RUN_DIR     ?=
+DRY         ?=
+reproduce: $(if $(filter tiny,$(RECIPE_SET)),tiny,$(STAMP)) ## The paper's pipeline: convert, SFT, MAPO RL, eval on V*/HR-Bench/MME-RW-Lite, reproduce.md; RECIPE_SET=<qwen2.5-vl-7b|qwen2.5-vl-7b-lora|qwen2.5-vl-3b-lora|qwen3-vl-8b|tiny> DATA_ROOT=<dir> [RUN_DIR=<dir>] [DRY=1]
+	$(if $(filter tiny,$(RECIPE_SET)),$(OFFLINE)) $(PY) -m scripts.reproduce --recipe_set $(RECIPE_SET) --data_root $(DATA_ROOT) \
+		$(if $(RUN_DIR),--run_dir $(RUN_DIR)) $(if $(DRY),--dry_run) $(ARGS)
 
 clip: $(TINY)/clip_trained/training_metrics.json ## Train the tiny CLIP verifier on synthetic crops (~1 min CPU)
 

@@ -85,6 +85,7 @@ LONGEST_FIRST = (
     "tests/test_multiprocess.py",
     "tests/test_mapo_trainer.py",
     "tests/test_demo.py",
+    "tests/test_reproduce.py",
     "tests/test_hpo_trainer.py",
 )
 

@@ -17,14 +17,16 @@ from utils.recipes import load_recipe
 REPO = Path(__file__).resolve().parents[1]
 RECIPES_DIR = REPO / "recipes"
 # Launchable recipes: recipes/<Model or tiny>/<stage>/config_<variant>.yaml; every other YAML outside
-# accelerate_configs/ is a base file.
+# accelerate_configs/ is a base file, but reproduce.yaml (make reproduce's recipe sets, no recipe).
 RECIPES = sorted(RECIPES_DIR.glob("**/config_*.yaml"))
 REAL = [r for r in RECIPES if r.relative_to(RECIPES_DIR).parts[0].startswith("Qwen")]
 TINY = [r for r in RECIPES if r.relative_to(RECIPES_DIR).parts[0] == "tiny"]
 BASES = sorted(
     p
     for p in RECIPES_DIR.glob("**/*.yaml")
-    if not p.name.startswith("config_") and "accelerate_configs" not in p.relative_to(RECIPES_DIR).parts
+    if not p.name.startswith("config_")
+    and "accelerate_configs" not in p.relative_to(RECIPES_DIR).parts
+    and p.name != "reproduce.yaml"
 )
 # What SFT and RL must agree on: SFT writes its gold boxes in the frame max_pixels (and min_pixels) gives, RL's
 # bbox_2d lives in it, crops cost crop_max_pixels tokens in both, and both limit the label the same way.
