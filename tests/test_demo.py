@@ -117,10 +117,44 @@ def test_signal_warnings_stay_quiet_when_every_stage_has_signal():
     assert stages.signal_warnings({}) == []
 
 
+def _summary() -> dict:
+    stage = {key: 0.5 for key in stages.SUMMARY_KEYS} | {
+        "chance": 0.25,
+        "accuracy_by_source": {"synthetic/count": 0.5},
+    }
+    return {
+        "clip_verifier": {"top1_colour": 0.9, "steps": 300},
+        "eval": {"base": stage | {"accuracy": 0.125, "chance_by_source": {"synthetic/count": 0.2}}},
+        "rl_overview": {"steps": 2, "r_sem_mean": 0.095, "r_sem_nonzero_steps": 2, "valid_call_rate_mean": 0.94,
+                        "calls_per_rollout_mean": 1.0},
+        "rl_first_step": {"valid_call_rate": 0.5},
+        "rl_last_step": {"valid_call_rate": 1.0},
+        "warnings": ["RL: R_sem was zero"],
+        "seconds": {"total": 61.0},
+    }  # fmt: skip
+
+
+def test_the_page_quotes_the_run_and_keeps_its_prose(tmp_path):
+    page = tmp_path / "demo.md"
+    page.write_text(f"# Demo\nprose before\n{demo.PAGE_START}\nold figures 0.35\n{demo.PAGE_END}\nprose after\n")
+    demo.write_page(page, _summary(), "python -m scripts.demo --rl_steps 2")
+    text = page.read_text()
+    assert text.startswith("# Demo\nprose before\n") and text.endswith(f"{demo.PAGE_END}\nprose after\n")
+    assert "old figures" not in text and "`python -m scripts.demo --rl_steps 2`" in text and "61.0 s" in text
+    assert "| base | 0.125 | 0.500 |" in text  # accuracy, then tool_call_rate
+    assert "| base | 0.125 / 0.250 | 0.500 / 0.200 |" in text  # all, then count: accuracy / chance
+    assert "R_sem mean 0.095, non-zero in 2" in text and "`valid_call_rate` 0.500 -> 1.000" in text
+    assert "- WARNING: RL: R_sem was zero" in text and "label retrieval: colour 0.900." in text
+    page.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="needs one"):
+        demo.write_page(page, _summary(), "x")
+
+
 @pytest.mark.slow
 def test_demo_runs_every_stage_and_writes_the_summary(tiny_kit, tmp_path, monkeypatch, capsys):
     argv = ["demo.py", "--output_dir", str(tmp_path), "--train_rows", "4", "--test_rows", "2"]
-    argv += ["--clip_steps", "3", "--sft_steps", "2", "--rl_steps", "1"]
+    argv += ["--clip_steps", "3", "--sft_steps", "2", "--rl_steps", "1", "--page", str(tmp_path / "demo.md")]
+    (tmp_path / "demo.md").write_text(f"{demo.PAGE_START}\n{demo.PAGE_END}\n")
     monkeypatch.setattr(sys, "argv", argv)
     demo.main()
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -146,3 +180,5 @@ def test_demo_runs_every_stage_and_writes_the_summary(tiny_kit, tmp_path, monkey
     assert all(f"WARNING: {warning}" in printed for warning in summary["warnings"])
     assert (tmp_path / "rl" / "model.safetensors").exists()
     assert set(summary["seconds"]) >= {"SFT cold start", "MAPO RL", "total"}
+    page = (tmp_path / "demo.md").read_text()  # the page quotes this run
+    assert "| rl |" in page and f"{summary['seconds']['total']} s in all" in page and "--rl_steps 1" in page
