@@ -35,7 +35,13 @@ class ScriptArguments(trl.ScriptArguments):
         default="synthetic",
         metadata={"help": f"A dataset builder by name ({', '.join(sorted(DATASETS))}) or a `save_to_disk` folder."},
     )
-    dataset_path: str | None = field(default=None, metadata={"help": "File or folder a named dataset builder reads."})
+    dataset_path: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Files or folders a named dataset builder reads; several are read in turn and concatenated (ids "
+            "stay unique: each reader prefixes them with its file)."
+        },
+    )
     num_samples: int = field(default=64, metadata={"help": "Rows to generate, for generated datasets (synthetic)."})
     dataset_seed: int = field(default=0, metadata={"help": "Seed of generated datasets."})
     synthetic_image_size: list[int] = field(
@@ -60,6 +66,8 @@ class ScriptArguments(trl.ScriptArguments):
     )
 
     def __post_init__(self):
+        if isinstance(self.dataset_path, str):  # a recipe's single file: `dataset_path: /data/x.parquet`
+            self.dataset_path = [self.dataset_path]
         get_reward_funcs(self.reward_funcs)  # an unknown name or a broken import path fails at parse, naming it
 
 
@@ -233,14 +241,32 @@ class EvalArguments:
 
     model_name_or_path: str = field(metadata={"help": "Checkpoint (local folder or hub name) to evaluate."})
     benchmark: str = field(default="synthetic", metadata={"help": "Benchmark reader.", "choices": list(BENCHMARKS)})
-    data_path: str | None = field(
-        default=None, metadata={"help": "What you downloaded (docs/evaluation.md); None for synthetic: generated."}
+    data_path: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "What you downloaded (docs/evaluation.md), one path or several of one format (read in turn, as "
+            "RL's dataset_path); None for synthetic: generated."
+        },
     )
     split: str | None = field(default=None, metadata={"help": "Split, for formats that have them (synthetic)."})
     output_dir: str | None = field(
         default=None, metadata={"help": "Default: outputs/eval/<model>-<benchmark>[-<data>]."}
     )
     limit: int | None = field(default=None, metadata={"help": "Evaluate only the first N rows (quick runs)."})
+    sample_seed: int | None = field(
+        default=None,
+        metadata={
+            "help": "With limit: a seeded random sample of limit rows across the data instead of the first ones."
+        },
+    )
+    reward_funcs: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Also score every rollout with these RL rewards (names in rewards.REWARDS or import paths), as "
+            "training would: samples.jsonl records each, metrics.json their means and how many rollouts each paid "
+            "(the reproduction's probe of the RL data, scripts/reproduce.py)."
+        },
+    )
     skip_bad_rows: bool = field(default=False, metadata={"help": "Skip (and count) invalid benchmark rows."})
     backend: str = field(
         default="transformers", metadata={"help": "Generation backend.", "choices": ["transformers", "vllm"]}
@@ -269,8 +295,11 @@ class EvalArguments:
     vllm_enforce_eager: bool = field(default=False, metadata={"help": "vLLM backend only: no torch.compile."})
 
     def __post_init__(self):
+        if isinstance(self.data_path, str):  # one path, from a YAML recipe or an older eval_args.json
+            self.data_path = [self.data_path]
+        get_reward_funcs(self.reward_funcs)  # an unknown name or a broken import path fails at parse, naming it
         if self.output_dir is None:
             name = f"{Path(self.model_name_or_path).name}-{self.benchmark}"
             if self.data_path:
-                name += f"-{Path(self.data_path).stem}"
+                name += f"-{Path(self.data_path[0]).stem}"
             self.output_dir = str(Path("outputs") / "eval" / name)

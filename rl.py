@@ -14,7 +14,7 @@ from configs import MAPOConfig, ScriptArguments, ToolConfig
 from data import load_split
 from mapo_trainer import MAPOTrainer
 from repairs.resume import resume_checkpoint
-from rewards import check_columns, get_reward_funcs
+from rewards import check_columns, check_rule_rewards, get_reward_funcs
 from utils.checks import check_master_weights, keep_adapters_in_fp32
 from utils.policy import load_policy, save_outputs
 from utils.recipes import parse_args_and_record
@@ -32,12 +32,10 @@ def build_trainer(
     set_seed(training_args.seed)
     dataset = load_split(script_args, script_args.dataset_train_split)
     reward_funcs = get_reward_funcs(script_args.reward_funcs)
-    check_columns(
-        dataset.column_names,
-        script_args.reward_funcs,
-        training_args.semantic_verifier,
-        where=f"dataset_name {script_args.dataset_name} split {script_args.dataset_train_split}",
-    )
+    where = f"dataset_name {script_args.dataset_name} split {script_args.dataset_train_split}"
+    check_columns(dataset.column_names, script_args.reward_funcs, training_args.semantic_verifier, where=where)
+    if "source" in dataset.column_names:
+        check_rule_rewards(dataset["source"], script_args.reward_funcs, where=where)
     model, processor = load_policy(model_args, tool_config, training_args)
     trainer = trainer_cls(
         model=model,

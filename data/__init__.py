@@ -46,7 +46,7 @@ def synthetic_world(script_args: Any) -> dict[str, Any]:
 
 def load_split(script_args: Any, split: str) -> datasets.Dataset:
     """One split of the recipe's dataset (a `configs.ScriptArguments`): from a `save_to_disk` folder, or built by a
-    registered builder."""
+    registered builder from each of `dataset_path`'s files in turn, concatenated."""
     name = script_args.dataset_name
     if os.path.isdir(name):
         return load_saved_split(name, split)
@@ -54,7 +54,11 @@ def load_split(script_args: Any, split: str) -> datasets.Dataset:
         return get_dataset(
             name, n=script_args.num_samples, seed=script_args.dataset_seed, split=split, **synthetic_world(script_args)
         )
-    return get_dataset(name, path=script_args.dataset_path, split=split)
+    paths = script_args.dataset_path
+    if isinstance(paths, str | os.PathLike) or paths is None:
+        return get_dataset(name, path=paths, split=split)
+    parts = [get_dataset(name, path=path, split=split) for path in paths]  # DeepEyes-47k ships three files
+    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
 def prompts_in_box_convention(dataset: Any, box_convention: str) -> Any:

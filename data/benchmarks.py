@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -240,22 +240,26 @@ def _synthetic(path: str | os.PathLike | None, split: str | None, rows: int | No
 # -------------------------------------------------------------------------------------------------------- API
 def read_benchmark(
     name: str,
-    path: str | os.PathLike | None = None,
+    path: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
     *,
     split: str | None = None,
     skip_bad_rows: bool = False,
     rows: int | None = None,
 ) -> tuple[datasets.Dataset, list[BadRowError]]:
-    """`load_benchmark`, also returning the rows it skipped (empty unless `skip_bad_rows`). `rows`: how many of the
-    first rows the caller will read (its `limit`); only the generated synthetic split uses it, to draw no more."""
+    """`load_benchmark`, also returning the rows it skipped (empty unless `skip_bad_rows`). `path` may list several
+    files of the format, read in turn (ids must stay unique across them). `rows`: how many of the first rows the
+    caller will read (its `limit`); only the generated synthetic split uses it, to draw no more."""
     if name not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r}; known: {list(BENCHMARKS)}")
+    paths = [path] if path is None or isinstance(path, str | os.PathLike) else list(path)
     if name == "synthetic":  # generated or saved by this repo: nothing third-party to validate
-        return _synthetic(path, split, rows), []
-    if path is None:
+        if len(paths) > 1:
+            raise ValueError(f"the synthetic benchmark reads one saved folder, not {len(paths)} paths")
+        return _synthetic(paths[0], split, rows), []
+    if not paths or paths[0] is None:
         raise ValueError(f"benchmark {name!r} reads local files: pass the path you downloaded it to (data_path)")
     rows, skipped, seen_ids = [], [], set()
-    for raw in _READERS[name](Path(path)):
+    for raw in (raw for path in paths for raw in _READERS[name](Path(path))):
         try:
             if isinstance(raw, BadRowError):
                 raise raw
@@ -266,7 +270,7 @@ def read_benchmark(
             logger.warning("skipping bad row: %s", err)
             skipped.append(err)
     if not rows:
-        raise ValueError(f"{path}: no usable {name} rows ({len(skipped)} skipped)")
+        raise ValueError(f"{', '.join(map(str, paths))}: no usable {name} rows ({len(skipped)} skipped)")
     return datasets.Dataset.from_list(rows, features=TASK_FEATURES), skipped
 
 

@@ -18,11 +18,14 @@ import dataclasses
 import html
 import json
 import logging
+import tempfile
+import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import datasets
+from datasets.exceptions import DatasetGenerationError
 
 from data.converters import FORMATS
 from data.converters.common import SKIP_REASONS, SkipRow
@@ -37,41 +40,58 @@ from utils.recipes import real_recipe_budget
 logger = logging.getLogger(__name__)
 
 SKIP_EXAMPLES = 3  # per reason, the first skipped rows `stats.json` names (file, row and why), to look them up
+WRITER_BATCH = 64  # rows buffered before they are written: ~64 originals' file bytes
 
 
 def convert(fmt: str, source: Path, tool: ToolConfig) -> tuple[list[Trajectory], dict]:
-    """Every convertible row of `source` in `fmt`, its labels held to `tool`'s label limits, and `stats.json`."""
+    """Every convertible row of `source` in `fmt`, its labels held to `tool`'s label limits, and `stats.json`; in
+    memory, for small sets and tests (`main` streams, `convert_rows`)."""
+    stats: dict = {}
+    kept = list(convert_rows(fmt, source, tool, stats))
+    return kept, stats
+
+
+def convert_rows(fmt: str, source: Path, tool: ToolConfig, stats: dict) -> Iterator[Trajectory]:
+    """The convertible rows of `source` in `fmt`, one at a time, so that a release of any size converts in bounded
+    memory; `stats` is filled once the last row has been read. A bad `fmt` or `source` fails at once."""
     if fmt not in FORMATS:
         raise ValueError(f"--format: unknown format {fmt!r}; known: {sorted(FORMATS)}")
     if not source.is_dir():
         raise ValueError(f"--input: {source} is not a folder (give the dataset's folder as downloaded)")
-    kept, skipped, examples = [], Counter(), {}
+    return _convert_rows(fmt, source, tool, stats)
+
+
+def _convert_rows(fmt: str, source: Path, tool: ToolConfig, stats: dict) -> Iterator[Trajectory]:
+    skipped, examples, calls = Counter(), {}, Counter()
+    kept = crops_checked = content_checked = failed_calls = 0
     for item in FORMATS[fmt](source, tool):
         if isinstance(item, SkipRow):
             skipped[item.reason] += 1
             if len(examples.setdefault(item.reason, [])) < SKIP_EXAMPLES:
                 examples[item.reason].append(f"{item.where}: {item.detail}" if item.detail else item.where)
             logger.debug("skipped %s: %s", item.where, item)
-        else:
-            kept.append(item)
-    calls = Counter(call["label_source"] for t in kept for call in t.calls)
-    stats = {
+            continue
+        kept += 1
+        calls.update(call["label_source"] for call in item.calls)
+        crops_checked, content_checked = crops_checked + item.crops_checked, content_checked + item.content_checked
+        failed_calls += item.failed_calls
+        yield item
+    stats |= {
         "format": fmt,
         "input": str(source),
-        "rows_read": len(kept) + skipped.total(),
-        "rows_converted": len(kept),
+        "rows_read": kept + skipped.total(),
+        "rows_converted": kept,
         "rows_skipped": {reason: skipped[reason] for reason in SKIP_REASONS if skipped[reason]},
         "skipped_examples": {reason: examples[reason] for reason in SKIP_REASONS if reason in examples},
         "calls_by_label_source": {source: calls[source] for source in LABEL_SOURCES},
         # every kept call agreed with the crop the release ships (`data.converters.crop_check`)
         "crop_check": {
-            "calls_checked": sum(t.crops_checked for t in kept),
-            "calls_checked_by_content": sum(t.content_checked for t in kept),
+            "calls_checked": crops_checked,
+            "calls_checked_by_content": content_checked,
             "rows_mismatched": skipped["crop_mismatch"],
         },
-        "calls_failed_upstream": sum(t.failed_calls for t in kept),
+        "calls_failed_upstream": failed_calls,
     }
-    return kept, stats
 
 
 def write_preview(
@@ -179,17 +199,34 @@ def main(argv: Sequence[str] | None = None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
     tool = ToolConfig(max_label_words=args.max_label_words, max_label_chars=args.max_label_chars)
-    trajectories, stats = convert(args.format, args.input, tool)
-    if not trajectories:
-        raise SystemExit(f"no row of {args.input} converted: {stats['rows_skipped']}")
-    dataset = datasets.Dataset.from_list([as_row(t) for t in trajectories], features=TRAJECTORY_FEATURES)
-    datasets.DatasetDict({"train": dataset}).save_to_disk(str(args.output))
+    stats, preview = {}, []
+    trajectories = convert_rows(args.format, args.input, tool, stats)
+
+    def rows() -> Iterator[dict]:
+        for trajectory in trajectories:
+            if len(preview) < args.preview:  # the preview draws on the decoded original
+                preview.append(as_row(dataclasses.replace(trajectory, image_bytes=None)))
+            yield as_row(trajectory)
+
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    # Rows go to disk WRITER_BATCH at a time, each holding its original's file bytes only: memory does not grow with
+    # the release (docs/benchmarks.md, "Converting a release"). A fresh cache folder and fingerprint: nothing cached.
+    with tempfile.TemporaryDirectory(dir=args.output.parent, prefix=".convert-") as cache:
+        try:
+            dataset = datasets.Dataset.from_generator(
+                rows, features=TRAJECTORY_FEATURES, cache_dir=cache, writer_batch_size=WRITER_BATCH,
+                fingerprint=uuid.uuid4().hex,
+            )  # fmt: skip
+        except DatasetGenerationError as err:  # a bad layout, raised by the reader: say it, not the writer's wrap
+            raise err.__cause__ or err from None
+        if not stats.get("rows_converted"):
+            raise SystemExit(f"no row of {args.input} converted: {stats.get('rows_skipped')}")
+        datasets.DatasetDict({"train": dataset}).save_to_disk(str(args.output))
     (args.output / "stats.json").write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
     if args.preview:
         tool, budget = real_recipe_budget(args.max_pixels)  # the crops training will show
         tool = dataclasses.replace(tool, box_convention=args.box_convention)
-        rows = [as_row(t) for t in trajectories[: args.preview]]
-        page = write_preview(rows, args.output / "preview", tool, budget, stats["skipped_examples"])
+        page = write_preview(preview, args.output / "preview", tool, budget, stats["skipped_examples"])
         stats["preview"] = str(page)
     print(json.dumps(stats, indent=1))
     return stats

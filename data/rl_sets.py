@@ -13,6 +13,14 @@ from data.questions import cof_question, dataset_question, split_options
 from data.rows import BadRowError, RawRow, expect_file, parquet_records
 from data.task import message_text
 
+# Rows a rule cannot score fairly, by `source`: what they are and why. DeepEyes-47k's chart file holds free-form answers
+# about multi-panel ArxivQA figures, which DeepEyes scores with an LLM judge (`data_source == "chart"` in its
+# `verl/utils/reward_score/__init__.py`, routed to `vl_agent.compute_score`); compared as normalised strings, most
+# right answers score 0. `rewards.check_rule_rewards` refuses them under rule-based outcome rewards.
+JUDGED_SOURCES = {
+    "deepeyes/chart": "DeepEyes-47k's chart rows (data_v0.8_visual_toolbox_v2.parquet, ArxivQA figures): free-form "
+    "answers DeepEyes scores with an LLM judge",
+}
 _DEEPEYES_FIELDS = {"question": "extra_info.question", "answer": "reward_model.ground_truth", "image": "images[0]"}
 _MINI_O3_FIELDS = {"id": "doc_id", "question": "problem", "answer": "solution", "image": "images[0]"}
 

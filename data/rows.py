@@ -64,6 +64,7 @@ class Trajectory:
     crops_checked: int = 0  # calls whose crop was checked against the release's own (all of them)
     content_checked: int = 0  # of those, the ones large enough to compare by content, not by aspect alone
     failed_calls: int = 0  # calls (or code turns that raised) after which the release shows no image: dropped
+    image_bytes: bytes | None = None  # `image` as the release encodes it: saved as is, never decoded and re-encoded
 
 
 def as_row(trajectory: Trajectory) -> dict:
@@ -72,7 +73,7 @@ def as_row(trajectory: Trajectory) -> dict:
         "id": trajectory.id,
         "source": trajectory.source,
         "prompt": build_prompt(trajectory.question, trajectory.options),
-        "image": trajectory.image,
+        "image": {"bytes": trajectory.image_bytes, "path": None} if trajectory.image_bytes else trajectory.image,
         "answer": trajectory.answer,
         "options": list(trajectory.options),
         "gold_calls": [{**call, "box": list(call["box"])} for call in trajectory.calls],

@@ -205,7 +205,19 @@ def compute_metrics(records: Sequence[dict], benchmark: str, skipped_rows: int =
         "mean_z": mean([call["z"] for call in scored]),
         "gap_rate": mean([float(call["gap"]) for call in scored]),
     }
-    return metrics | benchmark_metrics(benchmark, records)
+    paid = reward_summary(records)
+    return metrics | benchmark_metrics(benchmark, records) | ({"rewards": paid} if paid else {})
+
+
+def reward_summary(records: Sequence[dict]) -> dict[str, dict[str, float | int | None]]:
+    """Per RL reward the samples were scored with (`EvalArguments.reward_funcs`): its mean over the rollouts it scored,
+    how many it scored (None: a row it cannot score) and how many it paid (a value above 0)."""
+    names = dict.fromkeys(name for record in records for name in record.get("rewards") or {})
+    summary = {}
+    for name in names:
+        values = [record["rewards"][name] for record in records if (record.get("rewards") or {}).get(name) is not None]
+        summary[name] = {"mean": mean(values), "scored": len(values), "paid": sum(value > 0 for value in values)}
+    return summary
 
 
 def no_valid_call(records: Sequence[dict], max_completion_length: int, max_tool_calling_iterations: int) -> str | None:

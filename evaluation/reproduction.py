@@ -14,6 +14,8 @@ from pathlib import Path
 import yaml
 from matplotlib.figure import Figure  # no pyplot: files only, no display or backend on a training node
 
+from utils.recipes import flag_values
+
 PAPER_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "mapo_paper.yaml"
 # Keys a run sets for its own paths, or that only say where to log: not settings of the method.
 PATH_KEYS = {"model_name_or_path", "output_dir", "dataset_path", "resume_from_checkpoint", "report_to", "run_name"}
@@ -38,23 +40,87 @@ def _read_json(path: Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+OURS = {"base": "base model", "sft": "SFT", "rl": "MAPO (RL)"}  # whose evaluations, `eval_<model>_<benchmark>`
+
+
+def our_protocol(run_dir: Path, model: str, spec: dict) -> str:
+    """How our evaluations of `model` ran, from the first one's `eval_args.json` and `metrics.json`: decoding, samples
+    per question, pixel budgets, tool rounds and token budget, and the scoring rule."""
+    for bench in spec["benchmarks"]:
+        args = _read_json(run_dir / f"eval_{model}_{bench}" / "eval_args.json")
+        if args is None:
+            continue
+        metrics = _read_json(run_dir / f"eval_{model}_{bench}" / "metrics.json") or {}
+        tool = args.get("tool", {})
+        decoding = "greedy" if not args.get("temperature") else f"temperature {args['temperature']}"
+        pixels = f"images <= {tool.get('max_pixels') or 'the processor default'} px"
+        crops = f"crops <= {tool.get('crop_max_pixels') or tool.get('max_pixels') or 'the same'} px"
+        rule = metrics.get("scoring", "rule, no judge (docs/evaluation.md)")
+        return (
+            f"{decoding}, 1 sample (Avg@1); {pixels}, {crops}; <= {args.get('max_tool_calling_iterations')} zoom "
+            f"rounds in {args.get('max_completion_length')} tokens; {rule}"
+        )
+    return "not run yet"
+
+
 def score_table(run_dir: Path, spec: dict) -> list[str]:
-    """The table: per benchmark, ours (the score the publications report, %), tool use and gap rate, then each
-    published column; and the sources under it."""
-    published = spec.get("published", [])
-    head = ["benchmark", "ours", "n", "calls / sample", "gap rate", *(p["name"] for p in published)]
+    """The table: a row per system, ours (base, SFT, RL; the score each benchmark's publications report, %) then each
+    published one, a column per benchmark and the protocol behind the row; the sources under it."""
+    benches = spec["benchmarks"]
+    head = ["system", *(entry["title"] for entry in benches.values()), "protocol"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for bench, entry in spec["benchmarks"].items():
-        metrics = _read_json(run_dir / f"eval_{bench}" / "metrics.json") or {}
-        calls = metrics.get("calls_per_sample")
-        ours = [_percent(metrics.get(entry["score"])), str(metrics.get("n", "—")),
-                "—" if calls is None else f"{calls:.2f}", _percent(metrics.get("gap_rate"))]  # fmt: skip
-        cells = [f"{p['scores'][bench]:.1f} [{i}]" if bench in p.get("scores", {}) else f"— [{i}]"
-                 for i, p in enumerate(published, 1)]  # fmt: skip
-        lines.append("| " + " | ".join([entry["title"], *ours, *cells]) + " |")
+    for model, title in OURS.items():
+        cells = []
+        for bench, entry in benches.items():
+            metrics = _read_json(run_dir / f"eval_{model}_{bench}" / "metrics.json") or {}
+            cells.append(_percent(metrics.get(entry["score"])))
+        lines.append(f"| ours: {title} | " + " | ".join(cells) + f" | {our_protocol(run_dir, model, spec)} |")
+    notes = []
+    for i, published in enumerate(spec.get("published", []), 1):
+        cells = []
+        for bench in benches:
+            value, mark = published.get("scores", {}).get(bench), published.get("marks", {}).get(bench)
+            cell = "—" if value is None else f"{value:.1f}"
+            if mark is not None and value is not None:
+                notes.append(mark)
+                cell += f" ({'*' * len(notes)})"
+            cells.append(cell)
+        lines.append(f"| {published['name']} [{i}] | " + " | ".join(cells) + f" | {published['protocol']} |")
     lines.append("")
-    lines += [f"[{i}] {p['name']}: {p['source']}" for i, p in enumerate(published, 1)]
+    lines += [f"[{i}] {p['name']}: {p['source']}" for i, p in enumerate(spec.get("published", []), 1)]
+    lines += [f"({'*' * k}) {note}" for k, note in enumerate(notes, 1)]
     return lines
+
+
+def tool_table(run_dir: Path, spec: dict) -> list[str]:
+    """Our evaluations' rows, tool use and reasoning-action gap rate per benchmark and model."""
+    lines = ["| model | benchmark | n | calls / sample | valid calls | gap rate |", "|---|---|---|---|---|---|"]
+    for model, title in OURS.items():
+        for bench, entry in spec["benchmarks"].items():
+            metrics = _read_json(run_dir / f"eval_{model}_{bench}" / "metrics.json")
+            if metrics is None:
+                continue
+            calls = metrics.get("calls_per_sample")
+            lines.append(
+                f"| {title} | {entry['title']} | {metrics.get('n', '—')} | "
+                f"{'—' if calls is None else f'{calls:.2f}'} | {_percent(metrics.get('valid_call_rate'))} | "
+                f"{_percent(metrics.get('gap_rate'))} |"
+            )
+    return lines
+
+
+def probe_lines(run_dir: Path) -> list[str]:
+    """What the RL recipe's rewards paid on the probe of the RL data (scripts/reproduce.py, stage rl_probe)."""
+    metrics = _read_json(run_dir / "rl_probe" / "metrics.json")
+    if metrics is None:
+        return ["- not run"]
+    paid = metrics.get("rewards", {})
+    return [
+        f"- {name}: paid {s['paid']} of {s['scored']} rollouts (mean {s['mean']:.3f})"
+        if s["mean"] is not None
+        else f"- {name}: scored none of {metrics['n']}"
+        for name, s in paid.items()
+    ] or ["- no reward ran"]
 
 
 def command_overrides(run_dir: Path, stage: str) -> dict:
@@ -62,17 +128,9 @@ def command_overrides(run_dir: Path, stage: str) -> dict:
     record = _read_json(run_dir / stage / ".done") or {"command": []}
     argv = record["command"]
     start = next((i + 1 for i, a in enumerate(argv) if a.endswith(".py")), len(argv))
-    flags = argv[start:]
-    pairs = zip(flags[::2], flags[1::2])
-    return {k.removeprefix("--"): _typed(v) for k, v in pairs if k.startswith("--") and k != "--config"}
-
-
-def _typed(value: str):
-    """A command-line value as the recipe parser reads it: JSON first (`2e-6` is a float there, a string in YAML)."""
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError:
-        return yaml.safe_load(value)
+    values = flag_values(argv[start:])
+    values.pop("config", None)
+    return values
 
 
 def settings_that_differ(run_dir: Path, spec: dict) -> list[str]:
@@ -145,11 +203,23 @@ def write_report(run_dir: Path, set_name: str, chosen: dict, spec: dict, stages:
         "",
         "## Scores (%), ours beside the published",
         "",
-        "Ours: accuracy (HR-Bench: the mean of its single and cross accuracies, as published), greedy, one sample per "
-        "question, scored without an LLM judge (docs/evaluation.md); `gap rate`: valid calls whose crop matches their "
-        "label no better than the whole image. Published numbers come from other protocols (see each source).",
+        "Ours: the base model, the SFT checkpoint and the RL checkpoint, each evaluated by the same harness under the "
+        "same settings; accuracy (HR-Bench: the mean of its single and cross accuracies, as published). Each row's "
+        "protocol says how its numbers were obtained: rows of different protocols are not the same measurement.",
         "",
         *score_table(run_dir, spec),
+        "",
+        "## Tool use",
+        "",
+        "`gap rate`: valid calls whose crop matches their label no better than the whole image (docs/evaluation.md).",
+        "",
+        *tool_table(run_dir, spec),
+        "",
+        "## The RL data, before RL",
+        "",
+        "The SFT checkpoint's rollouts of a sample of the RL data, scored by the RL recipe's rewards (stage `rl_probe`):",
+        "",
+        *probe_lines(run_dir),
         "",
         "## Settings that differ from the paper's",
         "",

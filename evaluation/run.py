@@ -1,10 +1,20 @@
 """An evaluation run: the agent on a benchmark's rows, resumable, written as `samples.jsonl`, `metrics.json` and
-`report.html` in its output folder (`evaluate.py` is its command line)."""
+`report.html` in its output folder (`evaluate.py` is its command line).
+
+Data-parallel under `accelerate launch --num_processes N evaluate.py ...` (or `torchrun`): process r of N takes every
+N-th row still to do and appends its records to `samples.rank<r>.jsonl`, on GPU `cuda:<LOCAL_RANK>`; the first process
+waits until every selected row is recorded in some file, then merges the parts into `samples.jsonl` and writes the
+metrics and report. No process group is needed: the launcher stops every process when one fails. An interrupted run
+resumes with any number of processes (the rows done are those recorded in `samples.jsonl` or any part)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import random
+import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,10 +26,11 @@ from transformers import set_seed
 
 from configs import EvalArguments
 from data.benchmarks import read_benchmark
-from evaluation.agent import TransformersBackend, VLLMBackend, ZoomAgent, open_image
+from evaluation.agent import Episode, TransformersBackend, VLLMBackend, ZoomAgent, open_image
 from evaluation.metrics import clip_scores, compute_metrics, episode_record, no_valid_call
 from evaluation.report import write_report
 from repairs.rollout import check_token_budget
+from rewards import get_reward_funcs
 from rewards.verifiers import ClipVerifier
 from tools import ToolConfig
 from utils.models import context_length, load_model, load_processor, pixel_budget
@@ -30,21 +41,83 @@ logger = logging.getLogger(__name__)
 # `ToolConfig` field counts too).
 RESULT_FIELDS = (
     "model_name_or_path", "benchmark", "data_path", "split", "backend", "dtype", "max_completion_length",
-    "max_tool_calling_iterations", "temperature", "top_p", "seed",
+    "max_tool_calling_iterations", "temperature", "top_p", "seed", "sample_seed", "reward_funcs",
 )  # fmt: skip
 SAMPLES_FILE = "samples.jsonl"  # one record a sample (`evaluation.metrics.episode_record`), in the output folder
+PART_GLOB = "samples.rank*.jsonl"  # a data-parallel process's records, merged into SAMPLES_FILE at the end
 ROLLOUT_FIELDS = ("max_completion_length", "max_tool_calling_iterations")  # the rollout budget, `GRPOConfig`'s fields
+MERGE_POLL_SECONDS = 5.0
 
 
-def read_samples(path: Path) -> list[dict]:
-    """The records of `samples.jsonl`. A run killed mid-write leaves a partial last line: it is dropped (and cut
-    from the file, so the next append starts on a fresh line) and that sample runs again."""
+def read_samples(path: Path, *, mend: bool = True) -> list[dict]:
+    """The records of `samples.jsonl` (or a part). A run killed mid-write leaves a partial last line: it is dropped
+    (and, with `mend`, cut from the file, so the next append starts on a fresh line) and that sample runs again.
+    Another process's part, still being written, is read with `mend=False`."""
     if not path.exists():
         return []
     complete, _, partial = path.read_text(encoding="utf-8").rpartition("\n")
-    if partial:
+    if partial and mend:
         path.write_text(complete + "\n" if complete else "", encoding="utf-8")
     return [json.loads(line) for line in complete.splitlines() if line]
+
+
+def process_shard() -> tuple[int, int, int]:
+    """(rank, world size, local rank) of this process as `accelerate launch` / `torchrun` set them, else (0, 1, 0)."""
+    env = os.environ
+    return int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0))
+
+
+def recorded_ids(out: Path) -> set[str]:
+    """Ids of the samples recorded in `out`: in `samples.jsonl` and in every process's part, whatever the number of
+    processes of the run that wrote them."""
+    paths = [out / SAMPLES_FILE, *sorted(out.glob(PART_GLOB))]
+    return {record["id"] for path in paths for record in read_samples(path, mend=path.name == SAMPLES_FILE)}
+
+
+def merge_parts(out: Path) -> list[dict]:
+    """Append each part's records not yet in `samples.jsonl` to it, delete the parts, and return every record."""
+    main = out / SAMPLES_FILE
+    records = read_samples(main)
+    seen = {record["id"] for record in records}
+    with main.open("a", encoding="utf-8") as sink:
+        for part in sorted(out.glob(PART_GLOB)):
+            for record in read_samples(part, mend=False):
+                if record["id"] not in seen:
+                    seen.add(record["id"])
+                    records.append(record)
+                    sink.write(json.dumps(record) + "\n")
+    for part in out.glob(PART_GLOB):
+        part.unlink()
+    return records
+
+
+def select_rows(n: int, limit: int | None, sample_seed: int | None) -> list[int]:
+    """Indices of the rows to evaluate: the first `limit`, or with `sample_seed` a seeded random sample of `limit` across
+    all `n` (the same on every process and every resume)."""
+    order = list(range(n))
+    if sample_seed is not None:
+        random.Random(sample_seed).shuffle(order)
+    return order if limit is None else order[:limit]
+
+
+def reward_scores(
+    specs: Sequence[str], rows: Sequence[dict], episodes: Sequence[Episode]
+) -> list[dict[str, float | None]]:
+    """Each rollout scored by the RL rewards `specs`, called as TRL's `_calculate_rewards` calls them: the parsed
+    completion, the prompt, the environment, and every other dataset column as a keyword (docs/evaluation.md)."""
+    columns = {key: [row[key] for row in rows] for key in rows[0] if key not in ("prompt", "image")} if rows else {}
+    scores = [{} for _ in rows]
+    for spec, func in zip(specs, get_reward_funcs(specs)):
+        values = func(
+            prompts=[row["prompt"] for row in rows],
+            completions=[episode.completion for episode in episodes],
+            completion_ids=[episode.completion_ids for episode in episodes],
+            environments=[episode.env for episode in episodes],
+            **columns,
+        )
+        for record, value in zip(scores, values):
+            record[spec] = None if value is None else float(value)
+    return scores
 
 
 def _check_resume(out: Path, args: EvalArguments, tool: ToolConfig) -> None:
@@ -86,41 +159,64 @@ def build_agent(args: EvalArguments, tool: ToolConfig, device: str) -> ZoomAgent
     return ZoomAgent(backend, processor, tool, **rollout)
 
 
-def run_evaluation(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
+def run_evaluation(
+    args: EvalArguments, tool: ToolConfig, shard: tuple[int, int, int] | None = None
+) -> dict[str, Any] | None:
     """Evaluate (or resume evaluating) `args.model_name_or_path` on `args.benchmark` with the zoom-in tool and CLIP
-    verifier of `tool` (training's: see `parse_args`); returns the metrics written to `<output_dir>/metrics.json`."""
+    verifier of `tool` (training's: see `parse_args`); returns the metrics written to `<output_dir>/metrics.json` (on
+    the first process; the others return None once their rows are recorded). `shard`: (rank, world size, local
+    rank), by default the launcher's (`process_shard`)."""
     out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _check_resume(out, args, tool)
+    rank, world, local_rank = shard or process_shard()
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        _check_resume(out, args, tool)
+    else:
+        _wait_for(lambda: (out / "eval_args.json").is_file(), "the first process's eval_args.json", out)
+    # a sampled selection draws from every row, so the synthetic split is drawn whole
+    rows_needed = args.limit if args.sample_seed is None else None
     dataset, skipped = read_benchmark(
-        args.benchmark, args.data_path, split=args.split, skip_bad_rows=args.skip_bad_rows, rows=args.limit
+        args.benchmark, args.data_path, split=args.split, skip_bad_rows=args.skip_bad_rows, rows=rows_needed
     )
     # Rows are decoded by the agent, so that an image that does not decode fails its sample, not the run.
     dataset = dataset.cast_column("image", datasets.Image(decode=False))
     ids = dataset["id"]
-    selected = range(len(dataset) if args.limit is None else min(args.limit, len(dataset)))
-    samples_path = out / SAMPLES_FILE
-    done = {record["id"] for record in read_samples(samples_path)}
+    selected = select_rows(len(dataset), args.limit, args.sample_seed)
+    done = recorded_ids(out)
     todo = [i for i in selected if ids[i] not in done]
+    mine = todo[rank::world]
+    samples_path = out / (SAMPLES_FILE if world == 1 else f"samples.rank{rank}.jsonl")
 
-    if todo:
-        set_seed(args.seed)
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if mine:
+        set_seed(args.seed + rank)
+        cuda = f"cuda:{local_rank}" if world > 1 else "cuda"
+        device = args.device or (cuda if torch.cuda.is_available() else "cpu")
         agent = build_agent(args, tool, device)
         verifier = ClipVerifier(tool, device=device)
-        progress = tqdm(total=len(selected), initial=len(selected) - len(todo), desc=args.benchmark, unit="sample")
+        total = len(selected) if world == 1 else len(mine)
+        progress = tqdm(
+            total=total, initial=total - len(mine), desc=f"{args.benchmark} [{rank}/{world}]", unit="sample"
+        )
         with samples_path.open("a", encoding="utf-8") as sink, progress:
-            for start in range(0, len(todo), args.batch_size):
-                rows = [dataset[i] for i in todo[start : start + args.batch_size]]
+            for start in range(0, len(mine), args.batch_size):
+                rows = [dataset[i] for i in mine[start : start + args.batch_size]]
                 episodes = agent.run(rows)
                 calls = [episode.calls for episode in episodes]
                 scores = clip_scores(verifier, [episode.image for episode in episodes], calls)
-                for sample in zip(rows, episodes, calls, scores):  # a row, its episode, its calls, their scores
-                    sink.write(json.dumps(episode_record(args.benchmark, *sample, agent.tokenizer)) + "\n")
+                rewards = reward_scores(args.reward_funcs, rows, episodes) if args.reward_funcs else [None] * len(rows)
+                for row, episode, *sample, paid in zip(rows, episodes, calls, scores, rewards):
+                    record = episode_record(args.benchmark, row, episode, *sample, agent.tokenizer)
+                    if paid is not None:
+                        record["rewards"] = paid
+                    sink.write(json.dumps(record) + "\n")
                 sink.flush()
                 progress.update(len(rows))
 
-    records = read_samples(samples_path)
+    if rank != 0:
+        return None
+    wanted = {ids[i] for i in selected}
+    _wait_for(lambda: wanted <= recorded_ids(out), f"the other {world - 1} processes' samples", out)
+    records = [record for record in merge_parts(out) if record["id"] in wanted]
     metrics = compute_metrics(records, args.benchmark, skipped_rows=len(skipped))
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     silent = no_valid_call(records, args.max_completion_length, args.max_tool_calling_iterations)
@@ -140,3 +236,14 @@ def run_evaluation(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
         budgets=rollout_budgets(args, tool),
     )  # fmt: skip
     return metrics
+
+
+def _wait_for(ready, what: str, out: Path) -> None:
+    """Poll `ready()` (a data-parallel evaluation's hand-over, through files in `out`), saying every minute what it
+    waits for; the launcher stops this process if another one fails, so the wait cannot outlive the run."""
+    start = last = time.monotonic()
+    while not ready():
+        time.sleep(MERGE_POLL_SECONDS)
+        if time.monotonic() - last >= 60:
+            last = time.monotonic()
+            logger.warning("waiting %.0f s for %s in %s", last - start, what, out)

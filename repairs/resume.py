@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
-from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.trainer.utils import RepeatSampler
 
 logger = logging.getLogger(__name__)
@@ -24,18 +26,36 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The highest-numbered `checkpoint-*` in `output_dir` that was written whole, or None. transformers' `Trainer`
+    writes `trainer_state.json` last, after the weights, optimizer and RNG states; `get_last_checkpoint` takes the
+    highest number whatever it holds, so a run killed while saving would resume from half a checkpoint."""
+    if not os.path.isdir(output_dir):
+        return None
+    complete = [
+        path
+        for path in Path(output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+        if path.name.split("-")[-1].isdigit() and (path / TRAINER_STATE_NAME).is_file()
+    ]
+    return str(max(complete, key=lambda path: int(path.name.split("-")[-1]))) if complete else None
+
+
 def resume_checkpoint(training_args: Any) -> str | None:
-    """The checkpoint `training_args.resume_from_checkpoint` asks for: a folder, or `true` for the last
-    `checkpoint-*` in `output_dir`; None when not asked (then an existing checkpoint is pointed out, not used)."""
+    """The checkpoint `training_args.resume_from_checkpoint` asks for: a folder, or `true` for the last complete
+    `checkpoint-*` in `output_dir` (`last_complete_checkpoint`); None when not asked (then an existing checkpoint is
+    pointed out, not used)."""
     value, output_dir = training_args.resume_from_checkpoint, training_args.output_dir
-    last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+    last = last_complete_checkpoint(output_dir)
     if value is None or str(value).lower() in ("", "false"):
         if last is not None:
             logger.warning("%s holds %s; pass --resume_from_checkpoint true to continue from it", output_dir, last)
         return None
     if str(value).lower() == "true":
         if last is None:
-            raise ValueError(f"resume_from_checkpoint: true, but {output_dir} holds no checkpoint-* folder")
+            raise ValueError(
+                f"resume_from_checkpoint: true, but {output_dir} holds no complete checkpoint-* folder (one with its "
+                "trainer_state.json)"
+            )
         return last
     if not os.path.isdir(value):
         raise ValueError(f"resume_from_checkpoint: {value} is not a checkpoint folder")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from data.rl_sets import JUDGED_SOURCES
 from rewards.judge import judge_reward
 from rewards.outcome import format_reward, gated_outcome_reward, outcome_reward, tool_bonus_reward
 from rewards.verifiers import verifier_factory
@@ -21,6 +22,10 @@ REWARDS: dict[str, RewardFunc] = {
     "tool_bonus": tool_bonus_reward,
     "judge": judge_reward,
 }
+
+
+# Rewards that compare the answer by rule (`data.task.is_correct`), or do not read it: no judge behind any of them.
+RULE_REWARDS = ("outcome", "format", "gated_outcome", "tool_bonus")
 
 
 def get_reward_funcs(specs: Sequence[str]) -> list[RewardFunc]:
@@ -38,3 +43,23 @@ def check_columns(columns: Sequence[str], reward_specs: Sequence[str], verifier:
     if missing:
         wants = "; ".join(f"{name} needs {cols}" for name, cols in missing.items())
         raise ValueError(f"{where}: {wants}, which the dataset lacks (its columns: {sorted(columns)})")
+
+
+def check_rule_rewards(sources: Sequence[str], reward_specs: Sequence[str], where: str) -> None:
+    """Fail at start when every outcome reward is a rule (`RULE_REWARDS`) and the dataset at `where` holds rows only a
+    judge scores fairly (`data.rl_sets.JUDGED_SOURCES`, e.g. DeepEyes-47k's chart file): their right answers would mostly
+    score 0. A judge reward or one named by import path is the recipe's own choice and passes."""
+    if any(spec not in RULE_REWARDS for spec in reward_specs):
+        return
+    counts = {source: 0 for source in JUDGED_SOURCES}
+    for source in sources:
+        if source in counts:
+            counts[source] += 1
+    found = {source: n for source, n in counts.items() if n}
+    if found:
+        rows = "; ".join(f"{n} rows of {source} ({JUDGED_SOURCES[source]})" for source, n in found.items())
+        raise ValueError(
+            f"{where}: {rows}, under the rule-based reward_funcs {list(reward_specs)}. Leave their file out of "
+            "dataset_path (recipes/mapo_paper.yaml's default: the fine-grained and ThinkLite files), or score them "
+            "with a judge: reward_funcs: [judge] (rewards/judge.py; docs/reproduce.md)."
+        )

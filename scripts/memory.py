@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from transformers import AutoConfig
 
 from utils.lora import check_lora_targets, lora_matches, normalise_target_modules, output_module_names
 from utils.models import RECIPES_DIR, build_on_meta, resolve_config_path
-from utils.recipes import load_recipe
+from utils.recipes import flag_values, load_recipe
 
 GIB = 2**30
 
@@ -370,6 +371,7 @@ def recipe_workload(
     *,
     vllm_colocate: float | None = None,
     vllm_sleep_mode: bool | None = None,
+    recipe_args: Sequence[str] = (),
 ) -> RecipeWorkload:
     """The worst-case step of `recipe` (its bases merged) on the hardware of `accelerate`, per GPU.
 
@@ -379,7 +381,7 @@ def recipe_workload(
     crops `call_mix` allows and `SFT_TEXT_TOKENS`, all scored. Generation: transformers' (`generation_bytes`), a
     colocated engine's (also with `vllm_colocate`; `vllm_sleep_mode` overrides the recipe's), or none (vLLM server).
     """
-    values = load_recipe(recipe).values
+    values = load_recipe(recipe).values | flag_values(recipe_args)  # the command line's flags over the recipe
     source = resolve_config_path(values["model_name_or_path"])
     if not (Path(source) / "config.json").is_file():
         source = resolve_config_path(Path(recipe).resolve().parents[1].name)
@@ -448,13 +450,15 @@ def estimate_recipe(
     gpu_gib: float = DEFAULT_GPU_GIB,
     vllm_colocate: float | None = None,
     vllm_sleep_mode: bool | None = None,
+    recipe_args: Sequence[str] = (),
 ) -> tuple[dict[str, float], str]:
     """`estimate_memory` of a recipe on an accelerate config (`recipe_workload`; `num_gpus` overrides the config's
     `num_processes`) with its generation phase or colocated engine, and the setup in words. The model is built on
     the meta device: its LoRA targets are checked."""
     workload = recipe_workload(
-        recipe, accelerate, num_gpus, vllm_colocate=vllm_colocate, vllm_sleep_mode=vllm_sleep_mode
-    )
+        recipe, accelerate, num_gpus, vllm_colocate=vllm_colocate, vllm_sleep_mode=vllm_sleep_mode,
+        recipe_args=recipe_args,
+    )  # fmt: skip
     model = build_on_meta(workload.model_config)
     estimate = estimate_memory(model, **workload.kwargs)
     if workload.generation is not None:
@@ -483,6 +487,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         "--recipe", help="estimate this recipe's worst-case step (every other flag but --accelerate is read from it)"
     )
     parser.add_argument("--accelerate", default="single_gpu", help="with --recipe: accelerate config, path or name")
+    parser.add_argument(
+        "--recipe_args",
+        default="",
+        help="with --recipe: the run's command-line flags over the recipe, quoted ('--per_device_train_batch_size 4')",
+    )
     parser.add_argument("--model_config", help="config folder, or a hub name with a shipped copy")
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPE_BYTES))
     parser.add_argument("--lora_r", type=int, help="train rank-r LoRA adapters instead of all weights")
@@ -534,6 +543,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             gpu_gib=args.gpu_memory_gib,
             vllm_colocate=args.vllm_colocate,
             vllm_sleep_mode=args.vllm_enable_sleep_mode,
+            recipe_args=shlex.split(args.recipe_args),
         )
         print(format_table(estimate, f"{args.recipe} on {args.accelerate}: {setup}"))
         return estimate

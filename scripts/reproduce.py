@@ -1,16 +1,25 @@
-"""`make reproduce RECIPE_SET=<set> DATA_ROOT=<dir> [RUN_DIR=<dir>] [DRY=1]`: the paper's pipeline in one command.
+"""`make reproduce RECIPE_SET=<set> DATA_ROOT=<dir> [RUN_DIR=<dir>] [DRY=1] [FORCE=<stage>] [RL_BACKEND=vllm]`: the
+paper's pipeline in one command, with our own baselines.
 
     python -m scripts.reproduce --recipe_set qwen2.5-vl-7b --data_root /data [--run_dir DIR] [--dry_run]
 
-Stages, each the entry point a user would run, with the set's recipes (`recipes/reproduce.yaml`): `convert` (the
-cold-start release, `python -m data.convert`), `sft` (`accelerate launch ... sft.py`), `sft_merge` (LoRA sets:
-`python -m scripts.merge_lora`), `rl` (MAPO on DeepEyes-47k, `rl.py`), `rl_merge` (LoRA sets), then `eval_<benchmark>`
-(`python evaluate.py`) for V*, HR-Bench 4K/8K and MME-RealWorld-Lite; last, `RUN_DIR/reproduce.md`
-(`evaluation.reproduction`). Each stage writes `RUN_DIR/<stage>/` and, when it exits 0, `RUN_DIR/<stage>/.done` with
-its command: a stage with the marker is skipped; an SFT or RL stage with a `checkpoint-*` and no marker is rerun with
-`--resume_from_checkpoint true`; an evaluation resumes by itself (evaluate.py skips the samples it has). The inputs
-every stage still to run reads are checked before the first starts, each missing one named by its full path and
-release. Layout of DATA_ROOT and what to expect: docs/reproduce.md.
+Stages, each the entry point a user would run, with the set's recipes (`recipes/reproduce.yaml`):
+`eval_base_<benchmark>` (the base model: V*, HR-Bench 4K/8K, MME-RealWorld-Lite), `convert` (the cold-start release,
+`python -m data.convert`, with its stats and preview; SFT does not start when too many rows were skipped), `sft`
+(`accelerate launch ... sft.py`), `sft_merge` (LoRA sets: `python -m scripts.merge_lora`), `eval_sft_<benchmark>`,
+`rl_probe` (the SFT checkpoint on a sample of the RL data, scored by the RL recipe's rewards: RL does not start when
+they pay none), `rl` (MAPO on DeepEyes-47k, `rl.py`), `rl_merge` (LoRA sets), `eval_rl_<benchmark>`; last,
+`RUN_DIR/reproduce.md` (`evaluation.reproduction`). Every evaluation runs under the same settings (the RL recipe's
+tool and rollout budget, greedy), data-parallel over the set's `eval_processes`.
+
+Each stage writes `RUN_DIR/<stage>/` and, when it exits 0, `RUN_DIR/<stage>/.done`: its command and the run ids of the
+stages it read. A stage with the marker is skipped; a marker whose command differs from the plan's ("changed"), or
+whose inputs were rerun since ("stale"), stops the run before anything starts, showing both, unless `FORCE=<stage>`
+(comma-separated), which reruns that stage from an empty folder and every stage after it that reads it. An SFT or RL
+stage with a complete `checkpoint-*` (its `trainer_state.json` written) and no marker resumes from it; an evaluation
+resumes by itself. Before the first stage: every DATA_ROOT input a stage still to run reads (named by full path and
+release), the accelerate configs' backends (DeepSpeed) and the recipes' `report_to` backends are checked.
+Layout of DATA_ROOT and what to expect: docs/reproduce.md.
 
 Why subprocesses, never imports: each stage then runs exactly as its documented command does (its own process,
 accelerate's launcher, its start-up checks), a crash in one leaves the others' markers intact, and this script stays
@@ -21,52 +30,77 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import shlex
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
 from evaluation.reproduction import write_report
+from repairs.resume import last_complete_checkpoint
+from tools import ToolConfig
+from utils.checks import check_accelerate_config, check_report_to
+from utils.recipes import flag_values, load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 SETS_FILE = REPO / "recipes" / "reproduce.yaml"
 MARKER = ".done"
-SET_KEYS = {"sft", "rl", "lora", "accelerate", "num_processes", "convert_format", "eval_args"}
+SET_KEYS = {
+    "sft", "rl", "lora", "accelerate", "num_processes", "eval_processes", "convert_format", "eval_args", "rl_vllm",
+    "rl_probe",
+}  # fmt: skip
+RL_BACKENDS = ("transformers", "vllm")
+MODELS = ("base", "sft", "rl")  # whose evaluations the table holds, in order
+ROLLOUT_KEYS = ("max_completion_length", "max_tool_calling_iterations")
+TOOL_KEYS = tuple(f.name for f in fields(ToolConfig))
+PREVIEW_ROWS = 20
 
 
 @dataclass
 class Stage:
     """One step of the plan: its command as a user types it (`python ...` or `accelerate launch ...`, from the repo
-    root), the DATA_ROOT paths it reads (path -> release), and for training stages the recipe and accelerate config
-    the memory estimate reads."""
+    root), the DATA_ROOT paths it reads (path -> release), the stages whose outputs it reads, and for training stages
+    the recipe and the command's recipe flags the memory estimate reads. `gate`: a check of what earlier stages wrote,
+    run before this stage starts (None: pass; else why it must not start); `hours`: the time estimate."""
 
     name: str
     argv: list[str]
     output: Path
     inputs: dict[Path, str] = field(default_factory=dict)
+    reads: tuple[str, ...] = ()
     recipe: str | None = None
-    resumable: bool = False  # SFT and RL: a checkpoint-* is continued, not thrown away
+    recipe_args: list[str] = field(default_factory=list)
+    resumable: bool = False  # SFT and RL: a complete checkpoint-* is continued, not thrown away
+    gate: Callable[[], str | None] | None = None
+    hours: float | None = None
 
     @property
-    def done(self) -> bool:
-        return (self.output / MARKER).is_file()
+    def marker(self) -> dict | None:
+        path = self.output / MARKER
+        return json.loads(path.read_text(encoding="utf-8") or "{}") if path.is_file() else None
 
     def checkpoint(self) -> Path | None:
-        found = sorted(self.output.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
-        return found[-1] if self.resumable and found and not self.done else None
+        """The complete checkpoint an interrupted training stage resumes from."""
+        found = last_complete_checkpoint(self.output) if self.resumable and self.marker is None else None
+        return Path(found) if found else None
 
     def command(self) -> list[str]:
         """The command to run now: a training stage interrupted after a checkpoint continues from it."""
         return [*self.argv, "--resume_from_checkpoint", "true"] if self.checkpoint() else self.argv
 
 
+# ------------------------------------------------------------------------------------------------------- the set
 def load_set(name: str, path: Path = SETS_FILE) -> tuple[dict, dict]:
     """The set `name` of `path` and the whole file (its data and benchmark blocks). Refuses an unknown set, a key the
     file does not define, and a recipe or accelerate config that does not exist, naming each."""
@@ -90,47 +124,300 @@ def accelerate_config(chosen: dict) -> str:
     return f"recipes/accelerate_configs/{chosen['accelerate']}.yaml"
 
 
-def plan(chosen: dict, spec: dict, data_root: Path, run_dir: Path, extra: dict[str, list[str]]) -> list[Stage]:
+def eval_launcher(chosen: dict) -> list[str]:
+    """How an evaluation starts: one process, or data-parallel under accelerate over `eval_processes` (plain DDP
+    processes, one per GPU; on CPU, the two-process gloo config)."""
+    n = chosen.get("eval_processes", 1)
+    if n <= 1:
+        return ["python"]
+    config = "multi_cpu" if chosen["accelerate"] in ("cpu", "multi_cpu") else "ddp"
+    return [
+        "accelerate",
+        "launch",
+        "--config_file",
+        f"recipes/accelerate_configs/{config}.yaml",
+        "--num_processes",
+        str(n),
+    ]
+
+
+def recipe_values(recipe: str, flags: Sequence[str]) -> dict:
+    """A recipe's fields with a command line's flags over them."""
+    return load_recipe(REPO / recipe).values | flag_values(flags)
+
+
+def rl_files(spec: dict, data_root: Path) -> list[Path]:
+    block = spec["rl_data"]
+    return [data_root / block["folder"] / entry["file"] for entry in block["files"]]
+
+
+def eval_settings(chosen: dict, sft_flags: list[str], rl_flags: list[str]) -> list[str]:
+    """The flags every evaluation of the set runs under, base, SFT and RL alike: the tool settings the SFT and RL
+    recipes set (RL's over SFT's) and the RL recipe's rollout budget, then the set's own `eval_args`. A setting no
+    recipe sets is each checkpoint's record, which the RL run inherits from SFT."""
+    sft, rl = recipe_values(chosen["sft"], sft_flags), recipe_values(chosen["rl"], rl_flags)
+    settings = {k: sft[k] for k in TOOL_KEYS if k in sft} | {k: rl[k] for k in (*TOOL_KEYS, *ROLLOUT_KEYS) if k in rl}
+    flags = [item for key, value in settings.items() for item in (f"--{key}", _flag(value))]
+    return flags + list(chosen["eval_args"])
+
+
+def _flag(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# ------------------------------------------------------------------------------------------------------ the plan
+def plan(
+    chosen: dict,
+    spec: dict,
+    data_root: Path,
+    run_dir: Path,
+    extra: dict[str, list[str]],
+    *,
+    rl_backend: str = "transformers",
+    max_skip_rate: float | None = None,
+) -> list[Stage]:
     """Every stage of the set, in order, with its paths under `data_root` and `run_dir` passed as command-line
     overrides of the recipes' own (which name outputs/... and /data/...)."""
     data = {key: (data_root / entry["path"], entry["release"]) for key, entry in spec["data"].items()}
     launch = ["accelerate", "launch", "--config_file", accelerate_config(chosen)]
     launch += ["--num_processes", str(chosen["num_processes"])]
     out = lambda name: run_dir / name  # noqa: E731
-    (coldstart, coldstart_release), (rl_data, rl_release) = data["coldstart"], data["rl"]
+    coldstart, coldstart_release = data["coldstart"]
+    rl_flags = [*extra["rl"], *(chosen.get("rl_vllm", []) if rl_backend == "vllm" else [])]
+    settings = eval_settings(chosen, extra["sft"], rl_flags)
+    rl_recipe = recipe_values(chosen["rl"], rl_flags)
+    base = recipe_values(chosen["sft"], extra["sft"])["model_name_or_path"]
+    hours = Throughput(spec.get("throughput", {}), chosen, rl_backend)
 
+    def evaluations(model: str, policy: str | Path, reads: tuple[str, ...]) -> list[Stage]:
+        stages = []
+        for bench, entry in spec["benchmarks"].items():
+            (path, release), name = data[bench], f"eval_{model}_{bench}"
+            argv = [*eval_launcher(chosen), "evaluate.py", "--model_name_or_path", str(policy)]
+            argv += ["--benchmark", entry["reader"], "--data_path", str(path), "--output_dir", str(out(name))]
+            argv += [*settings, *extra["eval"]]
+            stages.append(Stage(name, argv, out(name), {path: release}, reads, hours=hours.evaluation(entry["rows"])))
+        return stages
+
+    stages = evaluations("base", base, ())
     convert = ["python", "-m", "data.convert", "--format", chosen["convert_format"]]
-    convert += ["--input", str(coldstart), "--output", str(out("convert"))]
+    convert += ["--input", str(coldstart), "--output", str(out("convert")), "--preview", str(PREVIEW_ROWS)]
+    stages.append(Stage("convert", convert, out("convert"), {coldstart: coldstart_release}))
     sft = [*launch, "sft.py", "--config", chosen["sft"], "--dataset_name", str(out("convert"))]
     sft += ["--output_dir", str(out("sft")), *extra["sft"]]
-    stages = [
-        Stage("convert", convert, out("convert"), {coldstart: coldstart_release}),
-        Stage("sft", sft, out("sft"), recipe=chosen["sft"], resumable=True),
-    ]
-    policy = out("sft")
+    skip_rate = spec.get("max_skip_rate", 0.2) if max_skip_rate is None else max_skip_rate
+    stages.append(
+        Stage(
+            "sft", sft, out("sft"), reads=("convert",), recipe=chosen["sft"], recipe_args=extra["sft"],
+            resumable=True, gate=lambda: conversion_verdict(out("convert"), skip_rate),
+            hours=hours.sft(recipe_values(chosen["sft"], extra["sft"]), out("convert")),
+        )
+    )  # fmt: skip
+    policy, last = out("sft"), "sft"
     if chosen.get("lora"):  # an adapter: RL starts from a full checkpoint
-        stages.append(merge("sft_merge", policy, out("sft_merge")))
-        policy = out("sft_merge")
+        stages.append(merge("sft_merge", policy, out("sft_merge"), last))
+        policy, last = out("sft_merge"), "sft_merge"
+    stages += evaluations("sft", policy, (last,))
+
+    files = rl_files(spec, data_root)
+    release = spec["rl_data"]["release"]
+    probe = spec.get("rl_probe", {}) | chosen.get("rl_probe", {})
+    probe_argv = [*eval_launcher(chosen), "evaluate.py", "--model_name_or_path", str(policy)]
+    probe_argv += ["--benchmark", spec["rl_data"]["dataset_name"], "--data_path", *map(str, files)]
+    probe_argv += ["--limit", str(probe["rows"]), "--sample_seed", "0", "--output_dir", str(out("rl_probe"))]
+    probe_argv += ["--reward_funcs", *rl_recipe.get("reward_funcs", ["outcome", "format"])]
+    probe_argv += ["--temperature", _flag(rl_recipe.get("temperature", 1.0)), *settings]
+    stages.append(
+        Stage(
+            "rl_probe", probe_argv, out("rl_probe"), dict.fromkeys(files, release), (last,),
+            hours=hours.evaluation(probe["rows"]),
+        )
+    )  # fmt: skip
     rl = [*launch, "rl.py", "--config", chosen["rl"], "--model_name_or_path", str(policy)]
-    rl += ["--dataset_name", "deepeyes", "--dataset_path", str(rl_data), "--output_dir", str(out("rl")), *extra["rl"]]
-    stages.append(Stage("rl", rl, out("rl"), {rl_data: rl_release}, recipe=chosen["rl"], resumable=True))
-    policy = out("rl")
+    rl += ["--dataset_name", spec["rl_data"]["dataset_name"], "--dataset_path", *map(str, files)]
+    rl += ["--output_dir", str(out("rl")), *rl_flags]
+    stages.append(
+        Stage(
+            "rl", rl, out("rl"), dict.fromkeys(files, release), (last, "rl_probe"), recipe=chosen["rl"],
+            recipe_args=rl_flags, resumable=True, gate=lambda: probe_verdict(out("rl_probe"), probe["min_fired"]),
+            hours=hours.rl(rl_recipe, rl_rows(spec, files)),
+        )
+    )  # fmt: skip
+    policy, last = out("rl"), "rl"
     if chosen.get("lora"):
-        stages.append(merge("rl_merge", policy, out("rl_merge")))
-        policy = out("rl_merge")
-    for bench, entry in spec["benchmarks"].items():
-        (path, release), name = data[bench], f"eval_{bench}"
-        argv = ["python", "evaluate.py", "--model_name_or_path", str(policy), "--benchmark", entry["reader"]]
-        argv += ["--data_path", str(path), "--output_dir", str(out(name)), *chosen["eval_args"], *extra["eval"]]
-        stages.append(Stage(name, argv, out(name), {path: release}))
-    return stages
+        stages.append(merge("rl_merge", policy, out("rl_merge"), last))
+        policy, last = out("rl_merge"), "rl_merge"
+    return stages + evaluations("rl", policy, (last,))
 
 
-def merge(name: str, adapter: Path, output: Path) -> Stage:
+def merge(name: str, adapter: Path, output: Path, reads: str) -> Stage:
     argv = ["python", "-m", "scripts.merge_lora", "--adapter", str(adapter), "--output_dir", str(output)]
-    return Stage(name, argv, output)
+    return Stage(name, argv, output, reads=(reads,))
 
 
+# ------------------------------------------------------------------------------------------------------- the gates
+def conversion_verdict(convert_dir: Path, max_skip_rate: float) -> str | None:
+    """Why SFT must not start on the converted set (its `stats.json`): more than `max_skip_rate` of the release's rows
+    were skipped; the message names the top reasons with an example of each."""
+    stats_path = convert_dir / "stats.json"
+    if not stats_path.is_file():
+        return f"{stats_path} is missing: the convert stage did not finish"
+    stats = json.loads(stats_path.read_text(encoding="utf-8"))
+    read, skipped = stats["rows_read"], Counter(stats.get("rows_skipped", {}))
+    rate = skipped.total() / read if read else 1.0
+    if rate <= max_skip_rate:
+        return None
+    examples = stats.get("skipped_examples", {})
+    top = "; ".join(
+        f"{reason} {n} (e.g. {(examples.get(reason) or ['-'])[0]})" for reason, n in skipped.most_common(3)
+    )
+    return (
+        f"the conversion skipped {skipped.total()} of {read} rows ({rate:.0%} > --max_skip_rate {max_skip_rate:g}); "
+        f"top reasons: {top}. Look at {stats_path} and {convert_dir / 'preview' / 'index.html'} (docs/data.md, skip "
+        "reasons), or accept it with --max_skip_rate."
+    )
+
+
+def probe_verdict(probe_dir: Path, min_fired: int) -> str | None:
+    """Why RL must not start: its outcome rewards paid fewer than `min_fired` of the probe's rollouts of the RL data
+    (`metrics.json`'s `rewards`), so the run would learn from R_sem alone."""
+    metrics_path = probe_dir / "metrics.json"
+    if not metrics_path.is_file():
+        return f"{metrics_path} is missing: the rl_probe stage did not finish"
+    metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+    rewards = metrics.get("rewards", {})
+    paid = max((summary["paid"] for summary in rewards.values()), default=0)
+    if paid >= min_fired:
+        return None
+    counts = ", ".join(f"{name} paid {s['paid']} of {s['scored']}" for name, s in rewards.items()) or "no reward ran"
+    return (
+        f"the RL recipe's outcome rewards paid none of the starting checkpoint's {metrics['n']} rollouts of the RL "
+        f"data ({counts}; answers correct by the benchmark rule: {metrics.get('accuracy')}; failures: "
+        f"{metrics.get('n_failed')}): RL would learn from R_sem alone. Read {probe_dir / 'report.html'}: a format the "
+        "reward does not read (no <answer>, a cut rollout), answers in another form than the data's ground truth "
+        "(ThinkLite's math), or an SFT that did not take. Fix the cause, then FORCE=rl_probe."
+    )
+
+
+# ------------------------------------------------------------------------------------------------------ the states
+def stage_states(stages: list[Stage], force: set[str]) -> dict[str, str]:
+    """Per stage: `done` (its marker's command is the plan's and its inputs were not rerun since), `changed` (the
+    marker holds another command), `stale` (a stage it reads was rerun after it, or will be), `forced` (`force` names
+    it or a stage it reads is forced), `resume from checkpoint-N`, or `to run`."""
+    states: dict[str, str] = {}
+    by_name = {s.name: s for s in stages}
+    for s in stages:
+        record, reads = s.marker, [states[name] for name in s.reads]
+        if s.name in force or "forced" in reads:
+            states[s.name] = "forced"
+        elif record is None:
+            checkpoint = s.checkpoint()
+            states[s.name] = f"resume from {checkpoint.name}" if checkpoint else "to run"
+        elif record.get("command", s.argv) != s.argv:  # a marker by hand, without a command, is taken as it is
+            states[s.name] = "changed"
+        elif any(state != "done" for state in reads) or any(
+            record.get("inputs", {}).get(name, run_id(by_name[name])) != run_id(by_name[name]) for name in s.reads
+        ):
+            states[s.name] = "stale"
+        else:
+            states[s.name] = "done"
+    return states
+
+
+def run_id(stage: Stage) -> str | None:
+    return (stage.marker or {}).get("id")
+
+
+def blocked(stages: list[Stage], states: dict[str, str]) -> list[str]:
+    """What stops the run before it starts: a changed or stale stage, with the marker's command and the plan's."""
+    lines = []
+    for s in stages:
+        if states[s.name] == "changed":
+            lines += [
+                f"{s.name} is done with another command than the plan's:",
+                f"  done: {shlex.join(s.marker['command'])}",
+                f"  plan: {shlex.join(s.argv)}",
+            ]
+        elif states[s.name] == "stale":
+            lines.append(f"{s.name} is done, but {', '.join(s.reads)} changed or will run again since")
+    if lines:
+        later = [s.name for s in stages if states[s.name] in ("changed", "stale")]
+        lines.append(
+            f"FORCE={later[0]} reruns it from an empty folder, with the stages after it that read it "
+            f"(FORCE={','.join(later)} names each); or choose another RUN_DIR."
+        )
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------------- estimates
+class Throughput:
+    """Hours per stage from `recipes/reproduce.yaml`'s `throughput` assumptions (each says where it comes from): a
+    planning figure, printed beside each stage by the dry run."""
+
+    def __init__(self, assumed: dict, chosen: dict, rl_backend: str):
+        self.assumed, self.chosen, self.backend = assumed, chosen, rl_backend
+        self.scale = assumed.get("gpu_scale", {}).get(chosen.get("name", ""), 1.0)
+
+    def _known(self, *keys: str) -> bool:
+        return all(key in self.assumed for key in keys) and self.chosen["accelerate"] not in ("cpu", "multi_cpu")
+
+    def evaluation(self, rows: int) -> float | None:
+        if not self._known("eval_seconds_per_sample"):
+            return None
+        seconds = self.assumed["eval_seconds_per_sample"]["transformers"]
+        return rows * seconds / self.chosen.get("eval_processes", 1) / self.scale / 3600
+
+    def sft(self, recipe: dict, convert_dir: Path) -> float | None:
+        if not self._known("sft_tokens_per_s", "sft_tokens_per_row"):
+            return None
+        stats = convert_dir / "stats.json"
+        rows = json.loads(stats.read_text())["rows_converted"] if stats.is_file() else self.assumed.get("sft_rows")
+        if not rows:
+            return None
+        gpus = self.chosen["num_processes"]
+        per_step = recipe.get("per_device_train_batch_size", 8) * recipe.get("gradient_accumulation_steps", 1) * gpus
+        steps = recipe.get("max_steps", -1)
+        seen = steps * per_step if steps and steps > 0 else rows * recipe.get("num_train_epochs", 1)
+        tokens = seen * self.assumed["sft_tokens_per_row"]
+        return tokens / (self.assumed["sft_tokens_per_s"] * gpus * self.scale) / 3600
+
+    def rl(self, recipe: dict, rows: int | None) -> float | None:
+        if not self._known("rl_rollout_tokens", "generate_tokens_per_s", "train_tokens_per_s") or not rows:
+            return None
+        gpus = self.chosen["num_processes"]
+        rollouts = recipe["per_device_train_batch_size"] * recipe.get("gradient_accumulation_steps", 1) * gpus
+        prompts = rollouts // recipe.get("num_generations", 8)
+        steps = recipe.get("max_steps", -1)
+        steps = steps if steps and steps > 0 else math.ceil(rows / prompts) * recipe.get("num_train_epochs", 1)
+        tokens = rollouts * self.assumed["rl_rollout_tokens"]
+        generate = self.assumed["generate_tokens_per_s"][self.backend]
+        seconds = tokens / (generate * gpus * self.scale) + tokens / (self.assumed["train_tokens_per_s"] * gpus)
+        return steps * seconds / 3600
+
+
+def parquet_rows(path: Path) -> int | None:
+    """A parquet file's row count from its footer (no data read), or None when it is not there or not parquet."""
+    try:
+        return pq.ParquetFile(path).metadata.num_rows if path.is_file() else None
+    except (OSError, pa.ArrowInvalid):
+        return None
+
+
+def rl_rows(spec: dict, files: list[Path]) -> int | None:
+    """Rows of the RL files: counted where downloaded, else the release's published count (`~22k` -> 22,000)."""
+    total = 0
+    for path, entry in zip(files, spec["rl_data"]["files"]):
+        rows = parquet_rows(path)
+        if rows is None:
+            published = re.fullmatch(r"~?(\d+(?:\.\d+)?)k", str(entry["rows"]))
+            if published is None:
+                return None
+            rows = int(float(published.group(1)) * 1000)
+        total += rows
+    return total
+
+
+# --------------------------------------------------------------------------------------------------------- running
 def executable(argv: list[str]) -> list[str]:
     """`python` and `accelerate` as this interpreter's own (the .venv's), the rest as printed."""
     tools = {"python": sys.executable, "accelerate": str(Path(sys.executable).with_name("accelerate"))}
@@ -138,11 +425,16 @@ def executable(argv: list[str]) -> list[str]:
 
 
 def memory_commands(chosen: dict, stages: list[Stage]) -> dict[str, list[str]]:
-    """`python -m scripts.memory` per training stage; none for a CPU set (no GPU memory to estimate)."""
+    """`python -m scripts.memory` per training stage, with the stage's own recipe flags; none for a CPU set."""
     if chosen["accelerate"] in ("cpu", "multi_cpu"):
         return {}
     hardware = ["--accelerate", chosen["accelerate"], "--num_gpus", str(chosen["num_processes"])]
-    return {s.name: ["python", "-m", "scripts.memory", "--recipe", s.recipe, *hardware] for s in stages if s.recipe}
+    return {
+        s.name: ["python", "-m", "scripts.memory", "--recipe", s.recipe, *hardware]
+        + (["--recipe_args", shlex.join(s.recipe_args)] if s.recipe_args else [])
+        for s in stages
+        if s.recipe
+    }
 
 
 def estimate_memory(commands: dict[str, list[str]]) -> dict[str, str]:
@@ -166,15 +458,18 @@ def estimate_memory(commands: dict[str, list[str]]) -> dict[str, str]:
     return found
 
 
-def missing_inputs(stages: list[Stage]) -> list[str]:
+def missing_inputs(stages: list[Stage], states: dict[str, str]) -> list[str]:
     """The DATA_ROOT paths the stages still to run read and that do not exist, each with the release to put there."""
-    return [
-        f"  {path}  <- {release}: hf download {release} --repo-type dataset --local-dir {data_folder(path, release)}"
-        for s in stages
-        if not s.done
-        for path, release in s.inputs.items()
-        if not path.exists()
-    ]
+    seen, lines = set(), []
+    for s in stages:
+        for path, release in s.inputs.items():
+            if states[s.name] != "done" and not path.exists() and path not in seen:
+                seen.add(path)
+                lines.append(
+                    f"  {path}  <- {release}: hf download {release} --repo-type dataset "
+                    f"--local-dir {data_folder(path, release)}"
+                )
+    return lines
 
 
 def data_folder(path: Path, release: str) -> Path:
@@ -183,25 +478,67 @@ def data_folder(path: Path, release: str) -> Path:
     return next((p for p in [path, *path.parents] if p.name == name), path)
 
 
-def print_plan(stages: list[Stage], memory: dict[str, str], memory_argv: dict[str, list[str]]) -> None:
+def environment_problems(chosen: dict, stages: list[Stage], states: dict[str, str]) -> list[str]:
+    """What the installed stack lacks for the stages still to run: the accelerate configs' backends (DeepSpeed) and
+    every training recipe's `report_to` backends (with a wandb login), each found now rather than after days."""
+    problems, todo = [], [s for s in stages if states[s.name] != "done"]
+    configs = {arg for s in todo for i, arg in enumerate(s.argv) if i and s.argv[i - 1] == "--config_file"}
+    for config in sorted(configs):
+        try:
+            check_accelerate_config(REPO / config)
+        except ValueError as err:
+            problems.append(str(err))
+    for s in todo:
+        if s.recipe:
+            try:
+                check_report_to(recipe_values(s.recipe, s.recipe_args).get("report_to"))
+            except ValueError as err:
+                problems.append(f"{s.name} ({s.recipe}): {err}")
+    return problems
+
+
+def print_plan(
+    stages: list[Stage], states: dict[str, str], memory: dict[str, str], memory_argv: dict[str, list[str]]
+) -> None:
     for i, s in enumerate(stages, 1):
-        state = (
-            f"done ({s.output / MARKER})"
-            if s.done
-            else f"resume from {s.checkpoint().name}"
-            if s.checkpoint()
-            else "to run"
-        )
-        print(f"{i}. {s.name}: {state}\n   {shlex.join(s.command())}")
+        state = f"done ({s.output / MARKER})" if states[s.name] == "done" else states[s.name]
+        estimate = "" if s.hours is None else f"   [~{s.hours:.1f} h]"
+        print(f"{i}. {s.name}: {state}{estimate}\n   {shlex.join(s.command())}")
         if s.name in memory_argv:
-            estimate = memory.get(s.name, "not estimated (--no_memory)")
-            print(f"   memory per GPU ({shlex.join(memory_argv[s.name])}): {estimate}")
+            print(f"   memory per GPU ({shlex.join(memory_argv[s.name])}): {memory.get(s.name, 'not estimated')}")
+        if s.gate is not None and states[s.name] != "done":
+            verdict = s.gate()
+            if verdict is not None and "is missing" not in verdict:
+                print(f"   will not start: {verdict}")
+    known = [s.hours for s in stages if s.hours is not None and states[s.name] != "done"]
+    if known:
+        print(
+            f"\nestimated time still to run: ~{sum(known):.0f} h (recipes/reproduce.yaml, `throughput`: assumptions)"
+        )
 
 
-def run_stage(s: Stage) -> None:
-    """Run one stage; on exit 0 write its marker (the command and when). A stage that is neither resumable nor an
-    evaluation (convert, a merge) starts from an empty folder: what an interrupted run left there is incomplete."""
-    if s.output.exists() and not s.resumable and not s.name.startswith("eval_"):
+def print_sources(chosen: dict, spec: dict, files: list[Path]) -> None:
+    """The recipes the set runs, where they depart from the paper's recipe, and the RL files with their rows."""
+    print(f"recipes: SFT {chosen['sft']}, RL {chosen['rl']} (base recipes/mapo_paper.yaml; departures: reproduce.md)")
+    print(f"RL data ({spec['rl_data']['release']}):")
+    for path, entry in zip(files, spec["rl_data"]["files"]):
+        rows = parquet_rows(path)
+        if rows is not None:
+            counted = f"{rows:,} rows"
+        else:
+            counted = (
+                "not a readable parquet file" if path.is_file() else f"{entry['rows']} rows published, not downloaded"
+            )
+        print(f"  {path}: {counted}; {entry['what']}")
+    for entry in spec["rl_data"].get("left_out", []):
+        print(f"  left out: {entry['file']} ({entry['rows']} rows; {entry['what']})")
+
+
+def run_stage(s: Stage, stages: list[Stage], forced: bool) -> None:
+    """Run one stage; on exit 0 write its marker (the plan's command, the one run, when, a run id and the run ids of
+    the stages it read). A forced stage, and one that is neither resumable nor an evaluation (convert, a merge),
+    starts from an empty folder: what an earlier or interrupted run left there does not belong to this command."""
+    if s.output.exists() and (forced or (not s.resumable and not s.name.startswith(("eval_", "rl_probe")))):
         shutil.rmtree(s.output)
     argv = s.command()
     print(f"\n==> {s.name}: {shlex.join(argv)}", flush=True)
@@ -209,8 +546,16 @@ def run_stage(s: Stage) -> None:
     code = subprocess.run(executable(argv), cwd=REPO).returncode
     if code:
         raise SystemExit(f"stage {s.name} failed (exit {code}): {shlex.join(argv)}\nRerun the same command to resume.")
-    seconds = round(time.monotonic() - start, 1)
-    record = {"command": argv, "seconds": seconds, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    by_name = {t.name: t for t in stages}
+    inputs = {name: run_id(by_name[name]) for name in s.reads}
+    record = {
+        "command": s.argv,
+        "ran": argv,
+        "seconds": round(time.monotonic() - start, 1),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "id": uuid.uuid4().hex,
+        "inputs": inputs,
+    }
     s.output.mkdir(parents=True, exist_ok=True)
     (s.output / MARKER).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
@@ -222,6 +567,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--run_dir", type=Path, help="default: outputs/reproduce/<recipe_set>")
     parser.add_argument("--dry_run", action="store_true", help="print the plan (commands, memory, state); run nothing")
     parser.add_argument("--no_memory", action="store_true", help="skip the memory estimate")
+    parser.add_argument(
+        "--force", default="", help="stages to rerun (comma-separated), with the stages that read them"
+    )
+    parser.add_argument(
+        "--rl_backend", default="transformers", choices=RL_BACKENDS, help="RL rollouts: vllm colocated"
+    )
+    parser.add_argument("--max_skip_rate", type=float, help="converted rows skipped above which SFT does not start")
+    parser.add_argument("--benchmarks", default="", help="evaluate only these (comma-separated keys of benchmarks:)")
     for stage in ("sft", "rl", "eval"):
         parser.add_argument(f"--{stage}_args", default="", help=f"flags appended to every {stage} command, quoted")
     parser.add_argument("--sets_file", type=Path, default=SETS_FILE, help=argparse.SUPPRESS)
@@ -231,29 +584,58 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> list[Stage]:
     args = parse_args(argv)
     chosen, spec = load_set(args.recipe_set, args.sets_file)
+    chosen = {**chosen, "name": args.recipe_set}
+    if args.benchmarks:
+        wanted = args.benchmarks.split(",")
+        unknown = sorted(set(wanted) - set(spec["benchmarks"]))
+        if unknown:
+            raise SystemExit(f"--benchmarks: unknown {unknown}; known: {', '.join(spec['benchmarks'])}")
+        spec = {**spec, "benchmarks": {name: spec["benchmarks"][name] for name in wanted}}
     run_dir = (args.run_dir or REPO / "outputs" / "reproduce" / args.recipe_set).resolve()
     data_root = args.data_root.resolve()
     extra = {stage: shlex.split(getattr(args, f"{stage}_args")) for stage in ("sft", "rl", "eval")}
-    stages = plan(chosen, spec, data_root, run_dir, extra)
+    stages = plan(
+        chosen, spec, data_root, run_dir, extra, rl_backend=args.rl_backend, max_skip_rate=args.max_skip_rate
+    )
+    force = {name for name in args.force.split(",") if name}
+    unknown = force - {s.name for s in stages}
+    if unknown:
+        raise SystemExit(
+            f"FORCE={args.force}: no stage {sorted(unknown)}; stages: {', '.join(s.name for s in stages)}"
+        )
+    states = stage_states(stages, force)
     memory_argv = memory_commands(chosen, stages)
-    print(f"make reproduce: set {args.recipe_set}, DATA_ROOT {data_root}, RUN_DIR {run_dir}")
-    missing = missing_inputs(stages)
+    print(f"make reproduce: set {args.recipe_set}, DATA_ROOT {data_root}, RUN_DIR {run_dir}, RL {args.rl_backend}")
+    print_sources(chosen, spec, rl_files(spec, data_root))
+    missing, problems = missing_inputs(stages, states), environment_problems(chosen, stages, states)
+    refused = blocked(stages, states)
     if args.dry_run:
-        print_plan(stages, {} if args.no_memory else estimate_memory(memory_argv), memory_argv)
+        print_plan(stages, states, {} if args.no_memory else estimate_memory(memory_argv), memory_argv)
         print("\n".join(["missing inputs:", *missing]) if missing else "inputs: all present")
+        print("\n".join(["environment:", *(f"  {p}" for p in problems)]) if problems else "environment: ready")
+        if refused:
+            print("\n".join(["would not start:", *(f"  {line}" for line in refused)]))
         return stages
-    if missing:  # before any stage: nothing loads, nothing is half-written
+    # before any stage: nothing loads, nothing is half-written
+    if refused:
+        raise SystemExit("\n".join(["nothing was run:", *refused]))
+    if missing:
         raise SystemExit(
             f"missing inputs under DATA_ROOT={data_root} (nothing was run):\n" + "\n".join(missing) + "\n"
             "DATA_ROOT holds one folder per release, named as published (docs/reproduce.md)."
         )
-    print_plan(stages, {}, {})
+    if problems:
+        raise SystemExit("\n".join(["the installed stack cannot run this plan (nothing was run):", *problems]))
+    print_plan(stages, states, {}, {})
     for s in stages:
-        if s.done:
+        if states[s.name] == "done":
             print(f"\n==> {s.name}: done, skipped ({s.output / MARKER})")
-        else:
-            s.output.parent.mkdir(parents=True, exist_ok=True)
-            run_stage(s)
+            continue
+        verdict = s.gate() if s.gate is not None else None
+        if verdict is not None:
+            raise SystemExit(f"stage {s.name} not started: {verdict}")
+        s.output.parent.mkdir(parents=True, exist_ok=True)
+        run_stage(s, stages, forced=states[s.name] == "forced")
     report = write_report(run_dir, args.recipe_set, chosen, spec, [s.name for s in stages])
     print(f"\nreport: {report}")
     return stages

@@ -7,6 +7,7 @@ reason; a wrong convention caught as `crop_mismatch`; a wrong `--format` failing
 preview (rendered in headless Chromium where it exists); and SFT training on a converted set."""
 
 import html
+import io
 import json
 import subprocess
 from pathlib import Path
@@ -685,6 +686,20 @@ def test_a_wrong_format_fails_at_once_naming_what_it_expected_and_found(tmp_path
         convert.main(["--format", "pixel_reasoner_sft", "--input", str(sharegpt), "--output", str(tmp_path / "o")])
     with pytest.raises(LayoutError, match=r"expected fields \['image', 'question', 'response'\], found \['conversat"):
         convert.main(["--format", "thyme_sft", "--input", str(root), "--output", str(tmp_path / "t")])
+
+
+def test_the_dataset_keeps_each_original_as_the_release_encoded_it(tmp_path):
+    """Rows stream to disk with their original's own file bytes: no decoded image is kept per row (the converter's
+    memory does not grow with the release: docs/benchmarks.md) and none is re-encoded (a 2000 x 1500 PNG cost
+    seconds a row)."""
+    row = mini_o3_row([FIRST])
+    jpeg = io.BytesIO()
+    Image.open(io.BytesIO(row["images"][0]["bytes"])).save(jpeg, format="JPEG", quality=95)
+    row["images"][0] = {"bytes": jpeg.getvalue(), "path": None}
+    dataset, stats = converted(tmp_path, "mini_o3_coldstart", write_mini_o3(tmp_path / "in", [row]))
+    assert stats["rows_converted"] == 1
+    stored = dataset.cast_column("image", datasets.Image(decode=False))[0]["image"]["bytes"]
+    assert stored == jpeg.getvalue()
 
 
 # ------------------------------------------------------------------------------------------- preview and SFT

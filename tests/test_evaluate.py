@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import logging
+import threading
 from types import SimpleNamespace
 
 import datasets
@@ -25,7 +26,7 @@ from evaluate import parse_args
 from evaluation import run as evaluation_run
 from evaluation.agent import TransformersBackend, ZoomAgent
 from evaluation.metrics import compute_metrics, mme_choice, score_answer
-from evaluation.run import read_samples, run_evaluation
+from evaluation.run import read_samples, run_evaluation, select_rows
 from mapo_trainer import MAPOTrainer
 from repairs.rollout import eos_token_ids, prompt_ids, tool_suffix_ids, until_eos
 from tiny.scripted import DEFAULT_BOX, DEFAULT_LABELS, force_tool_calls, tiny_trainer
@@ -435,6 +436,60 @@ def test_resumed_run_gives_the_same_metrics(tiny_kit, synthetic_dir, tmp_path, w
     assert len(scripts[0]) == 4  # the resumed run generated only the two missing samples, two turns each
     with pytest.raises(ValueError, match="other settings"):  # a resume must not mix runs made differently
         run_evaluation(*eval_args(tiny_kit, synthetic_dir, tmp_path, max_tool_calling_iterations=3))
+
+
+def test_a_data_parallel_run_records_every_row_once_as_one_process_does(
+    tiny_kit, synthetic_dir, tmp_path, whole_run, monkeypatch
+):
+    """Two processes' shares (here two threads, each the rank `accelerate launch` would give it): each generates
+    only its own rows into its part, the first waits for the other's, merges them into samples.jsonl and scores
+    the whole, as the one-process run did; no part is left."""
+    monkeypatch.setattr(evaluation_run, "MERGE_POLL_SECONDS", 0.05)
+    results, errors = {}, []
+
+    def rank(r: int) -> None:
+        try:
+            results[r] = run_evaluation(*eval_args(tiny_kit, synthetic_dir, tmp_path), shard=(r, 2, 0))
+        except Exception as err:  # noqa: BLE001 (a thread's failure is the test's)
+            errors.append(err)
+
+    with scripted_model() as scripts:
+        threads = [threading.Thread(target=rank, args=(r,)) for r in (1, 0)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=600)
+    assert not errors and results[1] is None
+    assert_metrics_equal(results[0], whole_run[0])
+    records = read_samples(tmp_path / "samples.jsonl")
+    assert sorted(r["id"] for r in records) == sorted(r["id"] for r in read_samples(whole_run[1] / "samples.jsonl"))
+    assert [len(script) for script in scripts] == [4, 4]  # 2 rows each, two turns each: no row generated twice
+    assert not list(tmp_path.glob("samples.rank*.jsonl"))
+
+
+def test_rows_are_a_seeded_sample_the_same_on_every_process():
+    assert select_rows(5, None, None) == [0, 1, 2, 3, 4] and select_rows(5, 2, None) == [0, 1]
+    sampled = select_rows(100, 3, 7)
+    assert sampled == select_rows(100, 3, 7) and sampled != [0, 1, 2] and len(set(sampled)) == 3
+    assert set(select_rows(100, None, 7)) == set(range(100))
+
+
+def test_rl_rewards_score_each_rollout_as_training_would(tiny_kit, synthetic_dir, tmp_path):
+    """The reproduction's probe: every rollout scored by the named RL rewards (the scripted answer is "A"), recorded
+    per sample; metrics.json says how many each scored and paid."""
+    with scripted_model():
+        metrics = run_evaluation(
+            *eval_args(tiny_kit, synthetic_dir, tmp_path, limit=3, sample_seed=1, reward_funcs=["outcome", "format"])
+        )
+    records = read_samples(tmp_path / "samples.jsonl")
+    ids = datasets.load_from_disk(synthetic_dir)["id"]
+    assert [r["id"] for r in records] == [ids[i] for i in select_rows(4, 3, 1)]
+    for record in records:
+        assert record["rewards"]["outcome"] == float(record["correct"])  # the same rule, on the same answer
+        assert record["rewards"]["format"] in (0.0, 1.0)
+    paid = sum(r["rewards"]["outcome"] > 0 for r in records)
+    assert metrics["rewards"]["outcome"] == {"mean": paid / 3, "scored": 3, "paid": paid}
+    assert metrics["rewards"]["format"]["scored"] == 3
 
 
 def assert_metrics_equal(a, b):

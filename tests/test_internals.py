@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "internals.md"
 COLUMNS = ("id", "library", "checked on", "target", "where", "what and why", "upstream")
-LIBRARIES = {"trl", "transformers", "vllm", "deepspeed", "accelerate", "peft", "open_clip_torch", "torch"}
+LIBRARIES = {"trl", "transformers", "vllm", "deepspeed", "accelerate", "peft", "open_clip_torch", "torch", "datasets"}
 ID_RE = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 NEEDS_RE = re.compile(r"\s*\[needs ([\w.\- ,]+)\]\s*$")
 SPEC_RE = re.compile(

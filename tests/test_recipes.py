@@ -27,7 +27,7 @@ from mapo_trainer import MAPOConfig
 from scripts import memory
 from tools import ToolConfig
 from utils import checks, policy, recipes
-from utils.recipes import load_recipe, parse_args_and_record
+from utils.recipes import flag_values, load_recipe, parse_args_and_record
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES_DIR = REPO / "recipes"
@@ -225,7 +225,7 @@ def test_quantization_needs_lora(tiny_kit):
         checks.check_model(tiny_args(tiny_kit, load_in_4bit=True))
 
 
-NOT_DISTRIBUTED = SimpleNamespace(deepspeed=None, fsdp="")  # the training arguments `load_policy` reads
+NOT_DISTRIBUTED = SimpleNamespace(deepspeed=None, fsdp="", report_to=[])  # the training arguments `load_policy` reads
 
 
 def test_qlora_loads_through_bitsandbytes_with_the_recipes_settings(tiny_kit, monkeypatch):
@@ -367,3 +367,12 @@ def test_make_builds_the_tiny_kit_for_tiny_recipes_only():
     assert not builds_kit("rl", "RECIPE=recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo.yaml", "ACCELERATE=zero3")
     assert not builds_kit("sft", "SFT_RECIPE=recipes/Qwen2.5-VL-3B-Instruct/sft/config_sft_lora.yaml")
     assert not builds_kit("eval", "MODEL=outputs/Qwen2.5-VL-7B-Instruct-MAPO", "CLIP=ViT-L-14")
+
+
+def test_flag_values_types_a_command_line_as_the_recipe_parser_reads_it():
+    flags = ["--learning_rate", "2e-6", "--use_vllm", "true", "--dataset_path", "a.parquet", "b.parquet",
+             "--report_to=none", "--bf16", "--max_steps", "3"]  # fmt: skip
+    assert flag_values(flags) == {
+        "learning_rate": 2e-6, "use_vllm": True, "dataset_path": ["a.parquet", "b.parquet"], "report_to": "none",
+        "bf16": True, "max_steps": 3,
+    }  # fmt: skip

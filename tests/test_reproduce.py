@@ -19,16 +19,25 @@ import pytest
 import yaml
 from release_fixtures import mini_o3_row, write_mini_o3
 from test_benchmarks import VSTAR_SUFFIX, b64, hrbench_rows, image_bytes, mme_items
+from trl import ModelConfig
 
+import rl
+from configs import MAPOConfig, ScriptArguments
+from data import load_split
 from data.benchmarks import BENCHMARKS
 from data.converters import FORMATS
 from evaluation.reproduction import PAPER_RECIPE, write_report
-from scripts import reproduce
-from utils.recipes import load_recipe
+from repairs.resume import last_complete_checkpoint
+from rewards import check_rule_rewards
+from scripts import memory, reproduce
+from tools import ToolConfig
+from utils.recipes import load_recipe, parse_args_and_record
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = yaml.safe_load(reproduce.SETS_FILE.read_text(encoding="utf-8"))
 SETS = sorted(SPEC["sets"])
+RL_TYPES = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)
+NO_EXTRA = {"sft": [], "rl": [], "eval": []}
 
 
 def dry_run(capsys, *argv: str) -> tuple[list[reproduce.Stage], str]:
@@ -51,59 +60,188 @@ def named_files(argv: list[str]) -> list[Path]:
 
 
 # ------------------------------------------------------------------------------------------------- the plans
+def stage_names(chosen: dict, benchmarks=SPEC["benchmarks"]) -> list[str]:
+    merges = ["sft_merge", "rl_merge"] if chosen.get("lora") else []
+    evals = lambda model: [f"eval_{model}_{b}" for b in benchmarks]  # noqa: E731
+    return [*evals("base"), "convert", "sft", *merges[:1], *evals("sft"), "rl_probe", "rl", *merges[1:], *evals("rl")]
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
 @pytest.mark.parametrize("name", SETS)
 def test_every_set_plans_commands_whose_files_exist(name, tmp_path, capsys):
     stages, out = dry_run(capsys, "--recipe_set", name, "--data_root", str(tmp_path / "data"))
     chosen = SPEC["sets"][name]
-    merges = ["sft_merge", "rl_merge"] if chosen.get("lora") else []
-    expected = ["convert", "sft", *merges[:1], "rl", *merges[1:], *(f"eval_{b}" for b in SPEC["benchmarks"])]
-    assert [s.name for s in stages] == expected
+    assert [s.name for s in stages] == stage_names(chosen)
+    by_name = {s.name: s for s in stages}
     for s in stages:
         assert " ".join(s.argv) in out.replace("'", "")  # printed as run (shlex quotes nothing here)
         for file in named_files(s.argv):
             assert file.is_file(), f"{name}, {s.name}: {file} does not exist"
         if "--format" in s.argv:
-            assert s.argv[s.argv.index("--format") + 1] in FORMATS
+            assert flag(s.argv, "--format") in FORMATS
         if "--benchmark" in s.argv:
-            assert s.argv[s.argv.index("--benchmark") + 1] in BENCHMARKS
-    # each stage reads what the one before it wrote
-    assert stages[1].argv[stages[1].argv.index("--dataset_name") + 1] == str(stages[0].output)
-    rl = next(s for s in stages if s.name == "rl")
-    assert rl.argv[rl.argv.index("--model_name_or_path") + 1] == str(stages[len(merges[:1]) + 1].output)
-    assert all(s.argv[s.argv.index("--model_name_or_path") + 1] == str(stages[len(expected) - 5].output)
-               for s in stages if s.name.startswith("eval_"))  # fmt: skip
+            assert flag(s.argv, "--benchmark") in BENCHMARKS
+    # each stage reads what the one before it wrote: SFT the conversion, the probe and RL the SFT (merged) output,
+    # each evaluation its model; the base model is the SFT recipe's starting point
+    assert flag(by_name["sft"].argv, "--dataset_name") == str(by_name["convert"].output)
+    start = by_name["sft_merge" if chosen.get("lora") else "sft"].output
+    end = by_name["rl_merge" if chosen.get("lora") else "rl"].output
+    assert flag(by_name["rl"].argv, "--model_name_or_path") == flag(by_name["rl_probe"].argv, "--model_name_or_path")
+    assert flag(by_name["rl"].argv, "--model_name_or_path") == str(start)
+    base = load_recipe(REPO / chosen["sft"]).values["model_name_or_path"]
+    for model, policy in (("base", base), ("sft", str(start)), ("rl", str(end))):
+        assert all(
+            flag(by_name[f"eval_{model}_{b}"].argv, "--model_name_or_path") == policy for b in SPEC["benchmarks"]
+        )
+
+    # the three models' evaluations of a benchmark differ in the model and the folder only: one protocol
+    def protocol(argv):
+        return [a for i, a in enumerate(argv) if not i or argv[i - 1] not in ("--model_name_or_path", "--output_dir")]
+
+    for b in SPEC["benchmarks"]:
+        assert protocol(by_name[f"eval_base_{b}"].argv) == protocol(by_name[f"eval_rl_{b}"].argv)
+        assert protocol(by_name[f"eval_sft_{b}"].argv) == protocol(by_name[f"eval_rl_{b}"].argv)
+    # RL reads the fine-grained and ThinkLite files, never the chart file; the probe samples the same files
+    files = [str(tmp_path / "data" / "DeepEyes-Datasets-47k" / f) for f in (
+        "data_0.1.2_visual_toolbox_v2.parquet", "data_thinklite_reasoning_acc.parquet")]  # fmt: skip
+    for stage in ("rl", "rl_probe"):
+        argv = by_name[stage].argv
+        assert argv[argv.index("--dataset_path" if stage == "rl" else "--data_path") + 1 :][:2] == files
+        assert "data_v0.8_visual_toolbox_v2.parquet" not in " ".join(argv)
+    assert "~22k rows published, not downloaded" in out and "left out: data_v0.8_visual_toolbox_v2.parquet" in out
     assert "missing inputs:" in out and str(tmp_path / "data" / "vstar_bench") in out
+    gpu = chosen["accelerate"] not in ("cpu", "multi_cpu")
+    assert ("estimated time still to run: ~" in out) == gpu  # stated throughput assumptions, GPU sets only
+    if gpu:
+        assert re.search(r"^\d+\. rl: to run   \[~\d+\.\d h\]$", out, re.M), out
 
 
-@pytest.mark.parametrize("name", SETS)
-def test_a_lora_set_is_one_whose_recipes_train_adapters(name):
-    chosen = SPEC["sets"][name]
-    for stage in ("sft", "rl"):
-        assert bool(load_recipe(REPO / chosen[stage]).values.get("use_peft")) == bool(chosen.get("lora")), stage
+def test_rl_with_vllm_adds_the_sets_colocate_flags_and_takes_the_estimate_down(tmp_path, capsys):
+    root = ["--recipe_set", "qwen2.5-vl-7b", "--data_root", str(tmp_path)]
+    plain, plain_out = dry_run(capsys, *root)
+    fast, fast_out = dry_run(capsys, *root, "--rl_backend", "vllm")
+    rl = {s.name: s for s in fast}["rl"]
+    assert rl.argv[-len(SPEC["sets"]["qwen2.5-vl-7b"]["rl_vllm"]) :] == SPEC["sets"]["qwen2.5-vl-7b"]["rl_vllm"]
+    assert {s.name: s for s in plain}["rl"].hours > 3 * rl.hours  # generation dominates the transformers estimate
+    assert "RL vllm" in fast_out and "RL transformers" in plain_out
 
 
-def test_the_plan_says_which_stages_are_done_and_resumes_an_interrupted_one(tmp_path, capsys):
+def test_the_rl_files_are_counted_from_their_parquet_footers(tmp_path, capsys):
+    folder = tmp_path / "DeepEyes-Datasets-47k"
+    folder.mkdir()
+    for rows, name in ((3, "data_0.1.2_visual_toolbox_v2.parquet"), (5, "data_thinklite_reasoning_acc.parquet")):
+        pq.write_table(pa.table({"x": list(range(rows))}), folder / name)
+    stages, out = dry_run(capsys, "--recipe_set", "qwen2.5-vl-7b", "--data_root", str(tmp_path))
+    assert f"{folder / 'data_0.1.2_visual_toolbox_v2.parquet'}: 3 rows;" in out and ": 5 rows;" in out
+    assert {s.name: s for s in stages}["rl"].hours < 1  # 8 rows are one step
+
+
+def test_chart_rows_are_refused_under_a_rule_based_reward_naming_the_fix():
+    sources = ["deepeyes/vstar", "deepeyes/chart", "deepeyes/chart"]
+    with pytest.raises(ValueError, match=r"split train: 2 rows of deepeyes/chart .* reward_funcs: \[judge\]"):
+        check_rule_rewards(sources, ["gated_outcome"], where="split train")
+    check_rule_rewards(sources, ["judge"], where="split train")  # a judge scores them
+    check_rule_rewards(sources, ["gated_outcome", "mypkg.rewards:mine"], where="x")  # the recipe's own choice
+    check_rule_rewards(["deepeyes/vstar", "deepeyes/thinklite_eureka"], ["gated_outcome"], where="x")
+
+
+def test_rl_refuses_the_chart_file_before_the_model_loads(tiny_kit, tmp_path, monkeypatch):
+    """rl.build_trainer on a DeepEyes chart file with the tiny recipe's gated_outcome: refused after the data is read
+    and before any weight loads."""
+    chart = tmp_path / "data_v0.8_visual_toolbox_v2.parquet"
+    row = {"data_source": "chart", "images": [{"bytes": image_bytes((60, 40)), "path": None}],
+           "reward_model": {"ground_truth": "0.25", "style": "model"}, "extra_info": {"question": "What is the slope?"}}  # fmt: skip
+    pq.write_table(pa.Table.from_pylist([row]), chart)
+    monkeypatch.setattr(rl, "load_policy", lambda *a, **k: pytest.fail("the model loaded"))
+    argv = ["--config", "recipes/tiny/rl/config_mapo.yaml", "--model_name_or_path", str(tiny_kit["policy"]),
+            "--dataset_name", "deepeyes", "--dataset_path", str(chart), "--output_dir", str(tmp_path / "rl")]  # fmt: skip
+    monkeypatch.chdir(REPO)
+    with pytest.raises(ValueError, match=r"1 rows of deepeyes/chart .*Leave their file out of dataset_path"):
+        rl.build_trainer(*parse_args_and_record(RL_TYPES, argv))
+
+
+def test_several_dataset_files_are_read_in_turn(tmp_path):
+    files = []
+    for k in range(2):
+        row = {"data_source": "vstar", "images": [{"bytes": image_bytes((60 + k, 40)), "path": None}],
+               "reward_model": {"ground_truth": "red"}, "extra_info": {"question": f"Colour {k}?"}}  # fmt: skip
+        files.append(tmp_path / f"part{k}.parquet")
+        pq.write_table(pa.Table.from_pylist([row, row]), files[-1])
+    args = ScriptArguments(dataset_name="deepeyes", dataset_path=[str(f) for f in files])
+    assert load_split(args, "train")["id"] == ["part0-0", "part0-1", "part1-0", "part1-1"]
+    assert ScriptArguments(dataset_name="deepeyes", dataset_path=str(files[0])).dataset_path == [str(files[0])]
+
+
+# ------------------------------------------------------------------------------------------- markers and states
+def done(stage_dir: Path, command: list[str], inputs: dict | None = None, run: str = "r") -> None:
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    (stage_dir / ".done").write_text(json.dumps({"command": command, "id": run, "inputs": inputs or {}}))
+
+
+def tiny_plan(tmp_path: Path) -> list[reproduce.Stage]:
+    chosen, spec = reproduce.load_set("tiny")
+    return reproduce.plan({**chosen, "name": "tiny"}, spec, tmp_path / "data", tmp_path / "run", NO_EXTRA)
+
+
+def gpu_plan(tmp_path: Path, extra: dict = NO_EXTRA) -> tuple[dict, list[reproduce.Stage]]:
+    chosen, spec = reproduce.load_set("qwen2.5-vl-7b")
+    chosen = {**chosen, "name": "qwen2.5-vl-7b"}
+    return chosen, reproduce.plan(chosen, spec, tmp_path / "data", tmp_path / "run", extra)
+
+
+def test_the_plan_reads_markers_and_resumes_from_the_last_complete_checkpoint(tmp_path, capsys):
+    stages = {s.name: s for s in tiny_plan(tmp_path)}
     run = tmp_path / "run"
-    for stage in ("convert", "sft"):
-        (run / stage).mkdir(parents=True)
-        (run / stage / ".done").write_text("{}")
+    done(run / "convert", stages["convert"].argv, run="c1")
+    done(run / "sft", stages["sft"].argv, {"convert": "c1"}, run="s1")
     (run / "rl" / "checkpoint-3").mkdir(parents=True)
-    (run / "rl" / "checkpoint-12").mkdir()
-    (run / "eval_vstar").mkdir()  # started, no marker: evaluate.py resumes it by itself
-    stages, out = dry_run(capsys, "--recipe_set", "tiny", "--data_root", str(tmp_path), "--run_dir", str(run))
-    state = {
-        line.split(": ")[0].split(". ")[1]: line.split(": ", 1)[1] for line in out.splitlines() if ". " in line[:4]
-    }
-    assert state["convert"] == f"done ({run / 'convert' / '.done'})" and state["sft"].startswith("done")
-    assert state["rl"] == "resume from checkpoint-12" and state["eval_vstar"] == "to run"
-    rl = next(s for s in stages if s.name == "rl")
-    assert rl.command()[-2:] == ["--resume_from_checkpoint", "true"] and "--resume_from_checkpoint" not in rl.argv
-    # the done stages' inputs are no longer needed: only the RL set and the benchmarks are missing
-    missing = out.split("missing inputs:")[1]
-    assert (
-        str(tmp_path / "Mini-o3-Coldstart-Dataset") not in missing
-        and str(tmp_path / "DeepEyes-Datasets-47k") in missing
-    )
+    (run / "rl" / "checkpoint-3" / "trainer_state.json").write_text("{}")
+    (run / "rl" / "checkpoint-12").mkdir()  # killed while saving: no trainer_state.json
+    (run / "eval_rl_vstar").mkdir()  # started, no marker: evaluate.py resumes it by itself
+    states = reproduce.stage_states(list(stages.values()), set())
+    assert states["convert"] == "done" and states["sft"] == "done" and states["eval_rl_vstar"] == "to run"
+    assert states["rl"] == "resume from checkpoint-3"
+    assert stages["rl"].command()[-2:] == ["--resume_from_checkpoint", "true"]
+    assert last_complete_checkpoint(run / "rl") == str(run / "rl" / "checkpoint-3")
+    # the done stages' inputs are no longer needed: the cold start is not missing, the RL data is
+    missing = "\n".join(reproduce.missing_inputs(list(stages.values()), states))
+    assert "Mini-o3-Coldstart-Dataset" not in missing and "DeepEyes-Datasets-47k" in missing
+
+
+def test_a_changed_command_is_refused_showing_both_unless_forced(tmp_path, capsys):
+    stages = {s.name: s for s in tiny_plan(tmp_path)}
+    run = tmp_path / "run"
+    done(run / "convert", stages["convert"].argv, run="c1")
+    done(run / "sft", [*stages["sft"].argv[:-2], "--max_steps", "7"], {"convert": "c1"}, run="s1")
+    done(run / "eval_sft_vstar", stages["eval_sft_vstar"].argv, {"sft": "s1"}, run="e1")
+    states = reproduce.stage_states(list(stages.values()), set())
+    assert states["sft"] == "changed" and states["eval_sft_vstar"] == "stale" and states["convert"] == "done"
+    with pytest.raises(SystemExit) as refused:
+        reproduce.main(["--recipe_set", "tiny", "--data_root", str(tmp_path / "data"), "--run_dir", str(run)])
+    message = str(refused.value)
+    assert "sft is done with another command than the plan's:" in message
+    assert "--max_steps 7" in message.split("done: ")[1].split("\n")[0]
+    assert "  plan: " in message and "FORCE=sft reruns it" in message
+    assert not (run / "sft_merge").exists() and not (run / "eval_base_vstar").exists()  # nothing ran
+    forced = reproduce.stage_states(list(stages.values()), {"sft"})
+    assert forced["sft"] == forced["eval_sft_vstar"] == forced["rl"] == forced["eval_rl_vstar"] == "forced"
+    assert forced["convert"] == "done" and forced["eval_base_vstar"] == "to run"
+    # rerunning convert makes everything that read it stale, never silently reused
+    done(run / "sft", stages["sft"].argv, {"convert": "c0"}, run="s1")
+    assert reproduce.stage_states(list(stages.values()), set())["sft"] == "stale"
+
+
+def test_the_dry_run_marks_changed_stages_and_what_would_not_start(tmp_path, capsys):
+    stages = {s.name: s for s in tiny_plan(tmp_path)}
+    done(tmp_path / "run" / "convert", ["python", "-m", "data.convert", "--other"], run="c1")
+    _, out = dry_run(capsys, "--recipe_set", "tiny", "--data_root", str(tmp_path / "data"), "--run_dir",
+                     str(tmp_path / "run"))  # fmt: skip
+    assert re.search(r"^\d+\. convert: changed$", out, re.M) and re.search(r"^\d+\. sft: forced|to run", out, re.M)
+    assert "would not start:" in out and "FORCE=convert" in out
+    assert stages["convert"].argv[-2:] == ["--preview", "20"]  # the conversion is checked by eye too
 
 
 def test_missing_data_is_refused_before_any_stage_naming_each_path(tmp_path):
@@ -113,9 +251,30 @@ def test_missing_data_is_refused_before_any_stage_naming_each_path(tmp_path):
         reproduce.main(["--recipe_set", "qwen2.5-vl-7b", "--data_root", str(data), "--run_dir", str(run)])
     message = str(refused.value)
     assert f"{data / 'Mini-o3-Coldstart-Dataset'}  <- Mini-o3/Mini-o3-Coldstart-Dataset: hf download" in message
-    assert str(data / "DeepEyes-Datasets-47k" / "data_v0.8_visual_toolbox_v2.parquet") in message
+    assert str(data / "DeepEyes-Datasets-47k" / "data_0.1.2_visual_toolbox_v2.parquet") in message
     assert f"--local-dir {data / 'HR-Bench'}" in message and str(data / "vstar_bench") + " " not in message
     assert not run.exists()  # nothing ran, nothing was written
+
+
+def test_a_missing_logging_or_accelerate_backend_is_refused_before_any_stage(tmp_path):
+    """With every input present, the 7B set still does not start here: DeepSpeed (zero3) and wandb (report_to) are
+    GPU extras, named with the fix before the first stage rather than days later."""
+    data, run = tmp_path / "data", tmp_path / "run"
+    for stage in gpu_plan(tmp_path)[1]:
+        for path in stage.inputs:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("") if path.suffix else path.mkdir(exist_ok=True)
+    with pytest.raises(SystemExit) as refused:
+        reproduce.main(["--recipe_set", "qwen2.5-vl-7b", "--data_root", str(data), "--run_dir", str(run)])
+    message = str(refused.value)
+    assert message.startswith("the installed stack cannot run this plan (nothing was run):")
+    assert "zero3.yaml: distributed_type DEEPSPEED needs deepspeed" in message
+    assert "sft (recipes/Qwen2.5-VL-7B-Instruct/sft/config_sft.yaml): report_to: wandb (pip install wandb" in message
+    assert not run.exists()
+    # the command line's flags count: --report_to none leaves DeepSpeed the only problem
+    chosen, stages = gpu_plan(tmp_path, {"sft": ["--report_to", "none"], "rl": ["--report_to", "none"], "eval": []})
+    problems = reproduce.environment_problems(chosen, stages, {s.name: "to run" for s in stages})
+    assert len(problems) == 1 and "deepspeed" in problems[0]
 
 
 def test_an_unknown_set_or_a_missing_recipe_is_named(tmp_path):
@@ -128,17 +287,53 @@ def test_an_unknown_set_or_a_missing_recipe_is_named(tmp_path):
         reproduce.main(["--recipe_set", "broken", "--data_root", str(tmp_path), "--sets_file", str(sets)])
 
 
+# ---------------------------------------------------------------------------------------------------- the gates
+def test_sft_does_not_start_on_a_conversion_that_skipped_too_much(tmp_path):
+    stats = {"rows_read": 10, "rows_skipped": {"crop_mismatch": 2, "missing_image": 1},
+             "skipped_examples": {"crop_mismatch": ["a.parquet row 3: call 1"], "missing_image": ["row 7"]}}  # fmt: skip
+    (tmp_path / "stats.json").write_text(json.dumps(stats))
+    verdict = reproduce.conversion_verdict(tmp_path, 0.2)
+    assert verdict.startswith("the conversion skipped 3 of 10 rows (30% > --max_skip_rate 0.2); top reasons: ")
+    assert "crop_mismatch 2 (e.g. a.parquet row 3: call 1); missing_image 1 (e.g. row 7)" in verdict
+    assert reproduce.conversion_verdict(tmp_path, 0.3) is None
+    assert "is missing" in reproduce.conversion_verdict(tmp_path / "nope", 0.2)
+
+
+def test_rl_does_not_start_when_the_outcome_reward_paid_no_probe_rollout(tmp_path):
+    metrics = {
+        "n": 64,
+        "accuracy": 0.0,
+        "n_failed": 60,
+        "rewards": {"gated_outcome": {"mean": 0.0, "scored": 64, "paid": 0}},
+    }
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    verdict = reproduce.probe_verdict(tmp_path, 1)
+    assert "paid none of the starting checkpoint's 64 rollouts" in verdict and "gated_outcome paid 0 of 64" in verdict
+    assert reproduce.probe_verdict(tmp_path, 0) is None
+    metrics["rewards"]["gated_outcome"]["paid"] = 3
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    assert reproduce.probe_verdict(tmp_path, 1) is None
+
+
 # --------------------------------------------------------------------------------------------- reproduce.md
 def test_the_report_reads_each_evaluation_the_rl_recipe_and_its_log(tmp_path):
-    """On a run folder written by hand: the table's scores (HR-Bench: `mean`), tool use and gap rate, "—" for a
-    benchmark not evaluated; the RL settings against the paper's recipe with the command line over the saved recipe;
-    every curve drawn, the reasoning-action gap's (`semantic/z_mean`) included."""
+    """On a run folder written by hand: a row per model of ours and per published system, each with its protocol
+    (ours from the evaluation's own eval_args.json), HR-Bench by `mean`, "—" where nothing was evaluated or published,
+    the marked cell footnoted; tool use per model; the probe; the RL settings against the paper's recipe with the
+    command line over the saved recipe; every curve drawn, the reasoning-action gap's included."""
     run = tmp_path / "run"
-    metrics = {"vstar": {"accuracy": 0.5, "n": 4, "calls_per_sample": 1.25, "gap_rate": 0.2},
-               "hrbench_4k": {"accuracy": 0.6, "mean": 0.75, "n": 4, "calls_per_sample": 1.0, "gap_rate": None}}  # fmt: skip
-    for bench, values in metrics.items():
-        (run / f"eval_{bench}").mkdir(parents=True)
-        (run / f"eval_{bench}" / "metrics.json").write_text(json.dumps(values))
+    metrics = {("base", "vstar"): {"accuracy": 0.25, "n": 4, "calls_per_sample": 0.0, "gap_rate": None},
+               ("rl", "vstar"): {"accuracy": 0.5, "n": 4, "calls_per_sample": 1.25, "valid_call_rate": 0.8, "gap_rate": 0.2},
+               ("rl", "hrbench_4k"): {"accuracy": 0.6, "mean": 0.75, "n": 4, "calls_per_sample": 1.0, "gap_rate": None}}  # fmt: skip
+    for (model, bench), values in metrics.items():
+        (run / f"eval_{model}_{bench}").mkdir(parents=True)
+        (run / f"eval_{model}_{bench}" / "metrics.json").write_text(json.dumps(values))
+    eval_args = {"temperature": 0.0, "max_tool_calling_iterations": 5, "max_completion_length": 8192,
+                 "tool": {"max_pixels": 1003520, "crop_max_pixels": 401408}}  # fmt: skip
+    (run / "eval_rl_vstar" / "eval_args.json").write_text(json.dumps(eval_args))
+    (run / "rl_probe").mkdir()
+    probe = {"n": 64, "rewards": {"gated_outcome": {"mean": 0.125, "scored": 64, "paid": 8}}}
+    (run / "rl_probe" / "metrics.json").write_text(json.dumps(probe))
     (run / "rl").mkdir()
     paper = yaml.safe_load(PAPER_RECIPE.read_text())
     (run / "rl" / "recipe.yaml").write_text(yaml.safe_dump({**paper, "semantic_beta": 0.2, "output_dir": "x"}))
@@ -148,8 +343,19 @@ def test_the_report_reads_each_evaluation_the_rl_recipe_and_its_log(tmp_path):
     history = [{"step": step, **dict.fromkeys(keys, step / 4), "semantic/z_mean": 0.2 + step / 10} for step in (1, 2)]
     (run / "rl" / "trainer_state.json").write_text(json.dumps({"log_history": [*history, {"train_runtime": 1.0}]}))
     page = write_report(run, "tiny", SPEC["sets"]["tiny"], SPEC, ["rl"]).read_text()
-    assert "| V* Bench | 50.0 | 4 | 1.25 | 20.0 | — [1] | 90.1 [2] |" in page
-    assert "| HR-Bench 4K | 75.0 | 4 | 1.00 | — |" in page and "| HR-Bench 8K | — | — | — | — |" in page
+    assert "| system | V* Bench | HR-Bench 4K | HR-Bench 8K | MME-RealWorld-Lite | protocol |" in page
+    assert "| ours: base model | 25.0 | — | — | — | not run yet |" in page
+    assert "| ours: SFT | — | — | — | — | not run yet |" in page
+    assert ("| ours: MAPO (RL) | 50.0 | 75.0 | — | — | greedy, 1 sample (Avg@1); images <= 1003520 px, crops <= "
+            "401408 px; <= 5 zoom rounds in 8192 tokens; ") in page  # fmt: skip
+    assert "| DeepEyes-7B [2] | 90.1 | 75.1 | 72.6 | 53.2 | greedy (temperature 0)" in page
+    assert "| Qwen2.5-VL-7B (DeepEyes' tables) [3] | 71.2 | 68.8 | 65.3 | 42.3 (*) |" in page
+    assert "(*) not marked reproduced in DeepEyes' Table 2" in page
+    assert "| Mini-o3-7B [4] | 88.2 | 77.5 | 73.3 | — | Avg@32" in page  # full MME-RealWorld, not Lite: left out
+    assert (
+        "| MAPO (RL) | V* Bench | 4 | 1.25 | 80.0 | 20.0 |" in page and "| base model | V* Bench | 4 | 0.00 |" in page
+    )
+    assert "- gated_outcome: paid 8 of 64 rollouts (mean 0.125)" in page
     assert "- `semantic_beta`: 0.2 (the paper's recipe: 0.4)" in page and "`learning_rate`: 2e-06" in page
     assert "`max_steps: 3`" in page and "output_dir" not in page and "Stages: rl 5.0 s." in page
     for stem in ("reward", "r_sem", "zoom_calls", "gap"):
@@ -176,11 +382,19 @@ def make(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 def test_the_dry_run_estimates_memory_per_gpu_with_the_repo_s_estimator(tmp_path):
-    """The 3B LoRA set's two training stages, as recipes/README.md's table gives them (scripts.memory)."""
-    done = make("DRY=1", "RECIPE_SET=qwen2.5-vl-3b-lora", f"DATA_ROOT={tmp_path}")
+    """The 3B LoRA set's two training stages, as recipes/README.md's table gives them (scripts.memory), the RL stage
+    with the command line's flags over its recipe (here a smaller micro-batch), as the run will have them."""
+    done = make("DRY=1", "RECIPE_SET=qwen2.5-vl-3b-lora", f"DATA_ROOT={tmp_path}",
+                "ARGS=--rl_args '--per_device_train_batch_size 2'")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "--accelerate single_gpu --num_gpus 1): training 9.38 GiB\n" in done.stdout
-    assert "--accelerate single_gpu --num_gpus 1): training 15.64 GiB, generation 10.81 GiB\n" in done.stdout
+    recipe = SPEC["sets"]["qwen2.5-vl-3b-lora"]["rl"]
+    flags = ["--per_device_train_batch_size", "2"]
+    smaller, _ = memory.estimate_recipe(REPO / recipe, "single_gpu", 1, recipe_args=flags)
+    full, _ = memory.estimate_recipe(REPO / recipe, "single_gpu", 1)
+    assert round(full["total"], 2) == 15.64 and smaller["total"] < full["total"]
+    line = f"--recipe_args '--per_device_train_batch_size 2'): training {smaller['total']:.2f} GiB, generation "
+    assert line in done.stdout
 
 
 def write_releases(root: Path) -> None:
@@ -196,7 +410,8 @@ def write_releases(root: Path) -> None:
         for question, truth in [("What is the color of the bag?", "black"), ("How many cups?", "3")]
     ]  # fmt: skip
     (root / "DeepEyes-Datasets-47k").mkdir()
-    pq.write_table(pa.Table.from_pylist(rows), root / "DeepEyes-Datasets-47k" / "data_v0.8_visual_toolbox_v2.parquet")
+    for entry, row in zip(SPEC["rl_data"]["files"], rows):  # one row in each of the files RL reads
+        pq.write_table(pa.Table.from_pylist([row]), root / "DeepEyes-Datasets-47k" / entry["file"])
     vstar = root / "vstar_bench"
     (vstar / "direct_attributes").mkdir(parents=True)
     questions = [
@@ -222,59 +437,83 @@ def write_releases(root: Path) -> None:
     pq.write_table(pa.Table.from_pylist(mme), lite / "train-00000-of-00001.parquet")
 
 
-# 2 steps each, a short rollout budget (evaluation takes it from the RL checkpoint's record) and 2 rows per benchmark
+# 2 steps each, a short rollout budget and 2 rows per benchmark, two benchmarks of different readers
 TINY_ARGS = ('--sft_args "--max_steps 2 --per_device_train_batch_size 2" --rl_args "--max_steps 2 '
-             '--max_completion_length 96" --eval_args "--limit 2"')  # fmt: skip
+             '--max_completion_length 96" --eval_args "--limit 2" --benchmarks vstar,mme_realworld_lite')  # fmt: skip
+BENCHES = ["vstar", "mme_realworld_lite"]
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tiny_kit, tmp_path_factory):
-    """`make reproduce RECIPE_SET=tiny` twice on the same folders: the run, then a rerun that must skip it all."""
+    """`make reproduce RECIPE_SET=tiny` three times on the same folders: the run, a rerun that must skip it all, and
+    one whose SFT command changed, which must be refused before anything runs."""
     root = tmp_path_factory.mktemp("reproduce")
     write_releases(root / "data")
-    argv = ["RECIPE_SET=tiny", f"DATA_ROOT={root / 'data'}", f"RUN_DIR={root / 'run'}", f"ARGS={TINY_ARGS}"]
-    first = make(*argv)
+    argv = ["RECIPE_SET=tiny", f"DATA_ROOT={root / 'data'}", f"RUN_DIR={root / 'run'}"]
+    first = make(*argv, f"ARGS={TINY_ARGS}")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    second = make(*argv)
+    second = make(*argv, f"ARGS={TINY_ARGS}")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    return root / "run", first.stdout, second.stdout
+    changed = make(*argv, f"ARGS={TINY_ARGS.replace('--max_steps 2 --per', '--max_steps 3 --per')}")
+    return root / "run", first.stdout, second.stdout, changed
 
 
-STAGES = ["convert", "sft", "rl", *(f"eval_{b}" for b in SPEC["benchmarks"])]
+STAGES = stage_names(SPEC["sets"]["tiny"], BENCHES)
 
 
 @pytest.mark.slow
 def test_the_tiny_reproduction_runs_every_stage_and_marks_it_done(tiny_run):
-    run, first, _ = tiny_run
+    run, first, *_ = tiny_run
     assert [
         line.split(":")[0].removeprefix("==> ") for line in first.splitlines() if line.startswith("==> ")
     ] == STAGES
+    ids = {}
     for stage in STAGES:
         record = json.loads((run / stage / ".done").read_text())
         assert record["command"][0].endswith(("python", "python3", "accelerate")) and record["seconds"] > 0
+        assert record["inputs"] == {name: ids[name] for name in record["inputs"]}  # the run ids of what it read
+        ids[stage] = record["id"]
+    assert json.loads((run / "rl" / ".done").read_text())["inputs"].keys() == {"sft", "rl_probe"}
     assert (run / "sft" / "model.safetensors").is_file() and (run / "rl" / "trainer_state.json").is_file()
-    metrics = json.loads((run / "eval_hrbench_8k" / "metrics.json").read_text())
-    assert metrics["n"] == 2 and "mean" in metrics
+    assert (run / "convert" / "stats.json").is_file() and (run / "convert" / "preview" / "index.html").is_file()
+    for model in ("base", "sft", "rl"):  # data-parallel on 2 processes: merged, whole, no part left
+        metrics = json.loads((run / f"eval_{model}_mme_realworld_lite" / "metrics.json").read_text())
+        assert metrics["n"] == 2 and "accuracy_by_task" in metrics
+        assert not list((run / f"eval_{model}_vstar").glob("samples.rank*.jsonl"))
+        settings = json.loads((run / f"eval_{model}_vstar" / "eval_args.json").read_text())
+        assert settings["tool"]["max_pixels"] == 12544 and settings["max_completion_length"] == 96
+    probe = json.loads((run / "rl_probe" / "metrics.json").read_text())
+    assert probe["n"] == 2 and set(probe["rewards"]) == {"gated_outcome"}  # the tiny set's probe: 2 of 2 rows
+    assert probe["rewards"]["gated_outcome"]["scored"] == 2
 
 
 @pytest.mark.slow
 def test_a_second_run_skips_every_finished_stage(tiny_run):
-    run, _, second = tiny_run
+    run, _, second, _ = tiny_run
     assert [line for line in second.splitlines() if line.startswith("==> ")] == [
         f"==> {stage}: done, skipped ({run / stage / '.done'})" for stage in STAGES
     ]
 
 
 @pytest.mark.slow
+def test_a_changed_command_for_a_done_stage_is_refused_through_make(tiny_run):
+    run, *_, changed = tiny_run
+    assert changed.returncode != 0 and "==> " not in changed.stdout
+    assert "sft is done with another command than the plan's:" in changed.stderr
+    assert "--max_steps 3" in changed.stderr and "FORCE=sft reruns it" in changed.stderr
+
+
+@pytest.mark.slow
 def test_the_run_ends_with_reproduce_md_the_table_and_the_curves(tiny_run):
-    run, _, second = tiny_run
+    run, _, second, _ = tiny_run
     page = (run / "reproduce.md").read_text()
     assert f"report: {run / 'reproduce.md'}" in second
-    assert "| benchmark | ours | n | calls / sample | gap rate | MAPO (paper) | DeepEyes-7B |" in page
-    for bench in SPEC["benchmarks"].values():  # each evaluation's score (%) and rows, from its metrics.json
-        assert re.search(rf"^\| {re.escape(bench['title'])} \| \d+\.\d \| 2 \| \d\.\d\d \|", page, re.M), bench
-    assert "| V* Bench |" in page and "90.1 [2]" in page and "`max_steps`: " not in page  # paper sets no max_steps
+    assert "| system | V* Bench | MME-RealWorld-Lite | protocol |" in page
+    for title in ("base model", "SFT", "MAPO (RL)"):  # our three rows, each evaluated, each with its protocol
+        assert re.search(rf"^\| ours: {re.escape(title)} \| \d+\.\d \| \d+\.\d \| greedy, 1 sample", page, re.M), title
+    assert "| DeepEyes-7B [2] | 90.1 | 53.2 |" in page and "`max_steps`: " not in page  # paper sets no max_steps
     assert "set by the run, not by the paper's recipe: " in page and "`max_steps: 2`" in page
+    assert "- gated_outcome: paid " in page  # the probe
     for stem in ("reward", "r_sem", "zoom_calls"):
         assert f"](curves/{stem}.png)" in page and (run / "curves" / f"{stem}.png").stat().st_size > 1000
     assert "mean z_t per call" in page  # drawn, or said not logged (no valid call in one tiny step)

@@ -14,6 +14,7 @@ from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 from trl import ModelConfig
 from trl.trainer.utils import RepeatSampler
 
+import rl
 from configs import ScriptArguments
 from data import load_split
 from mapo_trainer import MAPOConfig
@@ -21,9 +22,12 @@ from repairs.resume import EpochSeededRepeatSampler, resume_checkpoint
 from repairs.rollout import check_token_budget, token_budget
 from tools import ToolConfig
 from utils.checks import (
+    check_accelerate_config,
     check_master_weights,
     check_planned_master_weights,
+    check_report_to,
     check_vllm_server,
+    check_wandb_login,
     planned_distributed_type,
 )
 from utils.models import load_model, load_processor
@@ -98,8 +102,10 @@ def test_fp32_weights_pass(tiny_kit):
 
 # ---------------------------------------------------------------------------------------------------------- resume
 def test_resume_only_when_asked(tmp_path, caplog):
-    (tmp_path / "checkpoint-2").mkdir()
-    (tmp_path / "checkpoint-10").mkdir()
+    for step in (2, 10):  # complete checkpoints: the trainer writes trainer_state.json last
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-12").mkdir()  # killed while saving: never resumed from
     args = SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=None)
     assert resume_checkpoint(args) is None
     assert "checkpoint-10" in caplog.text and "--resume_from_checkpoint true" in caplog.text
@@ -108,7 +114,7 @@ def test_resume_only_when_asked(tmp_path, caplog):
     )
     folder = str(tmp_path / "checkpoint-2")
     assert resume_checkpoint(SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=folder)) == folder
-    with pytest.raises(ValueError, match="no checkpoint"):
+    with pytest.raises(ValueError, match="no complete checkpoint"):
         resume_checkpoint(SimpleNamespace(output_dir=str(tmp_path / "new"), resume_from_checkpoint="true"))
     with pytest.raises(ValueError, match="not a checkpoint folder"):
         resume_checkpoint(SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=str(tmp_path / "nope")))
@@ -281,3 +287,41 @@ def test_the_server_check_probes_both_ends_of_the_pixel_budget():
         check_vllm_server(Server(3136, 12845056), "policy", processor)
     with pytest.raises(ValueError, match="serves 'other', but model_name_or_path is 'policy'"):
         check_vllm_server(Server(3136, 1003520, model="other"), "policy", processor)
+
+
+# ---------------------------------------------------------------------------------------------- logging backends
+def test_a_missing_report_to_backend_is_named_before_any_weight_loads(tiny_kit, tmp_path, monkeypatch):
+    """wandb is a GPU extra (requirements-gpu.txt), absent here: the RL entry script refuses `--report_to wandb` after
+    reading its data and before any weight loads, naming the package; transformers would raise only once the trainer
+    is built, after every rank has loaded the model."""
+    monkeypatch.setattr("utils.policy.load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    argv = ["--config", "recipes/tiny/rl/config_mapo.yaml", "--model_name_or_path", str(tiny_kit["policy"]),
+            "--output_dir", str(tmp_path), "--report_to", "wandb"]  # fmt: skip
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    with pytest.raises(ValueError, match=r"report_to: wandb \(pip install wandb: WandbCallback requires wandb"):
+        rl.build_trainer(*parse_args_and_record(RL_TYPES, argv))
+    for nothing in (["none"], "none", None, []):  # nothing to check
+        check_report_to(nothing)
+    with pytest.raises(ValueError, match=r"report_to: unknown backend 'wandbb'; known: none, all, azure_ml"):
+        check_report_to(["wandbb"])
+
+
+def test_wandb_needs_a_login_a_launched_job_cannot_type(tmp_path):
+    netrc = tmp_path / "netrc"
+    with pytest.raises(ValueError, match=r"no wandb login \(no WANDB_API_KEY, no key for api.wandb.ai in .*netrc\)"):
+        check_wandb_login({"NETRC": str(netrc)})
+    check_wandb_login({"NETRC": str(netrc), "WANDB_API_KEY": "k"})
+    check_wandb_login({"NETRC": str(netrc), "WANDB_MODE": "offline"})
+    netrc.write_text("machine api.wandb.ai\n  login user\n  password secret\n")
+    netrc.chmod(0o600)
+    check_wandb_login({"NETRC": str(netrc)})  # `wandb login` wrote it
+    with pytest.raises(ValueError, match=r"no key for wandb.example.org"):
+        check_wandb_login({"NETRC": str(netrc), "WANDB_BASE_URL": "https://wandb.example.org"})
+
+
+def test_an_accelerate_config_needs_its_backend_installed():
+    configs = Path(__file__).resolve().parents[1] / "recipes" / "accelerate_configs"
+    with pytest.raises(ValueError, match=r"zero3.yaml: distributed_type DEEPSPEED needs deepspeed, which is not"):
+        check_accelerate_config(configs / "zero3.yaml")  # DeepSpeed is a GPU extra
+    for name in ("cpu", "multi_cpu", "ddp", "fsdp2", "single_gpu"):
+        check_accelerate_config(configs / f"{name}.yaml")

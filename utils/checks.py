@@ -1,22 +1,28 @@
 """Start-up checks, each failing before training starts and naming the field to change: the model fields
 (`check_model`), trainable weights with no fp32 master copy (`check_planned_master_weights`, `check_master_weights`),
-the vLLM version (`check_vllm_version`) and a vLLM server's model and pixel budget (`check_vllm_server`)."""
+the vLLM version (`check_vllm_version`), a vLLM server's model and pixel budget (`check_vllm_server`), the logging
+backends (`check_report_to`) and an accelerate config's backend (`check_accelerate_config`)."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import logging
+import netrc
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 import trl
+import yaml
 from accelerate import PartialState
 from accelerate.utils import DistributedType
 from packaging.version import InvalidVersion, Version
 from PIL import Image
 from transformers import AutoConfig, PretrainedConfig
+from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
 from utils.lora import check_lora_targets
 from utils.models import build_on_meta, pixel_budget, resolve_config_path
@@ -220,3 +226,69 @@ def check_vllm_server(client, model_name_or_path: str, processor) -> None:
                 f"""with --mm-processor-kwargs '{{"min_pixels": {budget.min_pixels}, "max_pixels": """
                 f"""{budget.max_pixels}}}'."""
             )
+
+
+# `pip install` names of the report_to backends whose package is not named as the backend is.
+REPORT_TO_PACKAGES = {"azure_ml": "azureml-core", "comet_ml": "comet-ml", "flyte": "flytekit"}
+WANDB_OFFLINE_MODES = ("offline", "disabled", "dryrun")
+
+
+def check_report_to(report_to: str | Sequence[str] | None) -> None:
+    """Fail before any weight loads when a `report_to` backend is unknown or does not import, naming its package;
+    transformers raises only when the trainer is built, after every rank has loaded the model. Each backend is checked
+    by constructing the callback transformers will build (`INTEGRATION_TO_CALLBACK`, docs/internals.md), which imports
+    it. `wandb` also needs a login on the node (`check_wandb_login`)."""
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    names = [name for name in names if name not in ("none", "all")]  # "all": whatever is installed
+    missing = []
+    for name in names:
+        if name not in INTEGRATION_TO_CALLBACK:
+            raise ValueError(
+                f"report_to: unknown backend {name!r}; known: none, all, {', '.join(INTEGRATION_TO_CALLBACK)}"
+            )
+        try:
+            INTEGRATION_TO_CALLBACK[name]()
+        except (ImportError, RuntimeError) as err:
+            missing.append(f"{name} (pip install {REPORT_TO_PACKAGES.get(name, name)}: {err})")
+    if missing:
+        raise ValueError(
+            f"report_to: {'; '.join(missing)}. Install it on every node (requirements-gpu.txt pins wandb), or log "
+            "elsewhere: --report_to none (the metrics stay in trainer_state.json)."
+        )
+    if "wandb" in names:
+        check_wandb_login(os.environ)
+
+
+def check_wandb_login(environ: dict[str, str] | os._Environ) -> None:
+    """Fail at start when wandb would ask for a login that a launched job cannot give: no `WANDB_API_KEY`, no
+    `WANDB_MODE` offline/disabled, and no key for wandb's host in the netrc file `wandb login` writes."""
+    if environ.get("WANDB_API_KEY") or environ.get("WANDB_MODE", "").lower() in WANDB_OFFLINE_MODES:
+        return
+    host = urlparse(environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    path = Path(environ.get("NETRC") or Path.home() / ".netrc")
+    try:
+        if path.is_file() and netrc.netrc(path).authenticators(host) is not None:
+            return
+    except (netrc.NetrcParseError, OSError):
+        pass
+    raise ValueError(
+        f"report_to: wandb, but this node has no wandb login (no WANDB_API_KEY, no key for {host} in {path}): wandb "
+        "would stop the run when training starts. Run `wandb login` (or export WANDB_API_KEY) on every node, or "
+        "WANDB_MODE=offline (sync later with `wandb sync`), or --report_to none."
+    )
+
+
+# accelerate config `distributed_type` -> the module its launcher and the trainer import for it.
+BACKEND_MODULES = {"DEEPSPEED": "deepspeed"}
+
+
+def check_accelerate_config(path: str | os.PathLike) -> None:
+    """Fail when the accelerate config at `path` names a backend that is not installed (DeepSpeed for the ZeRO
+    configs: `pip install -r requirements-gpu.txt`), before anything runs."""
+    config = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    module = BACKEND_MODULES.get(str(config.get("distributed_type", "")).upper())
+    if module is not None and importlib.util.find_spec(module) is None:
+        raise ValueError(
+            f"{path}: distributed_type {config['distributed_type']} needs {module}, which is not installed: "
+            "pip install -r requirements-gpu.txt"
+        )

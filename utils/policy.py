@@ -11,7 +11,7 @@ from accelerate import PartialState
 from transformers import PreTrainedModel, ProcessorMixin, Trainer, TrainingArguments
 
 from tools import ToolConfig, write_record
-from utils.checks import check_model, check_planned_master_weights, planned_distributed_type
+from utils.checks import check_model, check_planned_master_weights, check_report_to, planned_distributed_type
 from utils.models import load_model, load_processor, model_init_kwargs
 
 
@@ -19,13 +19,14 @@ def load_policy(
     model_args: trl.ModelConfig, tool: ToolConfig, training_args: TrainingArguments
 ) -> tuple[PreTrainedModel, ProcessorMixin]:
     """The policy and its processor (the repo's chat template, `tool`'s pixel budget), after the start-up checks of
-    its fields, so a bad recipe fails before any weight is read. `load_in_4bit`/`load_in_8bit` go through TRL's
+    its fields and of the logging backends, so a bad recipe fails before any weight is read. `load_in_4bit`/`load_in_8bit` go through TRL's
     `get_quantization_config`, as TRL's own scripts do (a GPU and `requirements-gpu.txt` needed)."""
     path = model_args.model_name_or_path
     if path.startswith(("outputs/", "./outputs/")) and not os.path.isdir(path):
         raise FileNotFoundError(
             f"model_name_or_path: {path} does not exist; it is an earlier stage's output (make sft before make rl)."
         )
+    check_report_to(training_args.report_to)  # transformers would raise only once the trainer is built
     config = check_model(model_args)
     check_planned_master_weights(model_args, config, planned_distributed_type(training_args))
     processor = load_processor(path, min_pixels=tool.min_pixels, max_pixels=tool.max_pixels)

@@ -4,6 +4,7 @@ script parses with `parse_args_and_record`, so SFT, RL and evaluation read a rec
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -82,6 +83,35 @@ def _load_recipe(path: Path, chain: tuple[Path, ...]) -> Recipe:
     merged.update(values)
     origin.update(dict.fromkeys(values, path))
     return Recipe(path, merged, origin, list(dict.fromkeys([*files, path])))
+
+
+def flag_values(flags: Sequence[str]) -> dict[str, Any]:
+    """The recipe fields a command line's `--key value ...` flags set (`--key=value` too; a flag followed by another
+    flag or by nothing is `true`; several values make a list), typed as YAML and JSON read them: what the entry
+    scripts' parser will set, for readers of a recipe that do not parse it (the reproduction's plan and report, the
+    memory estimate)."""
+    values: dict[str, Any] = {}
+    key = None
+    for flag in flags:
+        if flag.startswith("--"):
+            key, sep, value = flag[2:].partition("=")
+            values[key] = _typed(value) if sep else True
+            if sep:
+                key = None
+        elif key is not None:
+            given = values[key]
+            values[key] = (
+                _typed(flag) if given is True else [*(given if isinstance(given, list) else [given]), _typed(flag)]
+            )
+    return values
+
+
+def _typed(value: str) -> Any:
+    """A command-line value as the recipe parser reads it: JSON first (`2e-6` is a float there, a string in YAML)."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return yaml.safe_load(value)
 
 
 def format_recipe(recipe: Recipe, header: Sequence[str] = ()) -> str:

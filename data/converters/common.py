@@ -274,6 +274,16 @@ class ImageStore:
     def open(self, value: Any, what: str) -> Image.Image:
         """The image `value` holds, RGB; a missing or unreadable one raises `SkipRow("missing_image")` naming `what`
         (the field)."""
+        data = self.encoded(value, what)
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                return image.convert("RGB")
+        except (OSError, ValueError, Image.DecompressionBombError) as err:
+            raise SkipRow("missing_image", f"{what}: {err}") from None
+
+    def encoded(self, value: Any, what: str) -> bytes:
+        """The file bytes of the image `value` holds, as the release ships them (JPEG, PNG...), undecoded; a missing
+        one raises `SkipRow("missing_image")` naming `what`."""
         if isinstance(value, dict):
             value = value.get("bytes") or value.get("path") or value.get("image")
         data = None
@@ -290,8 +300,4 @@ class ImageStore:
                     raise SkipRow("missing_image", f"{what}: neither a file nor base64") from None
         if data is None:
             raise SkipRow("missing_image", f"{what}: {str(value)[:120]!r} not found under {self.root}")
-        try:
-            with Image.open(io.BytesIO(data)) as image:
-                return image.convert("RGB")
-        except (OSError, ValueError, Image.DecompressionBombError) as err:
-            raise SkipRow("missing_image", f"{what}: {err}") from None
+        return data

@@ -77,8 +77,11 @@ class Replay:
         answer = extract_answer(final_text)
         if not answer:
             raise SkipRow("empty_answer")
+        # the original's own file bytes go into the dataset: re-encoding a decoded 2000 x 1500 original as PNG cost
+        # seconds a row and several times its size (docs/benchmarks.md, "Converting a release")
+        encoded = self.store.encoded(self.shipped[0], "the original image")
         return Trajectory(str(row_id), source, self.original, self.question, answer, self.calls, final_thought,
-                          list(options), self.checked, self.content, self.failed)  # fmt: skip
+                          list(options), self.checked, self.content, self.failed, encoded)  # fmt: skip
 
 
 def shown_after(counts: Sequence[tuple[str, int]], position: int) -> int:
