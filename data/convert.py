@@ -4,8 +4,12 @@ as a dataset `sft.py` trains on by name (`dataset_name: DIR` in a recipe).
 Reads the dataset's folder as downloaded with the reader `--format` names (`data.converters.FORMATS`), and writes to
 DIR the dataset (`save_to_disk`, split `train`, `data.rows.TRAJECTORY_FEATURES`: every box in the original's pixels,
 the prompt the `pixels` one), `stats.json` (rows read, converted, skipped by reason with the first of each, calls by
-label source, the crop check, the calls that failed upstream) and, with `--preview N`, `preview/index.html` showing the
-first N rows replayed through the tool in the frame of `--box_convention`. What each holds: docs/data.md.
+label source, the crop check, the calls that failed upstream, calls per row, thoughts naming Mini-o3's observations,
+each crop's size as SFT shows it) and, with `--preview N`, `preview/index.html` showing the first N rows replayed
+through the tool in the frame of `--box_convention`. What each holds: docs/data.md.
+
+Rows with more calls than `--max_calls` (by default `--rl_recipe`'s `max_tool_calling_iterations`; the real RL
+recipes' base, `recipes/mapo_paper.yaml`, unless named) are skipped: SFT would teach what RL always cuts short.
 
 A row that cannot be converted is skipped and counted (`data.converters.common.SKIP_REASONS`); an input that is not in
 the format's layout fails at once, naming what was expected and found.
@@ -18,43 +22,63 @@ import dataclasses
 import html
 import json
 import logging
+import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 import datasets
+import numpy as np
 
 from data.converters import FORMATS
 from data.converters.common import SKIP_REASONS, SkipRow
 from data.converters.labels import LABEL_SOURCES
 from data.rows import TRAJECTORY_FEATURES, Trajectory, as_row
 from data.task import in_box_convention
-from data.trajectories import replay_calls
-from tools import BOX_CONVENTIONS, ToolConfig, make_environment_factory
+from data.trajectories import replay_calls, seen_box
+from tools import BOX_CONVENTIONS, ToolConfig, crop_box, make_environment_factory, seen_size
 from tools.config import PixelBudget
-from utils.recipes import real_recipe_budget
+from tools.zoom_in import box_frame, crop_size
+from utils.recipes import REAL_RECIPE_BASE, load_recipe, real_recipe_budget
 
 logger = logging.getLogger(__name__)
 
+# An image named as Mini-o3's conversation numbers them ("observation_1" in a call's source, "Observation 2" in a turn).
+OBSERVATION_NAME = re.compile(r"\bobservation[ _]?\d+", re.IGNORECASE)
 SKIP_EXAMPLES = 3  # per reason, the first skipped rows `stats.json` names (file, row and why), to look them up
 
 
-def convert(fmt: str, source: Path, tool: ToolConfig) -> tuple[list[Trajectory], dict]:
-    """Every convertible row of `source` in `fmt`, its labels held to `tool`'s label limits, and `stats.json`."""
+def convert(
+    fmt: str, source: Path, tool: ToolConfig, max_calls: int | None = None, budget: PixelBudget | None = None
+) -> tuple[list[Trajectory], dict]:
+    """Every convertible row of `source` in `fmt` with at most `max_calls` calls, its labels held to `tool`'s label
+    limits, and `stats.json`; with `budget` (the processor's), the stats also size each call's crop as SFT's replay
+    through the tool shows it (`crop_stats`)."""
     if fmt not in FORMATS:
         raise ValueError(f"--format: unknown format {fmt!r}; known: {sorted(FORMATS)}")
     if not source.is_dir():
         raise ValueError(f"--input: {source} is not a folder (give the dataset's folder as downloaded)")
     kept, skipped, examples = [], Counter(), {}
+
+    def skip(reason: str, where: str, detail: str = "") -> None:
+        skipped[reason] += 1
+        if len(examples.setdefault(reason, [])) < SKIP_EXAMPLES:
+            examples[reason].append(f"{where}: {detail}" if detail else where)
+
+    calls_per_row = Counter()
     for item in FORMATS[fmt](source, tool):
         if isinstance(item, SkipRow):
-            skipped[item.reason] += 1
-            if len(examples.setdefault(item.reason, [])) < SKIP_EXAMPLES:
-                examples[item.reason].append(f"{item.where}: {item.detail}" if item.detail else item.where)
+            skip(item.reason, item.where, item.detail)
             logger.debug("skipped %s: %s", item.where, item)
+            continue
+        calls_per_row[len(item.calls)] += 1
+        if max_calls is not None and len(item.calls) > max_calls:  # SFT would teach what RL always cuts short
+            skip("too_many_calls", f"row {item.id}", f"{len(item.calls)} calls, over max_calls={max_calls}")
         else:
             kept.append(item)
     calls = Counter(call["label_source"] for t in kept for call in t.calls)
+    thoughts = [call["thought"] for t in kept for call in t.calls] + [t.final_thought for t in kept]
     stats = {
         "format": fmt,
         "input": str(source),
@@ -70,8 +94,54 @@ def convert(fmt: str, source: Path, tool: ToolConfig) -> tuple[list[Trajectory],
             "rows_mismatched": skipped["crop_mismatch"],
         },
         "calls_failed_upstream": sum(t.failed_calls for t in kept),
+        # every converted row, the ones over max_calls included; `too_many_calls` counts those dropped
+        "calls_per_row": {str(n): calls_per_row[n] for n in sorted(calls_per_row)},
+        "max_calls": max_calls,
+        # thoughts that name an image as `observation_1` or "Observation 2" (Mini-o3's conversation numbers every
+        # crop it shows; this repo's tool responses name none), over the kept rows
+        "thoughts_naming_observations": sum(bool(OBSERVATION_NAME.search(thought)) for thought in thoughts),
     }
+    if budget is not None:
+        stats["crops"] = crop_stats(kept, tool, budget)
     return kept, stats
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    """min, p50, p90, p99 and max of `values` (numpy's linear interpolation), or {} for none."""
+    if not len(values):
+        return {}
+    points = np.percentile(np.asarray(values, dtype=np.float64), [0, 50, 90, 99, 100])
+    return {name: round(float(v), 1) for name, v in zip(("min", "p50", "p90", "p99", "max"), points, strict=True)}
+
+
+def crop_stats(trajectories: Sequence[Trajectory], tool: ToolConfig, budget: PixelBudget) -> dict:
+    """Each kept call's crop as SFT's replay shows it (`data.trajectories.replay_calls`: the box mapped into the
+    model's frame, the region the tool cuts for it, resized to `tool.crop_budget`), by arithmetic on sizes alone:
+    its tokens natively (the crop budget without `crop_min_pixels`) and as shown, how many are under the floor
+    (upscaled to it), and the pixels of the crop the release ships (what its thoughts were written against)."""
+    floored = tool.crop_budget(budget)
+    native_budget = dataclasses.replace(floored, min_pixels=budget.min_pixels)
+    native, shown, release, larger = [], [], [], 0
+    for trajectory in trajectories:
+        size = trajectory.image.size
+        frame = box_frame(seen_size(size, budget), tool.box_convention)
+        for call, shipped in zip(trajectory.calls, trajectory.release_crops, strict=True):
+            x1, y1, x2, y2 = crop_box(size, seen_box(call["box"], size, frame), seen_size=frame,
+                                      min_side=tool.min_side, max_aspect=tool.max_aspect)  # fmt: skip
+            ours = crop_size((x2 - x1, y2 - y1), floored)
+            native.append(math.prod(crop_size((x2 - x1, y2 - y1), native_budget)) // budget.factor**2)
+            shown.append(math.prod(ours) // budget.factor**2)
+            release.append(math.prod(shipped))
+            larger += math.prod(shipped) > math.prod(ours)
+    return {
+        "crop_min_pixels": floored.min_pixels,
+        "calls": len(native),
+        "under_floor": sum(n * budget.factor**2 < floored.min_pixels for n in native),
+        "tokens_native": percentiles(native),
+        "tokens_shown": percentiles(shown),
+        "release_pixels": percentiles(release),
+        "release_larger_than_shown": larger,
+    }
 
 
 def write_preview(
@@ -165,7 +235,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--input", required=True, type=Path, help="the dataset's folder as downloaded")
     parser.add_argument("--output", required=True, type=Path)
     parser.add_argument("--preview", type=int, default=0, help="write a preview of the first N converted rows")
-    parser.add_argument("--max_pixels", type=int, default=None, help="preview budget (default: the RL recipes')")
+    parser.add_argument(
+        "--max_pixels", type=int, default=None, help="preview and crop statistics' budget (default: the RL recipes')"
+    )
+    parser.add_argument(
+        "--crop_min_pixels", type=int, default=None, help="the crops' floor there (default: the RL recipes')"
+    )
+    parser.add_argument(
+        "--rl_recipe",
+        type=Path,
+        default=REAL_RECIPE_BASE,
+        help="the RL recipe the converted rows are trained before (default: the real RL recipes' base); its "
+        "max_tool_calling_iterations is --max_calls' default",
+    )
+    parser.add_argument(
+        "--max_calls", type=int, default=None, help="drop rows with more calls (default: --rl_recipe's limit)"
+    )
     parser.add_argument(
         "--box_convention", choices=BOX_CONVENTIONS, default="pixels", help="the preview's frame of bbox_2d"
     )
@@ -178,16 +263,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    tool = ToolConfig(max_label_words=args.max_label_words, max_label_chars=args.max_label_chars)
-    trajectories, stats = convert(args.format, args.input, tool)
+    tool, budget = real_recipe_budget(args.max_pixels, args.crop_min_pixels)  # the crops training will show
+    labels = {"max_label_words": args.max_label_words, "max_label_chars": args.max_label_chars}
+    tool = dataclasses.replace(tool, box_convention=args.box_convention, **labels)
+    max_calls = args.max_calls
+    if max_calls is None:
+        max_calls = load_recipe(args.rl_recipe).values.get("max_tool_calling_iterations")
+        logger.info("max_calls %s: %s's max_tool_calling_iterations", max_calls, args.rl_recipe)
+    trajectories, stats = convert(args.format, args.input, tool, max_calls=max_calls, budget=budget)
     if not trajectories:
         raise SystemExit(f"no row of {args.input} converted: {stats['rows_skipped']}")
     dataset = datasets.Dataset.from_list([as_row(t) for t in trajectories], features=TRAJECTORY_FEATURES)
     datasets.DatasetDict({"train": dataset}).save_to_disk(str(args.output))
     (args.output / "stats.json").write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
     if args.preview:
-        tool, budget = real_recipe_budget(args.max_pixels)  # the crops training will show
-        tool = dataclasses.replace(tool, box_convention=args.box_convention)
         rows = [as_row(t) for t in trajectories[: args.preview]]
         page = write_preview(rows, args.output / "preview", tool, budget, stats["skipped_examples"])
         stats["preview"] = str(page)

@@ -64,6 +64,7 @@ class Trajectory:
     crops_checked: int = 0  # calls whose crop was checked against the release's own (all of them)
     content_checked: int = 0  # of those, the ones large enough to compare by content, not by aspect alone
     failed_calls: int = 0  # calls (or code turns that raised) after which the release shows no image: dropped
+    release_crops: list[tuple[int, int]] = field(default_factory=list)  # each call's crop as the release ships it
 
 
 def as_row(trajectory: Trajectory) -> dict:

@@ -100,7 +100,7 @@ def plan(chosen: dict, spec: dict, data_root: Path, run_dir: Path, extra: dict[s
     (coldstart, coldstart_release), (rl_data, rl_release) = data["coldstart"], data["rl"]
 
     convert = ["python", "-m", "data.convert", "--format", chosen["convert_format"]]
-    convert += ["--input", str(coldstart), "--output", str(out("convert"))]
+    convert += ["--input", str(coldstart), "--output", str(out("convert")), "--rl_recipe", chosen["rl"]]
     sft = [*launch, "sft.py", "--config", chosen["sft"], "--dataset_name", str(out("convert"))]
     sft += ["--output_dir", str(out("sft")), *extra["sft"]]
     stages = [

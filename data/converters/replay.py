@@ -78,7 +78,8 @@ class Replay:
         if not answer:
             raise SkipRow("empty_answer")
         return Trajectory(str(row_id), source, self.original, self.question, answer, self.calls, final_thought,
-                          list(options), self.checked, self.content, self.failed)  # fmt: skip
+                          list(options), self.checked, self.content, self.failed,
+                          [size for _, size in self.images[1:]])  # fmt: skip
 
 
 def shown_after(counts: Sequence[tuple[str, int]], position: int) -> int:
