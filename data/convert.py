@@ -29,12 +29,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import datasets
-import numpy as np
 
 from data.converters import FORMATS
 from data.converters.common import SKIP_REASONS, SkipRow
 from data.converters.labels import LABEL_SOURCES
-from data.rows import TRAJECTORY_FEATURES, Trajectory, as_row
+from data.rows import TRAJECTORY_FEATURES, Trajectory, as_row, percentiles
 from data.task import in_box_convention
 from data.trajectories import replay_calls, seen_box
 from tools import BOX_CONVENTIONS, ToolConfig, crop_box, make_environment_factory, seen_size
@@ -104,14 +103,6 @@ def convert(
     if budget is not None:
         stats["crops"] = crop_stats(kept, tool, budget)
     return kept, stats
-
-
-def percentiles(values: Sequence[float]) -> dict[str, float]:
-    """min, p50, p90, p99 and max of `values` (numpy's linear interpolation), or {} for none."""
-    if not len(values):
-        return {}
-    points = np.percentile(np.asarray(values, dtype=np.float64), [0, 50, 90, 99, 100])
-    return {name: round(float(v), 1) for name, v in zip(("min", "p50", "p90", "p99", "max"), points, strict=True)}
 
 
 def crop_stats(trajectories: Sequence[Trajectory], tool: ToolConfig, budget: PixelBudget) -> dict:

@@ -179,7 +179,7 @@ def test_the_dry_run_estimates_memory_per_gpu_with_the_repo_s_estimator(tmp_path
     """The 3B LoRA set's two training stages, as recipes/README.md's table gives them (scripts.memory)."""
     done = make("DRY=1", "RECIPE_SET=qwen2.5-vl-3b-lora", f"DATA_ROOT={tmp_path}")
     assert done.returncode == 0, done.stderr
-    assert "--accelerate single_gpu --num_gpus 1): training 9.38 GiB\n" in done.stdout
+    assert "--accelerate single_gpu --num_gpus 1): training 12.91 GiB\n" in done.stdout
     assert "--accelerate single_gpu --num_gpus 1): training 15.64 GiB, generation 10.81 GiB\n" in done.stdout
 
 
