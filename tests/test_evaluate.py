@@ -583,6 +583,8 @@ def test_evaluate_runs_the_tiny_qwen3_vl_in_its_own_box_convention(tiny_kit, syn
         str(32 * 32 * 16),
         "--crop_max_pixels",
         str(32 * 32 * 4),
+        "--crop_min_pixels",
+        str(32 * 32 * 4),
     ]
     argv += ["--max_completion_length", "320", "--max_tool_calling_iterations", "2", "--limit", "2", "--device", "cpu"]
     with pytest.MonkeyPatch.context() as patch:

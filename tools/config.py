@@ -137,7 +137,10 @@ class ToolConfig(VerifierConfig):
         for name in ("crop_max_pixels", "max_pixels"):  # the crop's floor under each ceiling set
             ceiling = getattr(self, name)
             if None not in (self.crop_min_pixels, ceiling) and self.crop_min_pixels > ceiling:
-                raise ValueError(f"crop_min_pixels={self.crop_min_pixels} must be at most {name}={ceiling}")
+                raise ValueError(
+                    f"crop_min_pixels={self.crop_min_pixels} must be at most {name}={ceiling}: set crop_min_pixels "
+                    "too (a run from a model with no record takes recipes/mapo_paper.yaml's) or raise the ceiling"
+                )
         if self.max_label_words < 1 or self.max_label_chars < 1:
             raise ValueError(
                 f"max_label_words and max_label_chars must be >= 1; got {self.max_label_words}, {self.max_label_chars}"
