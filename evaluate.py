@@ -24,7 +24,8 @@ from utils.recipes import parse_args_and_record
 # A checkpoint that records no budget (a hub model, an SFT checkpoint's rollout) is evaluated under the real RL
 # recipes' budgets, read from their one shared base file: what the trained models it is compared with ran under.
 UNRECORDED_BUDGETS = Path(__file__).resolve().parent / "recipes" / "mapo_paper.yaml"
-BUDGET_KEYS = ("min_pixels", "max_pixels", "crop_max_pixels", "max_completion_length", "max_tool_calling_iterations")
+PIXEL_KEYS = ("min_pixels", "max_pixels", "crop_max_pixels", "crop_min_pixels")
+BUDGET_KEYS = (*PIXEL_KEYS, "max_completion_length", "max_tool_calling_iterations")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, ToolConfig]:

@@ -10,7 +10,10 @@ dataclass knows fails at start with its name.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+from pathlib import Path
 
 import trl
 from transformers import set_seed
@@ -18,8 +21,8 @@ from trl import ModelConfig, SFTConfig, get_peft_config
 
 from configs import ScriptArguments, ToolConfig, TrajectoryArguments
 from data import load_split
-from data.collator import DataCollatorForVisionToolCalling
-from data.trajectories import build_gold_trajectories
+from data.collator import DataCollatorForVisionToolCalling, fit_to_max_length
+from data.trajectories import SynthesisStats, build_gold_trajectories
 from repairs.resume import ExactResume, resume_checkpoint
 from tools import ToolConfigRecorder, environment_tools, make_environment_factory
 from utils.checks import check_master_weights, keep_adapters_in_fp32
@@ -47,6 +50,26 @@ class SFTTrainer(ExactResume, trl.SFTTrainer):
             args.assistant_only_loss = masked  # read by nothing after __init__ but the collator, which has its own
 
 
+DATA_STATS_NAME = "data_stats.json"
+
+
+def write_data_stats(output_dir: str, synthesis: SynthesisStats, lengths: dict) -> Path | None:
+    """`<output_dir>/data_stats.json` (first process): the rows SFT trains on, by number of calls and, rendered, by
+    length (`data.collator.fit_to_max_length`: the rows over max_length it left out), and the rows the gold
+    trajectories could not be built for, by column. `scripts.memory --sft_lengths` reads its lengths."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return None
+    path = Path(output_dir) / DATA_STATS_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stats = {
+        "calls_per_row": {str(n): synthesis.calls[n] for n in sorted(synthesis.calls)},
+        "rows_skipped": dict(synthesis.skipped),
+        **lengths,
+    }
+    path.write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
 def main(
     script_args: ScriptArguments,
     training_args: SFTConfig,
@@ -62,7 +85,7 @@ def main(
     model, processor = load_policy(model_args, tool_config, training_args)
     budget = pixel_budget(processor)
     make_environment = make_environment_factory(tool_config, budget)
-    train_dataset, _ = build_gold_trajectories(
+    train_dataset, synthesis = build_gold_trajectories(
         load_split(script_args, script_args.dataset_train_split), make_environment, trajectory_args
     )
     collator = DataCollatorForVisionToolCalling(
@@ -72,6 +95,8 @@ def main(
         pad_to_multiple_of=training_args.pad_to_multiple_of,
         assistant_only_loss=training_args.assistant_only_loss,
     )
+    train_dataset, lengths = fit_to_max_length(train_dataset, collator, training_args.max_length)
+    write_data_stats(training_args.output_dir, synthesis, lengths)
     record = tool_config.resolved(budget).as_record(verifier=False)  # SFT scores nothing with CLIP
     trainer = SFTTrainer(
         model=model,

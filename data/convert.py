@@ -4,8 +4,12 @@ as a dataset `sft.py` trains on by name (`dataset_name: DIR` in a recipe).
 Reads the dataset's folder as downloaded with the reader `--format` names (`data.converters.FORMATS`), and writes to
 DIR the dataset (`save_to_disk`, split `train`, `data.rows.TRAJECTORY_FEATURES`: every box in the original's pixels,
 the prompt the `pixels` one), `stats.json` (rows read, converted, skipped by reason with the first of each, calls by
-label source, the crop check, the calls that failed upstream) and, with `--preview N`, `preview/index.html` showing the
-first N rows replayed through the tool in the frame of `--box_convention`. What each holds: docs/data.md.
+label source, the crop check, the calls that failed upstream, calls per row, thoughts naming Mini-o3's observations,
+each crop's size as SFT shows it) and, with `--preview N`, `preview/index.html` showing the first N rows replayed
+through the tool in the frame of `--box_convention`. What each holds: docs/data.md.
+
+Rows with more calls than `--max_calls` (by default `--rl_recipe`'s `max_tool_calling_iterations`; the real RL
+recipes' base, `recipes/mapo_paper.yaml`, unless named) are skipped: SFT would teach what RL always cuts short.
 
 A row that cannot be converted is skipped and counted (`data.converters.common.SKIP_REASONS`); an input that is not in
 the format's layout fails at once, naming what was expected and found.
@@ -18,6 +22,8 @@ import dataclasses
 import html
 import json
 import logging
+import math
+import re
 import tempfile
 import uuid
 from collections import Counter
@@ -30,56 +36,85 @@ from datasets.exceptions import DatasetGenerationError
 from data.converters import FORMATS
 from data.converters.common import SKIP_REASONS, SkipRow
 from data.converters.labels import LABEL_SOURCES
-from data.rows import TRAJECTORY_FEATURES, Trajectory, as_row
+from data.rows import TRAJECTORY_FEATURES, Trajectory, as_row, percentiles
 from data.task import in_box_convention
-from data.trajectories import replay_calls
-from tools import BOX_CONVENTIONS, ToolConfig, make_environment_factory
+from data.trajectories import replay_calls, seen_box
+from tools import BOX_CONVENTIONS, ToolConfig, crop_box, make_environment_factory, seen_size
 from tools.config import PixelBudget
-from utils.recipes import real_recipe_budget
+from tools.zoom_in import box_frame, crop_size
+from utils.recipes import REAL_RECIPE_BASE, load_recipe, real_recipe_budget
 
 logger = logging.getLogger(__name__)
 
+# An image named as Mini-o3's conversation numbers them ("observation_1" in a call's source, "Observation 2" in a turn).
+OBSERVATION_NAME = re.compile(r"\bobservation[ _]?\d+", re.IGNORECASE)
 SKIP_EXAMPLES = 3  # per reason, the first skipped rows `stats.json` names (file, row and why), to look them up
 WRITER_BATCH = 64  # rows buffered before they are written: ~64 originals' file bytes
 
 
-def convert(fmt: str, source: Path, tool: ToolConfig) -> tuple[list[Trajectory], dict]:
-    """Every convertible row of `source` in `fmt`, its labels held to `tool`'s label limits, and `stats.json`; in
-    memory, for small sets and tests (`main` streams, `convert_rows`)."""
+def convert(
+    fmt: str, source: Path, tool: ToolConfig, max_calls: int | None = None, budget: PixelBudget | None = None
+) -> tuple[list[Trajectory], dict]:
+    """Every convertible row of `source` in `fmt` with at most `max_calls` calls, and `stats.json`, in memory, for
+    small sets and tests (`main` streams: `convert_rows`)."""
     stats: dict = {}
-    kept = list(convert_rows(fmt, source, tool, stats))
+    kept = list(convert_rows(fmt, source, tool, stats, max_calls, budget))
     return kept, stats
 
 
-def convert_rows(fmt: str, source: Path, tool: ToolConfig, stats: dict) -> Iterator[Trajectory]:
-    """The convertible rows of `source` in `fmt`, one at a time, so that a release of any size converts in bounded
-    memory; `stats` is filled once the last row has been read. A bad `fmt` or `source` fails at once."""
+def convert_rows(
+    fmt: str,
+    source: Path,
+    tool: ToolConfig,
+    stats: dict,
+    max_calls: int | None = None,
+    budget: PixelBudget | None = None,
+) -> Iterator[Trajectory]:
+    """The convertible rows of `source` in `fmt` with at most `max_calls` calls, their labels held to `tool`'s label
+    limits, one at a time, so that a release of any size converts in bounded memory; `stats` is filled once the last
+    row has been read; with `budget` (the processor's), it also sizes each call's crop as SFT's replay through the
+    tool shows it (`CropSizes`). A bad `fmt` or `source` fails at once."""
     if fmt not in FORMATS:
         raise ValueError(f"--format: unknown format {fmt!r}; known: {sorted(FORMATS)}")
     if not source.is_dir():
         raise ValueError(f"--input: {source} is not a folder (give the dataset's folder as downloaded)")
-    return _convert_rows(fmt, source, tool, stats)
+    return _convert_rows(fmt, source, tool, stats, max_calls, budget)
 
 
-def _convert_rows(fmt: str, source: Path, tool: ToolConfig, stats: dict) -> Iterator[Trajectory]:
-    skipped, examples, calls = Counter(), {}, Counter()
-    kept = crops_checked = content_checked = failed_calls = 0
+def _convert_rows(
+    fmt: str, source: Path, tool: ToolConfig, stats: dict, max_calls: int | None, budget: PixelBudget | None
+) -> Iterator[Trajectory]:
+    skipped, examples, calls, calls_per_row = Counter(), {}, Counter(), Counter()
+    kept = crops_checked = content_checked = failed_calls = naming = 0
+    crops = CropSizes(tool, budget) if budget is not None else None
+
+    def skip(reason: str, where: str, detail: str = "") -> None:
+        skipped[reason] += 1
+        if len(examples.setdefault(reason, [])) < SKIP_EXAMPLES:
+            examples[reason].append(f"{where}: {detail}" if detail else where)
+
     for item in FORMATS[fmt](source, tool):
         if isinstance(item, SkipRow):
-            skipped[item.reason] += 1
-            if len(examples.setdefault(item.reason, [])) < SKIP_EXAMPLES:
-                examples[item.reason].append(f"{item.where}: {item.detail}" if item.detail else item.where)
+            skip(item.reason, item.where, item.detail)
             logger.debug("skipped %s: %s", item.where, item)
+            continue
+        calls_per_row[len(item.calls)] += 1
+        if max_calls is not None and len(item.calls) > max_calls:  # SFT would teach what RL always cuts short
+            skip("too_many_calls", f"row {item.id}", f"{len(item.calls)} calls, over max_calls={max_calls}")
             continue
         kept += 1
         calls.update(call["label_source"] for call in item.calls)
         crops_checked, content_checked = crops_checked + item.crops_checked, content_checked + item.content_checked
         failed_calls += item.failed_calls
+        thoughts = [call["thought"] for call in item.calls] + [item.final_thought]
+        naming += sum(bool(OBSERVATION_NAME.search(thought)) for thought in thoughts)
+        if crops is not None:
+            crops.add(item)
         yield item
     stats |= {
         "format": fmt,
         "input": str(source),
-        "rows_read": kept + skipped.total(),
+        "rows_read": kept + skipped.total() - skipped["too_many_calls"] + calls_per_row.total() - kept,
         "rows_converted": kept,
         "rows_skipped": {reason: skipped[reason] for reason in SKIP_REASONS if skipped[reason]},
         "skipped_examples": {reason: examples[reason] for reason in SKIP_REASONS if reason in examples},
@@ -91,7 +126,54 @@ def _convert_rows(fmt: str, source: Path, tool: ToolConfig, stats: dict) -> Iter
             "rows_mismatched": skipped["crop_mismatch"],
         },
         "calls_failed_upstream": failed_calls,
+        # every converted row, the ones over max_calls included; `too_many_calls` counts those dropped
+        "calls_per_row": {str(n): calls_per_row[n] for n in sorted(calls_per_row)},
+        "max_calls": max_calls,
+        # thoughts that name an image as `observation_1` or "Observation 2" (Mini-o3's conversation numbers every
+        # crop it shows; this repo's tool responses name none), over the kept rows
+        "thoughts_naming_observations": naming,
     }
+    if crops is not None:
+        stats["crops"] = crops.summary()
+
+
+class CropSizes:
+    """Each kept call's crop as SFT's replay shows it (`data.trajectories.replay_calls`: the box mapped into the
+    model's frame, the region the tool cuts for it, resized to `tool.crop_budget`), by arithmetic on sizes alone,
+    gathered row by row: its tokens natively (the crop budget without `crop_min_pixels`) and as shown, how many are
+    under the floor (upscaled to it), and the pixels of the crop the release ships (what its thoughts were written
+    against)."""
+
+    def __init__(self, tool: ToolConfig, budget: PixelBudget):
+        self.tool, self.budget = tool, budget
+        self.floored = tool.crop_budget(budget)
+        self.native_budget = dataclasses.replace(self.floored, min_pixels=budget.min_pixels)
+        self.native, self.shown, self.release, self.larger = [], [], [], 0
+
+    def add(self, trajectory: Trajectory) -> None:
+        tool, budget = self.tool, self.budget
+        size = trajectory.image.size
+        frame = box_frame(seen_size(size, budget), tool.box_convention)
+        for call, shipped in zip(trajectory.calls, trajectory.release_crops, strict=True):
+            x1, y1, x2, y2 = crop_box(size, seen_box(call["box"], size, frame), seen_size=frame,
+                                      min_side=tool.min_side, max_aspect=tool.max_aspect)  # fmt: skip
+            ours = crop_size((x2 - x1, y2 - y1), self.floored)
+            self.native.append(math.prod(crop_size((x2 - x1, y2 - y1), self.native_budget)) // budget.factor**2)
+            self.shown.append(math.prod(ours) // budget.factor**2)
+            self.release.append(math.prod(shipped))
+            self.larger += math.prod(shipped) > math.prod(ours)
+
+    def summary(self) -> dict:
+        factor = self.budget.factor
+        return {
+            "crop_min_pixels": self.floored.min_pixels,
+            "calls": len(self.native),
+            "under_floor": sum(n * factor**2 < self.floored.min_pixels for n in self.native),
+            "tokens_native": percentiles(self.native),
+            "tokens_shown": percentiles(self.shown),
+            "release_pixels": percentiles(self.release),
+            "release_larger_than_shown": self.larger,
+        }
 
 
 def write_preview(
@@ -185,7 +267,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--input", required=True, type=Path, help="the dataset's folder as downloaded")
     parser.add_argument("--output", required=True, type=Path)
     parser.add_argument("--preview", type=int, default=0, help="write a preview of the first N converted rows")
-    parser.add_argument("--max_pixels", type=int, default=None, help="preview budget (default: the RL recipes')")
+    parser.add_argument(
+        "--max_pixels", type=int, default=None, help="preview and crop statistics' budget (default: the RL recipes')"
+    )
+    parser.add_argument(
+        "--crop_min_pixels", type=int, default=None, help="the crops' floor there (default: the RL recipes')"
+    )
+    parser.add_argument(
+        "--rl_recipe",
+        type=Path,
+        default=REAL_RECIPE_BASE,
+        help="the RL recipe the converted rows are trained before (default: the real RL recipes' base); its "
+        "max_tool_calling_iterations is --max_calls' default",
+    )
+    parser.add_argument(
+        "--max_calls", type=int, default=None, help="drop rows with more calls (default: --rl_recipe's limit)"
+    )
     parser.add_argument(
         "--box_convention", choices=BOX_CONVENTIONS, default="pixels", help="the preview's frame of bbox_2d"
     )
@@ -198,9 +295,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    tool = ToolConfig(max_label_words=args.max_label_words, max_label_chars=args.max_label_chars)
+    tool, budget = real_recipe_budget(args.max_pixels, args.crop_min_pixels)  # the crops training will show
+    labels = {"max_label_words": args.max_label_words, "max_label_chars": args.max_label_chars}
+    tool = dataclasses.replace(tool, box_convention=args.box_convention, **labels)
+    max_calls = args.max_calls
+    if max_calls is None:
+        max_calls = load_recipe(args.rl_recipe).values.get("max_tool_calling_iterations")
+        logger.info("max_calls %s: %s's max_tool_calling_iterations", max_calls, args.rl_recipe)
     stats, preview = {}, []
-    trajectories = convert_rows(args.format, args.input, tool, stats)
+    trajectories = convert_rows(args.format, args.input, tool, stats, max_calls=max_calls, budget=budget)
 
     def rows() -> Iterator[dict]:
         for trajectory in trajectories:
@@ -227,8 +330,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
         datasets.DatasetDict({"train": dataset}).save_to_disk(str(args.output))
     (args.output / "stats.json").write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
     if args.preview:
-        tool, budget = real_recipe_budget(args.max_pixels)  # the crops training will show
-        tool = dataclasses.replace(tool, box_convention=args.box_convention)
         page = write_preview(preview, args.output / "preview", tool, budget, stats["skipped_examples"])
         stats["preview"] = str(page)
     print(json.dumps(stats, indent=1))

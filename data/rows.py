@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import datasets
+import numpy as np
 import pyarrow.parquet as pq
 from PIL import Image
 
@@ -64,6 +65,7 @@ class Trajectory:
     crops_checked: int = 0  # calls whose crop was checked against the release's own (all of them)
     content_checked: int = 0  # of those, the ones large enough to compare by content, not by aspect alone
     failed_calls: int = 0  # calls (or code turns that raised) after which the release shows no image: dropped
+    release_crops: list[tuple[int, int]] = field(default_factory=list)  # each call's crop as the release ships it
     image_bytes: bytes | None = None  # `image` as the release encodes it: saved as is, never decoded and re-encoded
 
 
@@ -79,6 +81,15 @@ def as_row(trajectory: Trajectory) -> dict:
         "gold_calls": [{**call, "box": list(call["box"])} for call in trajectory.calls],
         "final_thought": trajectory.final_thought,
     }
+
+
+def percentiles(values) -> dict[str, float]:
+    """min, p50, p90, p99 and max of per-row counts (numpy's linear interpolation), as the stats files give them; {}
+    for none."""
+    if not len(values):
+        return {}
+    points = np.percentile(np.asarray(values, dtype=np.float64), [0, 50, 90, 99, 100])
+    return {name: round(float(v), 1) for name, v in zip(("min", "p50", "p90", "p99", "max"), points, strict=True)}
 
 
 def parquet_records(path: Path) -> Iterator[dict]:

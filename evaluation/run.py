@@ -134,7 +134,7 @@ def _check_resume(out: Path, args: EvalArguments, tool: ToolConfig) -> None:
 
 def rollout_budgets(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
     """The pixel and token budgets the rollouts ran under, as the report states them (None: the processor's own)."""
-    pixels = {name: getattr(tool, name) for name in ("min_pixels", "max_pixels", "crop_max_pixels")}
+    pixels = {name: getattr(tool, name) for name in ("min_pixels", "max_pixels", "crop_max_pixels", "crop_min_pixels")}
     return pixels | {name: getattr(args, name) for name in ROLLOUT_FIELDS}
 
 

@@ -14,6 +14,7 @@ fragmentation, DDP's and DeepSpeed's buckets, models beside the policy (the CLIP
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shlex
@@ -27,7 +28,7 @@ from transformers import AutoConfig
 
 from utils.lora import check_lora_targets, lora_matches, normalise_target_modules, output_module_names
 from utils.models import RECIPES_DIR, build_on_meta, resolve_config_path
-from utils.recipes import flag_values, load_recipe
+from utils.recipes import REAL_RECIPE_BASE, flag_values, load_recipe
 
 GIB = 2**30
 
@@ -65,7 +66,7 @@ DEFAULT_GPU_GIB = 80.0  # the recipes' GPU class (A100/H100 80 GB), which a colo
 # Text tokens around the images in a recipe's worst case (the tiny kit's byte-level tokenizer measures more; Qwen's,
 # about these):
 PROMPT_TEXT_TOKENS = 450  # system prompt with the tool schema, question, options, format instruction
-SFT_TEXT_TOKENS = 1024  # SFT's whole gold conversation, prompt included: thoughts, <= 2 calls, tool texts, answer
+SFT_TEXT_TOKENS = 1024  # SFT's gold conversation, a recipe with neither max_length nor measured lengths: <= 2 calls
 ACCELERATE_CONFIGS_DIR = RECIPES_DIR / "accelerate_configs"
 
 
@@ -335,6 +336,7 @@ class RecipeWorkload:
     kwargs: dict
     generation: dict | None = None  # `generation_bytes`' arguments; None: no transformers generation
     engine: dict | None = None  # a colocated vLLM engine: `gpu_memory_utilization`, `sleep_mode`; None: none
+    lengths: str = ""  # SFT: where its row length comes from
 
     def describe(self) -> str:
         k = self.kwargs
@@ -343,7 +345,7 @@ class RecipeWorkload:
         return (
             f"{Path(self.model_config).name} {self.stage.upper()}, {mode}{', 4-bit base' if k['load_in_4bit'] else ''}, "
             f"{shard}; per GPU {k['micro_batch']} x {k['seq_len']} tokens ({k['image_tokens']} image, "
-            f"{k['logit_tokens']} scored)"
+            f"{k['logit_tokens']} scored){f'; {self.lengths}' if self.lengths else ''}"
         )
 
 
@@ -372,14 +374,19 @@ def recipe_workload(
     vllm_colocate: float | None = None,
     vllm_sleep_mode: bool | None = None,
     recipe_args: Sequence[str] = (),
+    sft_lengths: str | os.PathLike | None = None,
 ) -> RecipeWorkload:
     """The worst-case step of `recipe` (its bases merged) on the hardware of `accelerate`, per GPU.
 
     Architecture: the shipped config of `model_name_or_path`, else of the recipe's folder (`recipes/<Model>/...`).
     RL: every rollout at `max_completion_length` (all scored) after the prompt image and `PROMPT_TEXT_TOKENS`, the
-    prompt image and `max_tool_calling_iterations` full-size crops through the vision tower. SFT: the image, the most
-    crops `call_mix` allows and `SFT_TEXT_TOKENS`, all scored. Generation: transformers' (`generation_bytes`), a
-    colocated engine's (also with `vllm_colocate`; `vllm_sleep_mode` overrides the recipe's), or none (vLLM server).
+    prompt image and `max_tool_calling_iterations` full-size crops through the vision tower. SFT, all scored: the
+    longest row an SFT run measured (`sft_lengths`: its `data_stats.json`, `data.collator.fit_to_max_length`), at
+    most `max_length`; else `max_length` itself (longer rows are left out), its images the prompt image and as many
+    full-size crops as the real RL recipes' `max_tool_calling_iterations` (`data.convert` drops rows with more);
+    else the image, the crops `call_mix` allows and `SFT_TEXT_TOKENS`. Generation: transformers'
+    (`generation_bytes`), a colocated engine's (also with `vllm_colocate`; `vllm_sleep_mode` overrides the recipe's),
+    or none (vLLM server).
     """
     values = load_recipe(recipe).values | flag_values(recipe_args)  # the command line's flags over the recipe
     source = resolve_config_path(values["model_name_or_path"])
@@ -398,8 +405,24 @@ def recipe_workload(
         seq_len, logit_tokens = image + PROMPT_TEXT_TOKENS + completion, completion
     else:
         stage = "sft"
-        image_tokens = image + (len(values.get("call_mix", [0, 0, 0])) - 1) * crop
-        seq_len = logit_tokens = image_tokens + SFT_TEXT_TOKENS
+        max_length = values.get("max_length")
+        if sft_lengths is not None:
+            measured = json.loads(Path(sft_lengths).read_text(encoding="utf-8"))
+            tokens = measured["tokens"]
+            seq_len = int(min(tokens["max"], max_length or tokens["max"]))
+            image_tokens = min(int(measured["image_tokens"]["max"]), seq_len)
+            lengths = (
+                f"rows measured in {sft_lengths}: p50 {tokens['p50']:g}, p90 {tokens['p90']:g}, max {tokens['max']:g}"
+            )
+        elif max_length is not None:
+            calls = load_recipe(REAL_RECIPE_BASE).values["max_tool_calling_iterations"]
+            seq_len, image_tokens = max_length, min(image + calls * crop, max_length)
+            lengths = f"max_length {max_length}: no measured lengths (--sft_lengths)"
+        else:
+            image_tokens = image + (len(values.get("call_mix", [0, 0, 0])) - 1) * crop
+            seq_len = image_tokens + SFT_TEXT_TOKENS
+            lengths = "a guessed row: neither max_length nor measured lengths (--sft_lengths)"
+        logit_tokens = seq_len
     zero_stage, config_gpus, master, deepspeed = accelerate_sharding(accelerate)
     num_gpus = num_gpus or config_gpus  # `--num_processes` given to accelerate launch (several nodes, a vLLM GPU)
     lora = bool(values.get("use_peft"))
@@ -439,7 +462,7 @@ def recipe_workload(
             # DeepSpeed ZeRO-3 gathers the full weights for generation; FSDP one wrapped block at a time.
             "gather_full_weights": deepspeed and zero_stage == 3 and values.get("ds3_gather_for_generation", True),
         }
-    return RecipeWorkload(source, stage, kwargs, generation, engine)
+    return RecipeWorkload(source, stage, kwargs, generation, engine, lengths if stage == "sft" else "")
 
 
 def estimate_recipe(
@@ -451,13 +474,14 @@ def estimate_recipe(
     vllm_colocate: float | None = None,
     vllm_sleep_mode: bool | None = None,
     recipe_args: Sequence[str] = (),
+    sft_lengths: str | os.PathLike | None = None,
 ) -> tuple[dict[str, float], str]:
     """`estimate_memory` of a recipe on an accelerate config (`recipe_workload`; `num_gpus` overrides the config's
     `num_processes`) with its generation phase or colocated engine, and the setup in words. The model is built on
     the meta device: its LoRA targets are checked."""
     workload = recipe_workload(
         recipe, accelerate, num_gpus, vllm_colocate=vllm_colocate, vllm_sleep_mode=vllm_sleep_mode,
-        recipe_args=recipe_args,
+        recipe_args=recipe_args, sft_lengths=sft_lengths,
     )  # fmt: skip
     model = build_on_meta(workload.model_config)
     estimate = estimate_memory(model, **workload.kwargs)
@@ -534,6 +558,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument(
         "--gpu_memory_gib", type=float, default=DEFAULT_GPU_GIB, help="memory of one GPU, which the engine shares"
     )
+    parser.add_argument(
+        "--sft_lengths",
+        help="with an SFT --recipe: an SFT run's data_stats.json (its rows' measured lengths; default: max_length)",
+    )
     args = parser.parse_args(argv)
     if args.recipe:
         estimate, setup = estimate_recipe(
@@ -544,6 +572,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             vllm_colocate=args.vllm_colocate,
             vllm_sleep_mode=args.vllm_enable_sleep_mode,
             recipe_args=shlex.split(args.recipe_args),
+            sft_lengths=args.sft_lengths,
         )
         print(format_table(estimate, f"{args.recipe} on {args.accelerate}: {setup}"))
         return estimate

@@ -201,7 +201,8 @@ def plan(
 
     stages = evaluations("base", base, ())
     convert = ["python", "-m", "data.convert", "--format", chosen["convert_format"]]
-    convert += ["--input", str(coldstart), "--output", str(out("convert")), "--preview", str(PREVIEW_ROWS)]
+    convert += ["--input", str(coldstart), "--output", str(out("convert")), "--rl_recipe", chosen["rl"]]
+    convert += ["--preview", str(PREVIEW_ROWS)]
     stages.append(Stage("convert", convert, out("convert"), {coldstart: coldstart_release}))
     sft = [*launch, "sft.py", "--config", chosen["sft"], "--dataset_name", str(out("convert"))]
     sft += ["--output_dir", str(out("sft")), *extra["sft"]]

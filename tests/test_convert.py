@@ -202,6 +202,48 @@ def test_mini_o3_release(tmp_path):
     assert_every_crop_shows_the_target(dataset)
 
 
+def test_rows_over_the_rl_recipes_call_limit_are_dropped_and_counted(tmp_path):
+    """Issue 47, item 2: a row with more calls than the paired RL recipe's max_tool_calling_iterations (mapo_paper's 5
+    unless --rl_recipe or --max_calls says otherwise) is dropped as `too_many_calls`; every converted row is in the
+    calls-per-row histogram; thoughts naming Mini-o3's observations, which this repo's conversation never shows, are
+    counted."""
+    named = mini_o3_row([FIRST], index=2)
+    named["conversations"] = named["conversations"].replace("It is red.", "Observation 1 shows it is red.")
+    rows = [mini_o3_row([FIRST, SECOND], index=0), mini_o3_row([FIRST] * 6, index=1), named]
+    root = write_mini_o3(tmp_path / "in", rows)
+    dataset, stats = converted(tmp_path, "mini_o3_coldstart", root)
+    assert stats["max_calls"] == 5 and stats["calls_per_row"] == {"1": 1, "2": 1, "6": 1}
+    assert stats["rows_converted"] == 2 and stats["rows_skipped"] == {"too_many_calls": 1}
+    assert stats["skipped_examples"]["too_many_calls"] == ["row train-00000-of-00001-1-0: 6 calls, over max_calls=5"]
+    assert [len(row["gold_calls"]) for row in dataset] == [2, 1]
+    assert stats["thoughts_naming_observations"] == 1
+    for flags, limit, dropped in (
+        (["--rl_recipe", "recipes/tiny/rl/config_mapo.yaml"], 2, 1),
+        (["--max_calls", "1"], 1, 2),
+    ):
+        out = tmp_path / f"limit-{limit}"
+        stats = convert.main(["--format", "mini_o3_coldstart", "--input", str(root), "--output", str(out), *flags])
+        assert stats["max_calls"] == limit and stats["rows_skipped"] == {"too_many_calls": dropped}, flags
+
+
+def test_the_stats_count_crops_under_the_floor_and_the_release_s_own_sizes(tmp_path):
+    """Issue 47, item 1: each kept call's crop sized as SFT's replay shows it, under the real RL recipes' budget: the
+    400x300 original is seen at 392x308; FIRST's 120x120 region comes back as 121x121, natively 112x112 (16 tokens),
+    under the 40,000-pixel floor 224x224 (64); SECOND's 78x72 region 84x84 (9), floored 224x196 (56). Mini-o3 ships
+    its observations at 512x512 or so (process_image): larger than ours. A 10,000-pixel floor lifts SECOND only."""
+    root = write_mini_o3(tmp_path / "in", [mini_o3_row([FIRST, SECOND], index=0), mini_o3_row([FIRST], index=1)])
+    _, stats = converted(tmp_path, "mini_o3_coldstart", root)
+    crops = stats["crops"]
+    assert (crops["crop_min_pixels"], crops["calls"], crops["under_floor"]) == (40000, 3, 3)
+    assert (crops["tokens_native"]["min"], crops["tokens_native"]["max"]) == (9, 16)
+    assert (crops["tokens_shown"]["min"], crops["tokens_shown"]["max"]) == (56, 64)
+    assert crops["release_pixels"]["min"] >= 510 * 510 and crops["release_larger_than_shown"] == 3
+    out = tmp_path / "floor-10000"
+    stats = convert.main(["--format", "mini_o3_coldstart", "--input", str(root), "--output", str(out),
+                          "--crop_min_pixels", "10000"])  # fmt: skip
+    assert (stats["crops"]["crop_min_pixels"], stats["crops"]["under_floor"]) == (10000, 1)
+
+
 # -------------------------------------------------------------------------------------------------------- CoF
 @pytest.mark.parametrize("layout", ["images_folder", "zip", "root"])
 def test_cof_images_are_found_where_the_release_puts_them(tmp_path, layout):

@@ -19,9 +19,11 @@ from trl.data_utils import prepare_multimodal_messages
 
 import evaluate
 from configs import EvalArguments
+from data.collator import DataCollatorForVisionToolCalling
 from data.rows import TASK_FEATURES
 from data.synthetic import build_synthetic
 from data.task import SYSTEM_PROMPTS, build_prompt
+from data.trajectories import GoldTrajectoryRenderer
 from evaluate import parse_args
 from evaluation import run as evaluation_run
 from evaluation.agent import TransformersBackend, ZoomAgent
@@ -30,7 +32,17 @@ from evaluation.run import read_samples, run_evaluation, select_rows
 from mapo_trainer import MAPOTrainer
 from repairs.rollout import eos_token_ids, prompt_ids, tool_suffix_ids, until_eos
 from tiny.scripted import DEFAULT_BOX, DEFAULT_LABELS, force_tool_calls, tiny_trainer
-from tools import TOOL_NAME, ToolConfig, crop_box, executed_calls, make_environment_factory, write_record
+from tools import (
+    TOOL_NAME,
+    PixelBudget,
+    ToolConfig,
+    crop_box,
+    environment_tools,
+    executed_calls,
+    make_environment_factory,
+    seen_size,
+    write_record,
+)
 from utils.models import load_model, load_processor, pixel_budget
 
 pytestmark = pytest.mark.slow
@@ -202,9 +214,15 @@ def call_text(box, label):
     return json.dumps({"name": TOOL_NAME, "arguments": {"bbox_2d": box, "label": label}})
 
 
+# The scripted calls: the first crops a region under the test's crop floor (about 60x50 original pixels, 4 tokens
+# natively), the second one over it.
+SCRIPTED_BOXES = ([8, 8, 20, 18], [40, 40, 100, 90])
+CROP_FLOOR = 28 * 28 * 8  # the tiny SFT recipe's crop_min_pixels
+
+
 def two_calls(i, label):
     """A turn that calls the tool twice, then (after the responses) an answer: TRL runs both calls."""
-    calls = [call_text([8, 8, 60, 60], "red circle"), call_text([40, 40, 100, 90], "blue square")]
+    calls = [call_text(SCRIPTED_BOXES[0], "red circle"), call_text(SCRIPTED_BOXES[1], "blue square")]
     return "<think>two places</think>" + "".join(f"\n<tool_call>\n{c}\n</tool_call>" for c in calls) + "<|im_end|>"
 
 
@@ -249,11 +267,13 @@ def record_model_inputs(model, image_start_id: int) -> dict[tuple, list]:
     return seen
 
 
-def trl_rollouts(tiny_kit, rows, tmp_path, inputs=None, **config):
+def trl_rollouts(tiny_kit, rows, tmp_path, inputs=None, tool_config=None, **config):
     """TRL's own rollouts of `rows` (GRPOTrainer's `_generate`, one training step) with the scripted turns; with
     `inputs` a dict, the model inputs of every generation call are recorded into it (`record_model_inputs`)."""
     script = {"first_turn": two_calls, "answer": answer}
-    trainer = tiny_trainer(MAPOTrainer, tiny_kit, rows, tmp_path, script=script, max_steps=1, **config)
+    trainer = tiny_trainer(
+        MAPOTrainer, tiny_kit, rows, tmp_path, script=script, max_steps=1, tool_config=tool_config, **config
+    )
     if inputs is not None:
         start = trainer.processing_class.tokenizer.convert_tokens_to_ids("<|vision_start|>")
         inputs.update(seen=record_model_inputs(trainer.model, start))
@@ -274,17 +294,35 @@ def trl_rollouts(tiny_kit, rows, tmp_path, inputs=None, **config):
     ]
 
 
-def agent_episodes(tiny_kit, rows, inputs=None, **budget):
+def agent_episodes(tiny_kit, rows, inputs=None, tool_config=None, **budget):
     processor = load_processor(tiny_kit["policy"])
     model = load_model(tiny_kit["policy"], dtype=torch.float32)
     force_tool_calls(model, processor.tokenizer, first_turn=two_calls, answer=answer)
     if inputs is not None:
         start = processor.tokenizer.convert_tokens_to_ids("<|vision_start|>")
         inputs.update(seen=record_model_inputs(model, start))
-    agent = ZoomAgent(
-        TransformersBackend(model, processor), processor, ToolConfig(clip_model=str(tiny_kit["clip"])), **budget
-    )
+    tool_config = tool_config or ToolConfig(clip_model=str(tiny_kit["clip"]))
+    agent = ZoomAgent(TransformersBackend(model, processor), processor, tool_config, **budget)
     return agent.run(list(rows))
+
+
+def sft_rendering(tiny_kit, row, tool_config):
+    """The SFT cold start's rendering of `row` with the scripted calls as its gold calls (`bbox_2d` in the model's
+    frame, as `data.trajectories` plans and replays them): its images (the original, then each crop) and the model
+    inputs the SFT collator builds from them."""
+    processor = load_processor(tiny_kit["policy"])
+    factory = make_environment_factory(tool_config, pixel_budget(processor))
+    calls = [{"bbox_2d": box, "label": label, "thought": "look"} for box, label in zip(SCRIPTED_BOXES, DEFAULT_LABELS)]
+    rendered = GoldTrajectoryRenderer(factory)({key: [value] for key, value in {**row, "calls": calls}.items()})
+    messages = rendered["messages"][0]
+    crops = [
+        part["image"] for m in messages if m["role"] == "tool" for part in m["content"] if part["type"] == "image"
+    ]
+    collator = DataCollatorForVisionToolCalling(
+        processor=processor, tools=environment_tools(factory()), assistant_only_loss=True
+    )
+    batch = collator([{"messages": messages, "images": rendered["images"][0]}])
+    return [*rendered["images"][0], *crops], batch
 
 
 def question(prompt):
@@ -298,12 +336,16 @@ def question(prompt):
     ids=["two-calls-run", "responses-over-budget"],
 )
 def test_the_agent_replays_trls_rollout_token_for_token(tiny_kit, tmp_path, max_completion_length, calls_kept):
+    """Evaluation's agent against TRL's rollout (RL), and, where the calls run, SFT's rendering of the same calls:
+    the same tokens, crops and pixel values, the first crop upscaled to the floor (`crop_min_pixels`) in all three."""
     rows = build_synthetic(2, seed=0, split="train", min_size=448, max_size=640)
     budget = dict(max_completion_length=max_completion_length, max_tool_calling_iterations=2)
+    tool = ToolConfig(clip_model=str(tiny_kit["clip"]), crop_min_pixels=CROP_FLOOR)
     trl_inputs, agent_inputs = {}, {}
-    trl = trl_rollouts(tiny_kit, rows, tmp_path, inputs=trl_inputs, **budget)
-    episodes = agent_episodes(tiny_kit, rows, inputs=agent_inputs, **budget)
+    trl = trl_rollouts(tiny_kit, rows, tmp_path, inputs=trl_inputs, tool_config=tool, **budget)
+    episodes = agent_episodes(tiny_kit, rows, inputs=agent_inputs, tool_config=tool, **budget)
     episodes = {question(row["prompt"]): e for row, e in zip(rows, episodes)}
+    row_of = {question(row["prompt"]): row for row in rows}
     # Every generation call, turn by turn, fed the model the same inputs in both paths: tokens, attention, image
     # grids and pixel values, and the same tensors by name (token-type masks included, when there are any).
     theirs, ours = trl_inputs["seen"], agent_inputs["seen"]
@@ -328,6 +370,19 @@ def test_the_agent_replays_trls_rollout_token_for_token(tiny_kit, tmp_path, max_
         if calls_kept:
             assert [c.label for c in ours] == ["red circle", "blue square"]  # both calls of the one turn ran
             assert episode.prediction == "A" and episode.failure is None
+            # The first crop is under the floor natively and upscaled to it (aspect kept), the same pixels in RL
+            # (TRL's environment), evaluation (the agent's) and SFT (the gold trajectory's replay through the tool).
+            small = ours[0]
+            native = seen_size((small.box[2] - small.box[0], small.box[3] - small.box[1]), episode.env.image_budget)
+            assert native[0] * native[1] < CROP_FLOOR <= small.crop.width * small.crop.height
+            sft_images, sft_batch = sft_rendering(tiny_kit, row_of[question(rollout["prompt"])], tool)
+            for k, (rl_call, eval_call) in enumerate(zip(theirs, ours), start=1):
+                assert rl_call.crop.size == eval_call.crop.size == sft_images[k].size, k
+                assert rl_call.crop.tobytes() == eval_call.crop.tobytes() == sft_images[k].tobytes(), k
+            # ...and as model input: SFT's collated pixel values are those of the agent's last turn (TRL's, above).
+            last = agent_inputs["seen"][tuple(episode.prompt_ids)][-1]
+            assert sft_batch["image_grid_thw"].tolist() == last["grids"]
+            assert torch.equal(sft_batch["pixel_values"], last["pixels"])
         else:
             assert len(rollout["env"].calls) == 2  # TRL ran both tools, then dropped their responses
             assert episode.prediction is None and "overflow max_completion_length=120" in episode.failure
@@ -583,6 +638,8 @@ def test_evaluate_runs_the_tiny_qwen3_vl_in_its_own_box_convention(tiny_kit, syn
         str(32 * 32 * 16),
         "--crop_max_pixels",
         str(32 * 32 * 4),
+        "--crop_min_pixels",
+        str(32 * 32 * 4),
     ]
     argv += ["--max_completion_length", "320", "--max_tool_calling_iterations", "2", "--limit", "2", "--device", "cpu"]
     with pytest.MonkeyPatch.context() as patch:
@@ -614,7 +671,12 @@ def test_cli_reads_flags_and_yaml_config(tmp_path, caplog):
         8192,
         5,
     )
-    assert (tool.min_pixels, tool.max_pixels, tool.crop_max_pixels) == (None, 1003520, 401408)
+    assert (tool.min_pixels, tool.max_pixels, tool.crop_max_pixels, tool.crop_min_pixels) == (
+        None,
+        1003520,
+        401408,
+        40000,
+    )
     assert "no training record of max_pixels" in caplog.text and "mapo_paper.yaml" in caplog.text
     assert args.output_dir == "outputs/eval/qwen2_5_vl-vstar-vstar_bench"
     args, tool = parse_args(["--config", str(config), "--max_completion_length", "4096", "--max_pixels", "50176"])
@@ -626,9 +688,10 @@ def test_a_checkpoint_without_a_rollout_record_takes_the_recipes_rollout_budget(
     budget from the real RL recipes."""
     checkpoint = tmp_path / "sft"
     checkpoint.mkdir()
-    write_record(checkpoint, ToolConfig(max_pixels=50176, crop_max_pixels=25088).as_record(verifier=False))
+    trained = ToolConfig(max_pixels=50176, crop_max_pixels=25088).resolved(PixelBudget(3136, 50176, 28))
+    write_record(checkpoint, trained.as_record(verifier=False))
     args, tool = parse_args(["--model_name_or_path", str(checkpoint), "--benchmark", "vstar"])
-    assert (tool.max_pixels, tool.crop_max_pixels) == (50176, 25088)
+    assert (tool.max_pixels, tool.crop_max_pixels, tool.crop_min_pixels) == (50176, 25088, 3136)  # not the recipes'
     assert (args.max_completion_length, args.max_tool_calling_iterations) == (8192, 5)
 
 

@@ -1,5 +1,6 @@
 """`memory.py` and the shipped architecture configs: offline, on the meta device, no weights."""
 
+import json
 import re
 from pathlib import Path
 
@@ -315,6 +316,36 @@ def test_a_recipe_generates_its_micro_batch_with_zero3_gathering_the_weights():
         is None
     )
     assert memory.recipe_workload("recipes/Qwen2.5-VL-7B-Instruct/sft/config_sft.yaml", "zero3").generation is None
+
+
+def test_an_sft_recipe_is_sized_by_its_measured_rows_else_by_its_max_length(tmp_path, capsys):
+    """Issue 47, item 4: SFT never truncates and leaves out rows over max_length, so max_length bounds a row: 10,240
+    tokens with the prompt image and 5 full crops (1,280 + 5 x 512, the RL limit data.convert holds rows to). An SFT
+    run's measured lengths (data_stats.json) replace it; a recipe with neither falls back to a guessed row, said so."""
+    recipe = "recipes/Qwen2.5-VL-7B-Instruct/sft/config_sft.yaml"
+    bound = memory.recipe_workload(recipe, "zero3")
+    assert (bound.kwargs["seq_len"], bound.kwargs["image_tokens"], bound.kwargs["logit_tokens"]) == (
+        10240,
+        3840,
+        10240,
+    )
+    assert "max_length 10240" in bound.describe()
+    lengths = tmp_path / "data_stats.json"
+    lengths.write_text(json.dumps({"tokens": {"p50": 3100, "p90": 5200, "max": 6200}, "image_tokens": {"max": 2816}}))
+    measured = memory.recipe_workload(recipe, "zero3", sft_lengths=lengths)
+    assert (measured.kwargs["seq_len"], measured.kwargs["image_tokens"]) == (6200, 2816)
+    assert (
+        memory.estimate_recipe(recipe, "zero3", sft_lengths=lengths)[0]["total"]
+        < memory.estimate_recipe(recipe, "zero3")[0]["total"]
+    )
+    memory.main(["--recipe", recipe, "--accelerate", "zero3", "--sft_lengths", str(lengths)])
+    assert f"2 x 6200 tokens (2816 image, 6200 scored); rows measured in {lengths}: p50 3100, p90 5200" in (
+        capsys.readouterr().out
+    )
+    unbounded = tmp_path / "config_sft.yaml"
+    unbounded.write_text((REPO_ROOT / recipe).read_text().replace("max_length: 10240", "max_length: null"))
+    guessed = memory.recipe_workload(unbounded, "zero3")
+    assert guessed.kwargs["seq_len"] == 1280 + 2 * 512 + memory.SFT_TEXT_TOKENS and "guessed" in guessed.describe()
 
 
 # ------------------------------------------------------------------------------------------ a colocated vLLM engine

@@ -31,6 +31,8 @@ BASES = sorted(
 # What SFT and RL must agree on: SFT writes its gold boxes in the frame max_pixels (and min_pixels) gives, RL's
 # bbox_2d lives in it, crops cost crop_max_pixels tokens in both, and both limit the label the same way.
 TOOL_KEYS = ("max_pixels", "min_pixels", "crop_max_pixels", "max_label_words")
+# And the crops' floor, set by every real recipe; the tiny SFT recipe sets it, its RL recipes take its record.
+REAL_TOOL_KEYS = (*TOOL_KEYS, "crop_min_pixels")
 LORA_KEYS = ("use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 
 
@@ -82,12 +84,14 @@ def test_every_base_file_is_named_by_a_recipe():
 
 # ------------------------------------------------------------------------------- values written in several files
 def test_every_real_recipe_sets_the_same_pixel_budgets_and_label_limit():
-    """Every real SFT and RL recipe, every model: the same max_pixels, crop_max_pixels, max_label_words and (where
-    any sets it) min_pixels, each set explicitly."""
-    assert not disagreements(REAL, TOOL_KEYS)
+    """Every real SFT and RL recipe, every model: the same max_pixels, crop_max_pixels, crop_min_pixels,
+    max_label_words and (where any sets it) min_pixels, each set explicitly."""
+    assert not disagreements(REAL, REAL_TOOL_KEYS)
     for recipe in REAL:
         values = load_recipe(recipe).values
-        unset = [k for k in ("max_pixels", "crop_max_pixels", "max_label_words") if values.get(k) is None]
+        unset = [
+            k for k in ("max_pixels", "crop_max_pixels", "crop_min_pixels", "max_label_words") if values.get(k) is None
+        ]
         assert not unset, f"{rel(recipe)} does not set {unset}"
 
 

@@ -387,12 +387,13 @@ def test_the_dry_run_estimates_memory_per_gpu_with_the_repo_s_estimator(tmp_path
     done = make("DRY=1", "RECIPE_SET=qwen2.5-vl-3b-lora", f"DATA_ROOT={tmp_path}",
                 "ARGS=--rl_args '--per_device_train_batch_size 2'")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "--accelerate single_gpu --num_gpus 1): training 9.38 GiB\n" in done.stdout
+    sft, _ = memory.estimate_recipe(REPO / SPEC["sets"]["qwen2.5-vl-3b-lora"]["sft"], "single_gpu", 1)
+    assert f"--accelerate single_gpu --num_gpus 1): training {sft['total']:.2f} GiB\n" in done.stdout
     recipe = SPEC["sets"]["qwen2.5-vl-3b-lora"]["rl"]
     flags = ["--per_device_train_batch_size", "2"]
     smaller, _ = memory.estimate_recipe(REPO / recipe, "single_gpu", 1, recipe_args=flags)
     full, _ = memory.estimate_recipe(REPO / recipe, "single_gpu", 1)
-    assert round(full["total"], 2) == 15.64 and smaller["total"] < full["total"]
+    assert smaller["total"] < full["total"]  # recipes/README.md's table holds the full one (tests/test_recipes.py)
     line = f"--recipe_args '--per_device_train_batch_size 2'): training {smaller['total']:.2f} GiB, generation "
     assert line in done.stdout
 

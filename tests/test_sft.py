@@ -14,7 +14,7 @@ from trl.data_utils import prepare_multimodal_messages
 
 import sft
 from configs import ScriptArguments
-from data.collator import DataCollatorForVisionToolCalling
+from data.collator import DataCollatorForVisionToolCalling, fit_to_max_length
 from data.synthetic import build_synthetic
 from data.task import SYSTEM_PROMPTS, in_box_convention
 from data.trajectories import TrajectoryArguments, build_gold_trajectories
@@ -68,6 +68,48 @@ def test_loss_covers_the_calls_and_the_answer_only(tiny_processor, rows, make_en
             assert untrained not in trained
         text = tokenizer.decode(batch["input_ids"][i])
         assert text.count("<tool_response>") == 2 and "# Tools" in text  # ...though all of it is in the input
+
+
+@pytest.mark.parametrize("floor", [None, 28 * 28 * 8])
+def test_each_row_is_measured_as_the_collator_renders_it(tiny_processor, rows, floor):
+    """`rendered_length` (tokenizer, one pad per image, image sizes) is the collated row's length, images included,
+    for rows of 0, 1 and 2 calls, with and without a crop floor; `fit_to_max_length` leaves out the rows over the
+    limit (counted) and keeps the others whole."""
+    make_env = make_environment_factory(ToolConfig(crop_min_pixels=floor), pixel_budget(tiny_processor))
+    collator = DataCollatorForVisionToolCalling(
+        processor=tiny_processor, tools=environment_tools(make_env()), assistant_only_loss=True
+    )
+    gold, stats = build_gold_trajectories(rows, make_env, TrajectoryArguments([0.3, 0.3, 0.4], trajectory_seed=6))
+    assert set(stats.calls) == {0, 1, 2}
+    measured = [collator.rendered_length(example) for example in gold]
+    for example, (tokens, image_tokens) in zip(gold, measured):
+        batch = collator([example])
+        assert tokens == int(batch["attention_mask"].sum())
+        assert image_tokens == int(batch["image_grid_thw"].prod(dim=-1).sum()) // 4  # merge 2 x 2
+    limit = sorted(tokens for tokens, _ in measured)[1]  # the two shortest rows fit
+    kept, lengths = fit_to_max_length(gold, collator, limit)
+    assert (lengths["rows"], lengths["rows_over_max_length"], len(kept)) == (4, 2, 2)
+    assert lengths["tokens"]["max"] == max(tokens for tokens, _ in measured)
+    collator.max_length = limit
+    assert all(int(collator([example])["attention_mask"].sum()) <= limit for example in kept)
+
+
+def test_a_row_over_max_length_is_refused_never_truncated(tiny_processor, rows, make_env, collator):
+    """TRL's collator would cut the row at max_length: through an image (pixel values without their pads, an error at
+    the model's forward) or after it (the answer silently gone). Ours refuses it, naming the row and the limit."""
+    gold, _ = build_gold_trajectories(rows, make_env, TrajectoryArguments([0.0, 1.0, 0.0]))
+    tokens, _ = collator.rendered_length(gold[0])
+    strict = DataCollatorForVisionToolCalling(
+        processor=tiny_processor, tools=collator.tools, assistant_only_loss=True, max_length=tokens - 1
+    )
+    with pytest.raises(
+        ValueError, match=f"Example 0 of the batch renders {tokens} tokens, over max_length={tokens - 1}"
+    ):
+        strict([gold[0]])
+    strict.max_length = tokens
+    assert int(strict([gold[0]])["attention_mask"].sum()) == tokens
+    with pytest.raises(ValueError, match="every row renders more than max_length=10"):
+        fit_to_max_length(gold, strict, 10)
 
 
 @pytest.mark.parametrize(("policy_name", "convention"), [("policy", "pixels"), ("qwen3_vl", "relative_1000")])
@@ -220,13 +262,25 @@ def test_sft_uses_the_tool_settings_it_is_given_and_records_them(tiny_kit, tmp_p
     budget, and the checkpoint records those settings for RL and evaluation, without a verifier SFT never used."""
     with pytest.raises(ValueError, match="no row of the dataset has a usable target"):  # every gold label too long
         train(tiny_kit, tmp_path / "strict", "--max_label_words", "1")
-    trainer = train(tiny_kit, tmp_path / "run", "--crop_max_pixels", str(28 * 28 * 4), "--max_label_words", "6")
+    budget = ("--crop_max_pixels", str(28 * 28 * 4), "--crop_min_pixels", str(28 * 28 * 4))
+    trainer = train(tiny_kit, tmp_path / "run", *budget, "--max_label_words", "6", "--max_length", "690")
+    # Issue 47, item 4: of the 3 rows with a label within 6 words, rendered at 580 (no call), 683 and 699 tokens, the
+    # last is over max_length: left out and counted in the run's data_stats.json, never truncated.
+    stats = json.loads((tmp_path / "run" / sft.DATA_STATS_NAME).read_text())
+    assert (stats["rows"], stats["rows_skipped"], stats["calls_per_row"]) == (3, {"target_label": 1}, {"0": 1, "1": 2})
+    assert (stats["max_length"], stats["rows_over_max_length"], stats["tokens"]["max"]) == (690, 1, 699)
+    assert len(trainer.train_dataset) == 2 and stats["over_examples"][0].endswith(": 699 tokens")
     record = read_record(tmp_path / "run")
     assert record["tool"]["crop_max_pixels"] == 28 * 28 * 4 and record["tool"]["max_label_words"] == 6
+    assert record["tool"]["crop_min_pixels"] == 28 * 28 * 4
     assert record["tool"]["max_pixels"] == 28 * 28 * 16  # resolved from the processor: the frame boxes are in
     assert "clip_model" not in record["tool"] and record["rollout"] == {}
-    example = trainer.train_dataset[0]
     crops = [
-        p["image"] for m in example["messages"] if m["role"] == "tool" for p in m["content"] if p["type"] == "image"
+        p["image"]
+        for example in trainer.train_dataset
+        for m in example["messages"]
+        if m["role"] == "tool"
+        for p in m["content"]
+        if p["type"] == "image"
     ]
     assert crops and all(c.width * c.height <= 28 * 28 * 4 for c in crops)

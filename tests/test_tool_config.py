@@ -31,6 +31,30 @@ def test_crop_budget_defaults_to_the_image_budget_and_resolves_for_the_record():
     assert "clip_model" not in record and "clip_resize" not in record  # SFT scores nothing with CLIP
 
 
+def test_the_crop_floor_joins_the_crop_budget_and_the_record():
+    image = PixelBudget(3136, 12544, 28)
+    assert ToolConfig(crop_min_pixels=6272).crop_budget(image) == PixelBudget(6272, 12544, 28)
+    assert ToolConfig(crop_min_pixels=100).crop_budget(image).min_pixels == 3136  # never below the processor's
+    assert ToolConfig().resolved(image).crop_min_pixels == 3136  # unset: the processor's floor, as recorded
+    record = ToolConfig(crop_min_pixels=6272).resolved(image).as_record(verifier=False)
+    assert (record["crop_min_pixels"], record["crop_max_pixels"]) == (6272, 12544)
+    with pytest.raises(ValueError, match="crop_min_pixels=20000 is over the crops' ceiling of 12544"):
+        ToolConfig(crop_min_pixels=20000).crop_budget(image)  # over the processor's max_pixels
+    for kwargs, ceiling in (({"crop_max_pixels": 6272}, "crop_max_pixels=6272"), ({"max_pixels": 6272}, "max_pixels")):
+        with pytest.raises(ValueError, match=f"crop_min_pixels=12544 must be at most {ceiling}"):
+            ToolConfig(crop_min_pixels=12544, **kwargs)
+
+
+def test_a_record_from_before_the_crop_floor_reads_as_floored_at_min_pixels(tmp_path):
+    """Such a checkpoint's crops were floored by the processor alone: a run that sets a floor warns, naming both."""
+    write_record(tmp_path, {"min_pixels": 3136, "max_pixels": 12544})
+    assert read_record(tmp_path)["tool"]["crop_min_pixels"] == 3136
+    with pytest.warns(UserWarning, match="crop_min_pixels: trained with 3136, now 6272"):
+        parse_args_and_record(
+            (EvalArguments, ToolConfig), ["--model_name_or_path", str(tmp_path), "--crop_min_pixels", "6272"]
+        )
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -26,6 +26,7 @@ from tools import (
     validate_label,
 )
 from tools.zoom_in import crop_box as _crop_box
+from tools.zoom_in import crop_size
 
 BUDGET = PixelBudget(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16, factor=28)  # the tiny kit's
 RULES = {"min_side": 28, "max_aspect": 100.0}  # ToolConfig's defaults
@@ -295,6 +296,41 @@ def test_crops_have_their_own_pixel_budget():
     env_default.reset(image=Image.new("RGB", (2000, 1500)))
     (image, _) = env_default.image_zoom_in_tool([0, 0, env.seen_size[0], env.seen_size[1]], "everything")
     assert image["image"].width * image["image"].height > crop_budget  # the image's budget when not set
+
+
+def test_a_crop_under_the_floor_is_upscaled_keeping_its_aspect_ratio():
+    """crop_min_pixels, Mini-o3's floor: on a 2000x1500 original seen at 112x84 (the tiny budget), [0, 0, 4, 3] crops
+    the 72x54 region (x 2000/112 = 17.86). Natively it is shown at 84x56 (smart_resize rounds 72/28 and 54/28: 6
+    tokens); under a 6,272-pixel floor smart_resize scales it by sqrt(6272 / 3888) = 1.270 and rounds each side up
+    to 28: 112x84 (12 tokens), the region's 4:3 kept, resampled bicubic from the region itself."""
+    original = Image.effect_noise((2000, 1500), 64).convert("RGB")
+    shown = {}
+    for floor in (None, 28 * 28 * 8):
+        env = ZoomInEnv(ToolConfig(crop_min_pixels=floor), BUDGET)
+        env.reset(image=original)
+        (image, _) = env.image_zoom_in_tool([0, 0, 4, 3], "the corner")
+        assert env.seen_size == (112, 84) and env.calls[-1].box == (0, 0, 72, 54)
+        shown[floor] = image["image"]
+    assert shown[None].size == (84, 56)
+    assert shown[28 * 28 * 8].size == (112, 84)
+    region = original.crop((0, 0, 72, 54))
+    assert shown[28 * 28 * 8].tobytes() == region.resize((112, 84), Image.Resampling.BICUBIC).tobytes()
+    # a crop already over the floor is shown as before
+    env = ZoomInEnv(ToolConfig(crop_min_pixels=28 * 28 * 8), BUDGET)
+    env.reset(image=original)
+    (image, _) = env.image_zoom_in_tool([0, 0, 112, 84], "everything")
+    assert image["image"].size == (112, 84)
+
+
+def test_a_floor_near_the_ceiling_never_passes_it():
+    """smart_resize's upscale rounds both sides up, which near the ceiling passes it (a 10x300 crop under a 12,544
+    floor: 28x616); the crop is brought back under the ceiling, at a size the processor keeps (28x448 = 12,544)."""
+    budget = ToolConfig(crop_min_pixels=28 * 28 * 16).crop_budget(BUDGET)
+    assert crop_size((10, 300), budget) == (28, 448)
+    assert seen_size((28, 448), BUDGET) == (28, 448)  # the processor's own resize leaves it as it is
+    for size in [(50, 60), (3, 290), (112, 112), (500, 20)]:
+        width, height = crop_size(size, budget)
+        assert width * height <= budget.max_pixels and width % 28 == height % 28 == 0, size
 
 
 def test_a_number_too_large_for_a_float_is_an_error_observation(env):

@@ -95,6 +95,13 @@ class ToolConfig(VerifierConfig):
             "help": "Max pixels of a crop fed back to the model (None: max_pixels); costs max_completion_length."
         },
     )
+    crop_min_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "Min pixels of a crop fed back to the model: a smaller crop is upscaled, keeping its aspect ratio, "
+            "as Mini-o3 shows its observations (None: min_pixels). At most crop_max_pixels."
+        },
+    )
     min_side: int = field(default=28, metadata={"help": "Shorter box sides (original pixels) are expanded."})
     max_aspect: float = field(default=100.0, metadata={"help": "Boxes more elongated than this are rejected."})
     box_convention: str = field(
@@ -123,20 +130,35 @@ class ToolConfig(VerifierConfig):
         super().__post_init__()
         if self.box_convention not in BOX_CONVENTIONS:
             raise ValueError(f"box_convention must be one of {BOX_CONVENTIONS}; got {self.box_convention!r}")
-        for name in ("min_pixels", "max_pixels", "crop_max_pixels"):
+        for name in ("min_pixels", "max_pixels", "crop_max_pixels", "crop_min_pixels"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be a positive number of pixels or None; got {value}")
+        for name in ("crop_max_pixels", "max_pixels"):  # the crop's floor under each ceiling set
+            ceiling = getattr(self, name)
+            if None not in (self.crop_min_pixels, ceiling) and self.crop_min_pixels > ceiling:
+                raise ValueError(
+                    f"crop_min_pixels={self.crop_min_pixels} must be at most {name}={ceiling}: set crop_min_pixels "
+                    "too (a run from a model with no record takes recipes/mapo_paper.yaml's) or raise the ceiling"
+                )
         if self.max_label_words < 1 or self.max_label_chars < 1:
             raise ValueError(
                 f"max_label_words and max_label_chars must be >= 1; got {self.max_label_words}, {self.max_label_chars}"
             )
 
     def crop_budget(self, image_budget: PixelBudget) -> PixelBudget:
-        """The budget crops are resized to: the image's, with `crop_max_pixels` as its ceiling when set."""
-        if self.crop_max_pixels is None:
-            return image_budget
-        return replace(image_budget, max_pixels=max(self.crop_max_pixels, image_budget.min_pixels))
+        """The budget crops are resized to: the image's, with `crop_max_pixels` as its ceiling and `crop_min_pixels`
+        as its floor when set (`smart_resize` upscales a smaller crop, aspect kept, sides rounded up to the factor)."""
+        ceiling = image_budget.max_pixels
+        if self.crop_max_pixels is not None:
+            ceiling = max(self.crop_max_pixels, image_budget.min_pixels)
+        floor = max(self.crop_min_pixels or 0, image_budget.min_pixels)
+        if floor > ceiling:
+            raise ValueError(
+                f"crop_min_pixels={self.crop_min_pixels} is over the crops' ceiling of {ceiling} pixels "
+                f"(crop_max_pixels={self.crop_max_pixels}, max_pixels={image_budget.max_pixels}): lower it"
+            )
+        return replace(image_budget, min_pixels=floor, max_pixels=ceiling)
 
     def as_record(self, verifier: bool = True) -> dict[str, Any]:
         """The settings a checkpoint records; without the verifier's for a stage that scored nothing (SFT)."""
@@ -149,6 +171,7 @@ class ToolConfig(VerifierConfig):
             min_pixels=image_budget.min_pixels,
             max_pixels=image_budget.max_pixels,
             crop_max_pixels=self.crop_budget(image_budget).max_pixels,
+            crop_min_pixels=self.crop_budget(image_budget).min_pixels,
         )
 
 
@@ -179,6 +202,8 @@ def read_record(checkpoint: str | os.PathLike | None) -> dict[str, dict[str, Any
         return None
     record = json.loads(path.read_text(encoding="utf-8"))
     tool = UNRECORDED_SETTINGS | {k: v for k, v in record.get("tool", {}).items() if k not in RETIRED_SETTINGS}
+    if "crop_min_pixels" not in tool and "min_pixels" in tool:  # recorded before it existed: floored at min_pixels
+        tool["crop_min_pixels"] = tool["min_pixels"]
     known = {f.name for f in fields(ToolConfig)}
     if unknown := set(tool) - known:
         raise ValueError(f"{path}: unknown tool setting(s) {sorted(unknown)}; known: {sorted(known)}")

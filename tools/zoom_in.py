@@ -157,10 +157,20 @@ def seen_size(image_size: tuple[int, int], budget: PixelBudget) -> tuple[int, in
     return w, h
 
 
+def crop_size(crop: tuple[int, int], budget: PixelBudget) -> tuple[int, int]:
+    """(width, height) a crop is shown at under a crop budget (`ToolConfig.crop_budget`): `seen_size`, whose upscale
+    to the floor (`crop_min_pixels`) rounds both sides up and so can pass a ceiling near it, then brought back under
+    the ceiling. The result is one the processor leaves as it is: sides multiples of the factor, within its budget."""
+    width, height = seen_size(crop, budget)
+    while width * height > budget.max_pixels:  # each pass shrinks a side by at least one factor
+        height, width = smart_resize(height, width, factor=budget.factor, min_pixels=0, max_pixels=budget.max_pixels)
+    return width, height
+
+
 def resize_to_budget(image: Image.Image, budget: PixelBudget) -> Image.Image:
-    """Resize to a pixel budget now, so crops kept in memory and logs are no larger than what the model is fed, and
-    tiny crops are upscaled to be legible."""
-    size = seen_size(image.size, budget)
+    """A crop resized to its budget now (`crop_size`), so crops kept in memory and logs are what the model is fed,
+    and small crops are upscaled to the floor (bicubic), as Mini-o3 upscales its observations (NEAREST there)."""
+    size = crop_size(image.size, budget)
     return image if size == image.size else image.resize(size, Image.Resampling.BICUBIC)
 
 

@@ -31,13 +31,18 @@ REAL_RECIPE_BASE = Path(__file__).resolve().parent.parent / "recipes" / "mapo_pa
 QWEN_MIN_PIXELS, QWEN_FACTOR = 56 * 56, 28  # Qwen2.5-VL's image processor: min_pixels, patch 14 x merge 2
 
 
-def real_recipe_budget(max_pixels: int | None = None) -> tuple[ToolConfig, PixelBudget]:
+def real_recipe_budget(
+    max_pixels: int | None = None, crop_min_pixels: int | None = None
+) -> tuple[ToolConfig, PixelBudget]:
     """The tool and pixel budget of the real RL recipes (`recipes/mapo_paper.yaml`) at Qwen2.5-VL's min pixels and
-    factor, for replaying calls outside a run at the sizes training shows; `max_pixels` replaces the recipes' and
-    caps the crops'."""
+    factor, for replaying calls outside a run at the sizes training shows; `max_pixels` and `crop_min_pixels` replace
+    the recipes', and `max_pixels` caps the crops' (ceiling and floor)."""
     recipe = yaml.safe_load(REAL_RECIPE_BASE.read_text(encoding="utf-8"))
     pixels = max_pixels or recipe["max_pixels"]
-    tool = ToolConfig(max_pixels=pixels, crop_max_pixels=min(recipe["crop_max_pixels"], pixels))
+    crop_max = min(recipe["crop_max_pixels"], pixels)
+    crop_min = crop_min_pixels or recipe.get("crop_min_pixels")
+    crop_min = crop_min and min(crop_min, crop_max)
+    tool = ToolConfig(max_pixels=pixels, crop_max_pixels=crop_max, crop_min_pixels=crop_min)
     return tool, PixelBudget(QWEN_MIN_PIXELS, pixels, QWEN_FACTOR)
 
 

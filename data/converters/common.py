@@ -37,6 +37,7 @@ SKIP_REASONS = {
     "empty_question": "the row has no question",
     "no_label": "no label could be derived for a call, and the dataset has none",
     "label_too_long": "the dataset's label is over the tool's limits",
+    "too_many_calls": "more calls than the paired RL recipe's max_tool_calling_iterations (--max_calls): RL cuts it short",
 }
 # A box may overshoot the image by this fraction of its side (rounding in the dataset's own code); more, and its
 # coordinates are not in the frame the format says: skipped, not clamped into a wrong crop.

@@ -81,7 +81,8 @@ class Replay:
         # seconds a row and several times its size (docs/benchmarks.md, "Converting a release")
         encoded = self.store.encoded(self.shipped[0], "the original image")
         return Trajectory(str(row_id), source, self.original, self.question, answer, self.calls, final_thought,
-                          list(options), self.checked, self.content, self.failed, encoded)  # fmt: skip
+                          list(options), self.checked, self.content, self.failed,
+                          [size for _, size in self.images[1:]], encoded)  # fmt: skip
 
 
 def shown_after(counts: Sequence[tuple[str, int]], position: int) -> int:
