@@ -11,12 +11,13 @@ dataclass knows fails at start with its name.
 from __future__ import annotations
 
 import logging
+import os
 
 import trl
 from transformers import set_seed
-from trl import ModelConfig, SFTConfig, get_peft_config
+from trl import ModelConfig
 
-from configs import ScriptArguments, ToolConfig, TrajectoryArguments
+from configs import ScriptArguments, SFTConfig, ToolConfig, TrajectoryArguments
 from data import load_split
 from data.collator import DataCollatorForVisionToolCalling
 from data.trajectories import build_gold_trajectories
@@ -24,7 +25,7 @@ from repairs.resume import ExactResume, resume_checkpoint
 from tools import ToolConfigRecorder, environment_tools, make_environment_factory
 from utils.checks import check_master_weights, keep_adapters_in_fp32
 from utils.models import pixel_budget
-from utils.policy import load_policy, save_outputs
+from utils.policy import load_policy, policy_peft_config, save_outputs
 from utils.recipes import parse_args_and_record
 
 
@@ -47,6 +48,18 @@ class SFTTrainer(ExactResume, trl.SFTTrainer):
             args.assistant_only_loss = masked  # read by nothing after __init__ but the collator, which has its own
 
 
+def check_dataset_exists(script_args: ScriptArguments) -> None:
+    """Fail, naming the converter, when `dataset_name` is a path (a converted set's `save_to_disk` folder) that does
+    not exist: before any weight is read, not after minutes of loading a 7B policy."""
+    name = script_args.dataset_name
+    if ("/" in name or os.sep in name) and not os.path.isdir(name):
+        raise FileNotFoundError(
+            f"dataset_name: {name} does not exist. SFT reads a converted set: build it once with `python -m "
+            f'data.convert --format <format> --input <the download> --output {name}` (recipes/README.md, "Real SFT '
+            'data"; docs/data.md lists the formats)'
+        )
+
+
 def main(
     script_args: ScriptArguments,
     training_args: SFTConfig,
@@ -59,12 +72,12 @@ def main(
             "remove_unused_columns must be false: gold trajectories are rendered on the fly from the dataset's columns"
         )
     set_seed(training_args.seed)
+    check_dataset_exists(script_args)  # the data first: a missing set fails before the weights load
+    rows = load_split(script_args, script_args.dataset_train_split)
     model, processor = load_policy(model_args, tool_config, training_args)
     budget = pixel_budget(processor)
     make_environment = make_environment_factory(tool_config, budget)
-    train_dataset, _ = build_gold_trajectories(
-        load_split(script_args, script_args.dataset_train_split), make_environment, trajectory_args
-    )
+    train_dataset, _ = build_gold_trajectories(rows, make_environment, trajectory_args)
     collator = DataCollatorForVisionToolCalling(
         processor=processor,
         tools=environment_tools(make_environment()),
@@ -79,7 +92,7 @@ def main(
         data_collator=collator,
         train_dataset=train_dataset,
         processing_class=processor,
-        peft_config=get_peft_config(model_args),
+        peft_config=policy_peft_config(model_args, model, training_args),
         callbacks=[ToolConfigRecorder(record)],
     )
     keep_adapters_in_fp32(trainer.model)  # QLoRA: TRL casts the adapters to bf16
