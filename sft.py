@@ -3,8 +3,9 @@
 Teaches the policy the format MAPO then optimises (think, call `image_zoom_in_tool` with a box in the frame it sees
 and a label, read the crop, answer) on trajectories from `data.trajectories`, rendered exactly as RL renders them:
 same prompt, same tool schema (`data.collator`), same crops and label limits (the RL environment, built from the same
-`ToolConfig`, which the checkpoint records for RL and evaluation). The loss covers the assistant turns only. LoRA is
-`use_peft: true` with TRL's `ModelConfig` fields. Any recipe field can be overridden on the command line; a key no
+`ToolConfig`, which the checkpoint records for RL and evaluation). The loss covers the assistant turns only; the vision
+tower and its projector stay frozen unless the recipe sets `freeze_vision_tower` / `freeze_projector` false (Mini-o3's
+cold start freezes both). LoRA is `use_peft: true` with TRL's `ModelConfig` fields. Any recipe field can be overridden on the command line; a key no
 dataclass knows fails at start with its name.
 """
 
