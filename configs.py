@@ -1,8 +1,8 @@
 """Every dataclass whose fields a recipe key can set, parsed by `utils.recipes.parse_args_and_record` (a key none of
 them has fails at start with its name): `ScriptArguments` (data, rewards: sft.py, rl.py), `MAPOConfig` (RL: rl.py),
-`EvalArguments` (evaluate.py) and, re-exported from below this module, `ToolConfig` (the tool, pixel budgets and,
-in its `VerifierConfig` fields, the CLIP verifier: all three) and `TrajectoryArguments` (gold SFT trajectories:
-sft.py); TRL's `SFTConfig` and `ModelConfig` complete the entry scripts' tuples.
+`SFTConfig` (SFT: sft.py), `EvalArguments` (evaluate.py) and, re-exported from below this module, `ToolConfig` (the
+tool, pixel budgets and, in its `VerifierConfig` fields, the CLIP verifier: all three) and `TrajectoryArguments`
+(gold SFT trajectories: sft.py); TRL's `ModelConfig` completes the entry scripts' tuples.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from rewards.verifiers import VERIFIERS, verifier_factory
 from tools import ToolConfig
 from utils.checks import check_vllm_version
 
-__all__ = ["EvalArguments", "MAPOConfig", "ScriptArguments", "ToolConfig", "TrajectoryArguments"]
+__all__ = ["EvalArguments", "MAPOConfig", "SFTConfig", "ScriptArguments", "ToolConfig", "TrajectoryArguments"]
 
 
 @dataclass
@@ -69,6 +69,36 @@ class ScriptArguments(trl.ScriptArguments):
         if isinstance(self.dataset_path, str):  # a recipe's single file: `dataset_path: /data/x.parquet`
             self.dataset_path = [self.dataset_path]
         get_reward_funcs(self.reward_funcs)  # an unknown name or a broken import path fails at parse, naming it
+
+
+FROZEN_PARTS = {
+    "vision_tower": "the vision tower (model.visual: patch embedding, blocks; on Qwen3-VL its deepstack mergers too)",
+    "projector": "the projector into the language model (model.visual.merger)",
+}
+FREEZE_PEERS = {
+    True: "Mini-o3's cold start (LLaMA-Factory's defaults)",
+    False: "Mini-o3's and DeepEyes' RL (verl trains the whole model)",
+}
+
+
+def freeze_field(part: str, default: bool, stage: str):
+    """A `freeze_vision_tower` / `freeze_projector` field (`utils.trainable`, applied by `utils.policy.load_policy`):
+    the same help in SFT and RL, each stage with its peers' default."""
+    return field(
+        default=default,
+        metadata={
+            "help": f"Freeze {FROZEN_PARTS[part]}: its weights do not train and, under LoRA, get no adapter. "
+            f"{stage} default: {str(default).lower()}, as {FREEZE_PEERS[default]}."
+        },
+    )
+
+
+@dataclass
+class SFTConfig(trl.SFTConfig):
+    """TRL's `SFTConfig` (every field keeps its meaning) plus which parts of the policy stay frozen."""
+
+    freeze_vision_tower: bool = freeze_field("vision_tower", True, "SFT")
+    freeze_projector: bool = freeze_field("projector", True, "SFT")
 
 
 ADVANTAGE_ESTIMATORS = ("grpo", "mapo", "hpo", "mapo+hpo")
@@ -197,6 +227,8 @@ class MAPOConfig(GRPOConfig):
         default=0,
         metadata={"help": "Log gradvar/* across the first this many steps' batches (0: off; docs/method.md)."},
     )
+    freeze_vision_tower: bool = freeze_field("vision_tower", False, "RL")
+    freeze_projector: bool = freeze_field("projector", False, "RL")
 
     def __post_init__(self):
         super().__post_init__()

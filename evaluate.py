@@ -19,6 +19,7 @@ from pathlib import Path
 from configs import EvalArguments
 from evaluation.run import run_evaluation
 from tools import ToolConfig
+from utils.checks import check_not_adapter
 from utils.recipes import parse_args_and_record
 
 # A checkpoint that records no budget (a hub model, an SFT checkpoint's rollout) is evaluated under the real RL
@@ -41,6 +42,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, ToolCo
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")  # skipped rows, say
     args, tool = parse_args(argv)
+    check_not_adapter(args.model_name_or_path)  # a LoRA run's output is merged first (scripts.merge_lora)
     metrics = run_evaluation(args, tool)
     print(json.dumps(metrics, indent=2))
     print(f"samples, metrics and report in {args.output_dir}")

@@ -8,7 +8,7 @@ start with its name. Tool settings not given default to those the starting check
 from __future__ import annotations
 
 from transformers import set_seed
-from trl import ModelConfig, get_peft_config
+from trl import ModelConfig
 
 from configs import MAPOConfig, ScriptArguments, ToolConfig
 from data import load_split
@@ -16,7 +16,7 @@ from mapo_trainer import MAPOTrainer
 from repairs.resume import resume_checkpoint
 from rewards import check_columns, check_rule_rewards, get_reward_funcs
 from utils.checks import check_master_weights, keep_adapters_in_fp32
-from utils.policy import load_policy, save_outputs
+from utils.policy import load_policy, policy_peft_config, save_outputs
 from utils.recipes import parse_args_and_record
 
 
@@ -44,7 +44,7 @@ def build_trainer(
         train_dataset=dataset,
         processing_class=processor,
         tool_config=tool_config,
-        peft_config=get_peft_config(model_args),
+        peft_config=policy_peft_config(model_args, model, training_args),
     )
     keep_adapters_in_fp32(trainer.model)  # QLoRA: TRL casts the adapters to bf16
     check_master_weights(trainer.model.named_parameters(), trainer.accelerator.distributed_type)

@@ -3,8 +3,9 @@
 Teaches the policy the format MAPO then optimises (think, call `image_zoom_in_tool` with a box in the frame it sees
 and a label, read the crop, answer) on trajectories from `data.trajectories`, rendered exactly as RL renders them:
 same prompt, same tool schema (`data.collator`), same crops and label limits (the RL environment, built from the same
-`ToolConfig`, which the checkpoint records for RL and evaluation). The loss covers the assistant turns only. LoRA is
-`use_peft: true` with TRL's `ModelConfig` fields. Any recipe field can be overridden on the command line; a key no
+`ToolConfig`, which the checkpoint records for RL and evaluation). The loss covers the assistant turns only; the vision
+tower and its projector stay frozen unless the recipe sets `freeze_vision_tower` / `freeze_projector` false (Mini-o3's
+cold start freezes both). LoRA is `use_peft: true` with TRL's `ModelConfig` fields. Any recipe field can be overridden on the command line; a key no
 dataclass knows fails at start with its name.
 """
 
@@ -17,9 +18,9 @@ from pathlib import Path
 
 import trl
 from transformers import set_seed
-from trl import ModelConfig, SFTConfig, get_peft_config
+from trl import ModelConfig
 
-from configs import ScriptArguments, ToolConfig, TrajectoryArguments
+from configs import ScriptArguments, SFTConfig, ToolConfig, TrajectoryArguments
 from data import load_split
 from data.collator import DataCollatorForVisionToolCalling, fit_to_max_length
 from data.trajectories import SynthesisStats, build_gold_trajectories
@@ -27,7 +28,7 @@ from repairs.resume import ExactResume, resume_checkpoint
 from tools import ToolConfigRecorder, environment_tools, make_environment_factory
 from utils.checks import check_master_weights, keep_adapters_in_fp32
 from utils.models import pixel_budget
-from utils.policy import load_policy, save_outputs
+from utils.policy import load_policy, policy_peft_config, save_outputs
 from utils.recipes import parse_args_and_record
 
 
@@ -70,6 +71,18 @@ def write_data_stats(output_dir: str, synthesis: SynthesisStats, lengths: dict) 
     return path
 
 
+def check_dataset_exists(script_args: ScriptArguments) -> None:
+    """Fail, naming the converter, when `dataset_name` is a path (a converted set's `save_to_disk` folder) that does
+    not exist: before any weight is read, not after minutes of loading a 7B policy."""
+    name = script_args.dataset_name
+    if ("/" in name or os.sep in name) and not os.path.isdir(name):
+        raise FileNotFoundError(
+            f"dataset_name: {name} does not exist. SFT reads a converted set: build it once with `python -m "
+            f'data.convert --format <format> --input <the download> --output {name}` (recipes/README.md, "Real SFT '
+            'data"; docs/data.md lists the formats)'
+        )
+
+
 def main(
     script_args: ScriptArguments,
     training_args: SFTConfig,
@@ -82,12 +95,12 @@ def main(
             "remove_unused_columns must be false: gold trajectories are rendered on the fly from the dataset's columns"
         )
     set_seed(training_args.seed)
+    check_dataset_exists(script_args)  # the data first: a missing set fails before the weights load
+    rows = load_split(script_args, script_args.dataset_train_split)
     model, processor = load_policy(model_args, tool_config, training_args)
     budget = pixel_budget(processor)
     make_environment = make_environment_factory(tool_config, budget)
-    train_dataset, synthesis = build_gold_trajectories(
-        load_split(script_args, script_args.dataset_train_split), make_environment, trajectory_args
-    )
+    train_dataset, synthesis = build_gold_trajectories(rows, make_environment, trajectory_args)
     collator = DataCollatorForVisionToolCalling(
         processor=processor,
         tools=environment_tools(make_environment()),
@@ -104,7 +117,7 @@ def main(
         data_collator=collator,
         train_dataset=train_dataset,
         processing_class=processor,
-        peft_config=get_peft_config(model_args),
+        peft_config=policy_peft_config(model_args, model, training_args),
         callbacks=[ToolConfigRecorder(record)],
     )
     keep_adapters_in_fp32(trainer.model)  # QLoRA: TRL casts the adapters to bf16

@@ -26,9 +26,17 @@ import yaml
 from torch import nn
 from transformers import AutoConfig
 
-from utils.lora import check_lora_targets, lora_matches, normalise_target_modules, output_module_names
+from configs import MAPOConfig, SFTConfig
+from utils.lora import (
+    check_lora_targets,
+    is_vision_module,
+    lora_matches,
+    normalise_target_modules,
+    output_module_names,
+)
 from utils.models import RECIPES_DIR, build_on_meta, resolve_config_path
 from utils.recipes import REAL_RECIPE_BASE, flag_values, load_recipe
+from utils.trainable import PROJECTOR, frozen_prefixes, is_under, quantized_linear_modules
 
 GIB = 2**30
 
@@ -54,7 +62,6 @@ KV_TENSORS_PER_LAYER = 3
 # the scored tokens' logits are materialised: bf16 logits, an fp32 upcast and a bf16 gradient, 2 + 4 + 2 bytes each.
 FUSED_TOKEN_CHUNK, FUSED_VOCAB_CHUNK = 4096, 32768  # trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE, TRL's chunk_size
 LOGIT_BYTES = 8
-VISION_MARKERS = ("visual", "vision_tower", "vision_model")
 
 # Generation (no gradients, one layer at a time): per prefill token, the residual stream, the normed input and a
 # layer's output (3 x hidden) and the gated MLP's gate, up and act(gate) * up (3 x intermediate) live at once.
@@ -81,8 +88,11 @@ def _lora_params(module: nn.Module, r: int) -> int:
     raise TypeError(f"no LoRA for {type(module).__name__}")
 
 
-def _is_vision(name: str) -> bool:
-    return any(part in VISION_MARKERS for part in name.split("."))
+def _backpropagates_through_the_tower(trained: set[str] | list[str]) -> bool:
+    """Whether a step's backward pass runs through the vision tower: some trained name lies in it before the
+    projector (its inputs then require grad, `utils.trainable.enable_input_require_grads`); a trained projector alone
+    gets its gradient without one."""
+    return any(is_vision_module(name) and not is_under(name, [PROJECTOR]) for name in trained)
 
 
 def kv_width(model: nn.Module) -> int:
@@ -141,7 +151,7 @@ def activation_bytes(
     parts["vision"] = 0.0
     if vision is not None and image_tokens and vision_trainable:
         patches = micro_batch * image_tokens * vision.spatial_merge_size**2
-        gated = any(_is_vision(n) and n.endswith("gate_proj") for n, _ in model.named_modules())
+        gated = any(is_vision_module(n) and n.endswith("gate_proj") for n, _ in model.named_modules())
         parts["vision"] = stack(
             patches, vision.hidden_size, vision.hidden_size, vision.intermediate_size, vision.depth, gated
         )
@@ -235,21 +245,27 @@ def estimate_memory(
     nested_quant: bool = False,
     adapter_dtype: str | None = None,
     fused_lm_head: bool = True,
+    freeze_vision_tower: bool = False,
+    freeze_projector: bool = False,
 ) -> dict[str, float]:
     """GiB per GPU: `parameters`, `gradients`, `optimizer_states`, `activations` and their `total`.
 
     Storage rules (bytes per parameter; `w` is the byte size of `dtype`):
-    - Weights in `dtype`; with `load_in_4bit` (QLoRA) every Linear weight but the output head's takes
-      `QUANT_4BIT_BYTES` (`nested_quant`: `QUANT_4BIT_NESTED_BYTES`).
-    - `trainable="full"` trains every parameter; `"lora"` trains rank-`lora_r` adapters on the modules `lora_targets`
-      selects (peft's rules, `check_lora_targets`). Adapters are fp32 unless `adapter_dtype` says otherwise (peft
-      upcasts them; TRL keeps them in `dtype` under ZeRO-3 without quantisation).
+    - Weights in `dtype`; with `load_in_4bit` (QLoRA) every Linear weight but the output head's and the vision
+      tower's (`utils.trainable.QUANTIZATION_SKIP_MODULES`) takes `QUANT_4BIT_BYTES` (`nested_quant`:
+      `QUANT_4BIT_NESTED_BYTES`).
+    - `trainable="full"` trains every parameter outside the parts `freeze_vision_tower` / `freeze_projector` freeze;
+      `"lora"` trains rank-`lora_r` adapters on the modules `lora_targets` selects (peft's rules,
+      `check_lora_targets`) outside them. Adapters are fp32 unless `adapter_dtype` says otherwise (peft upcasts them;
+      TRL keeps them in `dtype` under ZeRO-3 without quantisation).
     - Gradients: one per trainable parameter, in the trainable weights' dtype.
     - Optimizer: `adamw` 2 states, `adamw_8bit` 2 one-byte states, `sgd` none, like the weights (`zeros_like`) unless
       `master_weights_fp32` (the default when `zero_stage > 0`): an fp32 copy and fp32 states, 4 + 8 = 12 bytes.
     - ZeRO: stage 1 divides optimizer states by `num_gpus`, stage 2 also gradients, stage 3 also parameters, plus the
       largest single module gathered in full while it computes. Stage 0 with several GPUs: a full replica per GPU.
-    - Activations: `activation_bytes` (rough).
+    - Activations: `activation_bytes` (rough); the vision tower's only when something in it before the projector
+      trains (`utils.trainable.enable_input_require_grads` sends no backward pass into a tower that has nothing to
+      train).
     """
     if trainable not in ("full", "lora"):
         raise ValueError(f"trainable must be 'full' or 'lora', got {trainable!r}")
@@ -261,29 +277,33 @@ def estimate_memory(
         master_weights_fp32 = zero_stage > 0
     w = DTYPE_BYTES[dtype]
     params = list(model.named_parameters())  # each tied weight once: the 3B's lm_head is its embedding
+    frozen = frozen_prefixes(model, vision_tower=freeze_vision_tower, projector=freeze_projector)
     quantised = set()
-    if load_in_4bit:  # every Linear weight but the output head's and tied ones
+    if load_in_4bit:  # every Linear weight but the skipped modules' (output head, vision tower) and tied ones
         excluded = output_module_names(model)
-        quantised = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in excluded}
+        quantised = {f"{n}.weight" for n in quantized_linear_modules(model) if n not in excluded}
     quant_bytes = QUANT_4BIT_NESTED_BYTES if nested_quant else QUANT_4BIT_BYTES
 
     # The model's own weights are stored alike whether they train (full) or not (LoRA, whose adapters come on top).
     base_bytes = sum(p.numel() * (quant_bytes if name in quantised else w) for name, p in params)
-    vision_trainable = head_trainable = trainable == "full"
+    head_trainable = trainable == "full"
     if trainable == "full":
         if load_in_4bit:
             raise ValueError("4-bit weights cannot be fully fine-tuned: use trainable='lora'")
-        n_trainable = sum(p.numel() for _, p in params)
+        trained = [name for name, _ in params if not is_under(name, frozen)]
+        n_trainable = sum(p.numel() for name, p in params if not is_under(name, frozen))
+        vision_trainable = _backpropagates_through_the_tower(trained)
         trainable_w = w
         weight_bytes = base_bytes
     else:
         if lora_targets is None:
             raise ValueError("trainable='lora' needs lora_targets")
-        check_lora_targets(model, lora_targets)
+        check_lora_targets(model, lora_targets, frozen)
         modules = dict(model.named_modules())
         selected = {name for found in lora_matches(model, lora_targets).values() for name in found}
+        selected = {name for name in selected if not is_under(name, frozen)}  # `utils.trainable.lora_exclusions`
         n_trainable = sum(_lora_params(modules[name], lora_r) for name in selected)
-        vision_trainable = any(_is_vision(name) for name in selected)
+        vision_trainable = _backpropagates_through_the_tower(selected)
         head_trainable = bool(selected & output_module_names(model))
         if adapter_dtype is None:
             adapter_dtype = dtype if (zero_stage == 3 and not load_in_4bit) else "float32"
@@ -342,6 +362,8 @@ class RecipeWorkload:
         k = self.kwargs
         shard = f"ZeRO-{k['zero_stage']} x {k['num_gpus']}" if k["zero_stage"] else f"{k['num_gpus']} GPU, no sharding"
         mode = f"LoRA r{k['lora_r']}" if k["trainable"] == "lora" else "full"
+        frozen = [part for part in ("vision_tower", "projector") if k.get(f"freeze_{part}")]
+        mode += f" ({' and '.join(frozen).replace('_', ' ')} frozen)" if frozen else ""
         return (
             f"{Path(self.model_config).name} {self.stage.upper()}, {mode}{', 4-bit base' if k['load_in_4bit'] else ''}, "
             f"{shard}; per GPU {k['micro_batch']} x {k['seq_len']} tokens ({k['image_tokens']} image, "
@@ -423,6 +445,9 @@ def recipe_workload(
             seq_len = image_tokens + SFT_TEXT_TOKENS
             lengths = "a guessed row: neither max_length nor measured lengths (--sft_lengths)"
         logit_tokens = seq_len
+    # The freeze flags the recipe leaves unset take its stage's dataclass default (SFT: frozen; RL: trained).
+    defaults = (SFTConfig if stage == "sft" else MAPOConfig).__dataclass_fields__
+    freeze = {k: bool(values.get(k, defaults[k].default)) for k in ("freeze_vision_tower", "freeze_projector")}
     zero_stage, config_gpus, master, deepspeed = accelerate_sharding(accelerate)
     num_gpus = num_gpus or config_gpus  # `--num_processes` given to accelerate launch (several nodes, a vLLM GPU)
     lora = bool(values.get("use_peft"))
@@ -441,6 +466,7 @@ def recipe_workload(
         "logit_tokens": logit_tokens,
         "load_in_4bit": bool(values.get("load_in_4bit")),
         "nested_quant": bool(values.get("use_bnb_nested_quant")),
+        **freeze,
     }
     engine = None
     colocated = values.get("use_vllm") and values.get("vllm_mode", "colocate") == "colocate"
@@ -525,7 +551,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         default=["q_proj", "k_proj", "v_proj", "o_proj"],
         help="peft target_modules, passed as TRL's ModelConfig does (a single value is a regex or all-linear)",
     )
-    parser.add_argument("--load_in_4bit", action="store_true", help="QLoRA: 4-bit NF4 base weights")
+    parser.add_argument(
+        "--load_in_4bit", action="store_true", help="QLoRA: 4-bit NF4 base weights (vision tower kept)"
+    )
+    parser.add_argument("--freeze_vision_tower", action="store_true", help="the vision tower does not train")
+    parser.add_argument("--freeze_projector", action="store_true", help="the vision projector does not train")
     parser.add_argument("--use_bnb_nested_quant", action="store_true", help="nested (double) quantisation")
     parser.add_argument("--optimizer", default="adamw", choices=[*OPTIMIZER_STATES, "adamw_8bit"])
     parser.add_argument("--zero_stage", type=int, default=0, choices=[0, 1, 2, 3])
@@ -600,6 +630,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         load_in_4bit=args.load_in_4bit,
         nested_quant=args.use_bnb_nested_quant,
         fused_lm_head=not args.no_fused_lm_head,
+        freeze_vision_tower=args.freeze_vision_tower,
+        freeze_projector=args.freeze_projector,
     )
     mode = f"LoRA r={args.lora_r} on {n_modules} modules" if args.lora_r else "full fine-tuning"
     title = (

@@ -16,10 +16,10 @@ import datasets
 import numpy as np
 import pytest
 from PIL import Image
-from trl import ModelConfig, SFTConfig
+from trl import ModelConfig
 
 import sft
-from configs import ScriptArguments, TrajectoryArguments
+from configs import ScriptArguments, SFTConfig, TrajectoryArguments
 from data import convert
 from data.converters.code_reader import CodeReader
 from data.converters.common import (

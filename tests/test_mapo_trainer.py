@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from peft import LoraConfig
+from lora_probe import StepProbe
 from transformers import TrainerCallback
 from trl import GRPOTrainer, ModelConfig
 
@@ -151,16 +151,35 @@ def test_grpo_estimator_reproduces_stock_grpo(tiny_kit, train_dataset, tmp_path)
     assert "rewards/semantic/mean" in ours.state.log_history[0]  # still measured, with weight 0
 
 
-def test_lora_trains_adapters_and_freezes_the_base(tiny_kit, train_dataset, tmp_path):
-    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    trainer = make_trainer(tiny_kit, train_dataset, tmp_path, peft_config=lora, max_steps=1)
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    trainer.train()
-    after = dict(trainer.model.named_parameters())
-    lora_changed = [n for n in before if "lora_" in n and not torch.equal(before[n], after[n])]
-    base_changed = [n for n in before if "lora_" not in n and not torch.equal(before[n], after[n])]
-    assert lora_changed and not base_changed
-    assert all(not p.requires_grad for n, p in after.items() if "lora_" not in n)
+class ProbedMAPOTrainer(ForcedMAPOTrainer):
+    """`rl.py`'s trainer with scripted calls and a `lora_probe.StepProbe` (`self.step_probe`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.step_probe = StepProbe(self)
+
+
+def test_lora_trains_adapters_over_a_frozen_base_without_noise_or_vision_backward(tiny_kit, tmp_path):
+    """`rl.py` with LoRA, gradient checkpointing (TRL then hooks Qwen2.5-VL's `patch_embed` too) and live LoRA dropout
+    turned off by `disable_dropout` (TRL generates in train mode): only adapters change, every adapter gets a gradient,
+    no vision activation requires grad, and no dropout call drops anything while rollouts are generated."""
+    argv = ["--config", RECIPES[0], "--output_dir", str(tmp_path), "--max_steps", "2", "--num_samples", "2"]
+    argv += ["--model_name_or_path", str(tiny_kit["policy"]), "--clip_model", str(tiny_kit["clip"])]
+    argv += ["--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj"]
+    argv += ["--lora_dropout", "0.05", "--disable_dropout", "true", "--gradient_checkpointing", "true"]
+    trainer = rl.main(*parse_args_and_record(PARSER_TYPES, argv), trainer_cls=ProbedMAPOTrainer)
+    base = dict(load_model(tiny_kit["policy"], dtype=torch.float32).named_parameters())
+    params = dict(trainer.model.named_parameters())
+    lora = {n for n in params if "lora_" in n}
+    assert lora and {n for n, p in params.items() if p.requires_grad} == lora
+    for name, param in params.items():
+        if name not in lora:
+            assert torch.equal(param.detach(), base[name.replace("base_model.model.", "").replace(".base_layer", "")])
+    probe = trainer.step_probe
+    assert probe.vision_calls and not probe.vision_requiring_grad
+    first, second = probe.gradients  # step 1: B is zero, so only B's gradient is; step 2: every adapter's
+    assert all(first[n] for n in lora if "lora_B" in n) and all(second[n] for n in lora), second
+    assert probe.dropout_calls and not probe.live_dropout_calls  # LoRA's dropouts ran, at p = 0
 
 
 def test_overflowing_tool_response_is_not_scored(tiny_kit, train_dataset, tmp_path):

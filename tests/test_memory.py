@@ -208,6 +208,31 @@ def test_zero_on_the_7b(meta_models):
     assert z3["parameters"] < one["parameters"] / 4  # a shard plus the gathered embedding
 
 
+def test_a_frozen_vision_tower_has_no_gradients_states_or_activations(meta_models):
+    """SFT's default (`freeze_vision_tower`, `freeze_projector`): the tower's 676.55M parameters keep their bf16 weights
+    but get no gradient or AdamW state, and no activation of the tower is kept for a backward pass. With only the
+    projector training, its gradient and states come back and still no backward runs through the blocks."""
+    model = meta_models["Qwen2.5-VL-7B-Instruct"]
+    tower = sum(p.numel() for n, p in model.named_parameters() if n.startswith("model.visual."))
+    merger = sum(p.numel() for n, p in model.named_parameters() if n.startswith("model.visual.merger."))
+    # By hand: merger = RMSNorm 1280 + Linear 5120->5120 + Linear 5120->3584 (biased) = 44,574,464; a block = 2 norms
+    # + qkv + proj + gate, up (1280->3420) + down = 19,702,200, x 32; patch embedding 3 x 2 x 14 x 14 x 1280 = 1,505,280.
+    assert (tower, merger) == (32 * 19_702_200 + 1_505_280 + 44_574_464, 44_574_464)
+    work = dict(micro_batch=2, seq_len=3328, image_tokens=2304)
+    trained = memory.estimate_memory(model, **work)
+    frozen = memory.estimate_memory(model, freeze_vision_tower=True, freeze_projector=True, **work)
+    projector = memory.estimate_memory(model, freeze_vision_tower=True, **work)
+    assert frozen["parameters"] == trained["parameters"]  # frozen weights are still stored
+    assert frozen["gradients"] * GIB == (8_292_166_656 - tower) * 2
+    assert frozen["optimizer_states"] * GIB == (8_292_166_656 - tower) * 2 * 2
+    assert projector["gradients"] * GIB == (8_292_166_656 - tower + merger) * 2
+    vision = memory.activation_bytes(model, **work)["vision"]
+    assert vision > 2 * GIB  # what a backward pass through the tower keeps (recipes/README.md)
+    assert frozen["activations"] * GIB == projector["activations"] * GIB == trained["activations"] * GIB - vision
+    with pytest.raises(ValueError, match="has no model.visual"):
+        memory.estimate_memory(Toy(), freeze_vision_tower=True, **TOY)
+
+
 def test_the_h200_setup_weights_grads_and_adam_states(meta_models):
     # One H200, 7B shape, bf16 weights, plain torch AdamW (bf16 states): 8 bytes per parameter before activations.
     est = memory.estimate_memory(meta_models["Qwen2.5-VL-7B-Instruct"], micro_batch=8, seq_len=2048, image_tokens=1280)

@@ -3,6 +3,9 @@ and the merged folder holds what RL and evaluation read (processor, tool record)
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
@@ -50,3 +53,36 @@ def test_bad_folders_are_named(adapter, tmp_path):
     with pytest.raises(FileExistsError, match="already holds a model"):
         merge_lora.merge_lora(folder, tmp_path / "full")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_relative_base_is_read_against_the_adapters_run_not_the_working_directory(
+    adapter, tiny_kit, tmp_path, monkeypatch
+):
+    """An RL LoRA run started in `run/` from `outputs/sft` saves an adapter naming that relative base. Merged from
+    another folder that happens to hold an `outputs/sft` of its own (here the tiny Qwen3-VL), the merge takes the run's
+    base: the merged model computes what the adapter does. Without a record of the run, the lookalike is refused."""
+    folder, peft_model = adapter
+    run = tmp_path / "run"
+    shutil.copytree(tiny_kit["policy"], run / "outputs" / "sft")
+    shutil.copytree(folder, run / "outputs" / "rl-lora")
+    adapter_config = run / "outputs" / "rl-lora" / "adapter_config.json"
+    config = json.loads(adapter_config.read_text())
+    adapter_config.write_text(json.dumps(config | {"base_model_name_or_path": "outputs/sft"}))
+    (run / "outputs" / "rl-lora" / "recipe.yaml").write_text(
+        "# Command line: rl.py --config recipes/x.yaml --output_dir outputs/rl-lora\noutput_dir: outputs/elsewhere\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(tiny_kit["qwen3_vl"], elsewhere / "outputs" / "sft")  # a lookalike base in the working directory
+    monkeypatch.chdir(elsewhere)
+    assert merge_lora.run_root(run / "outputs" / "rl-lora") == run.resolve()
+    merge_lora.main(
+        ["--adapter", str(run / "outputs" / "rl-lora"), "--output_dir", str(tmp_path / "m"), "--dtype", "float32"]
+    )
+    merged = load_model(str(tmp_path / "m"), dtype=torch.float32).eval()
+    assert merged.config.model_type == "qwen2_5_vl"
+    ids = torch.tensor([[1, 5, 9, 42, 7, 3]])
+    with torch.no_grad():
+        assert torch.allclose(merged(input_ids=ids).logits, peft_model(input_ids=ids).logits, atol=1e-5)
+    (run / "outputs" / "rl-lora" / "recipe.yaml").unlink()
+    with pytest.raises(FileNotFoundError, match="relative path not found.*give --base"):
+        merge_lora.merge_lora(run / "outputs" / "rl-lora", tmp_path / "m2")

@@ -19,15 +19,18 @@ from accelerate.commands.config.config_args import load_config_from_file
 from accelerate.commands.launch import _validate_launch_command, launch_command_parser
 from accelerate.utils import FullyShardedDataParallelPlugin
 from accelerate.utils.launch import prepare_multi_gpu_env
-from trl import ModelConfig, SFTConfig
+from transformers.quantizers.base import HfQuantizer
+from transformers.quantizers.quantizers_utils import should_convert_module
+from trl import ModelConfig
 
-from configs import ScriptArguments
+from configs import ScriptArguments, SFTConfig
 from data.trajectories import TrajectoryArguments
 from mapo_trainer import MAPOConfig
 from scripts import memory
 from tools import ToolConfig
 from utils import checks, policy, recipes
 from utils.recipes import flag_values, load_recipe, parse_args_and_record
+from utils.trainable import quantized_linear_modules
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES_DIR = REPO / "recipes"
@@ -209,6 +212,33 @@ def test_a_lora_target_the_model_lacks_names_the_field_and_the_modules_on_offer(
     checks.check_model(tiny_args(tiny_kit, use_peft=True, lora_target_modules=["q_proj", "v_proj"]))
 
 
+MINI_O3_ROWS_PER_STEP = 1 * 4 * 8  # its sft_configs/qwen2.5-vl.yaml: 1 row x 4 accumulated, on one 8-GPU node
+
+
+@pytest.mark.parametrize("name", [n for n in yaml.safe_load((RECIPES_DIR / "reproduce.yaml").read_text())["sets"]])
+def test_every_sft_recipe_makes_mini_o3s_rows_per_step_on_its_processes(name):
+    """The rows per optimizer step of each set's SFT recipe on the processes its launch uses (recipes/README.md, "SFT
+    schedule"): Mini-o3's 32 for the real sets, full and LoRA alike, over its 3 epochs, its vision tower frozen."""
+    launch = yaml.safe_load((RECIPES_DIR / "reproduce.yaml").read_text())["sets"][name]
+    values = load_recipe(REPO / launch["sft"]).values
+    rows = (
+        values["per_device_train_batch_size"] * values.get("gradient_accumulation_steps", 1) * launch["num_processes"]
+    )
+    if name == "tiny":
+        assert rows == 8 and values["max_steps"] == 600  # the offline kit's own calibration
+        return
+    assert (rows, values["num_train_epochs"]) == (MINI_O3_ROWS_PER_STEP, 3), name
+    assert values["freeze_vision_tower"] and values["freeze_projector"], name
+
+
+@pytest.mark.parametrize("recipe", [r for r in REAL if "/rl/" in r and load_recipe(r).values.get("use_peft")])
+def test_every_rl_lora_recipe_samples_rollouts_without_dropout(recipe):
+    """TRL generates rollouts in train mode: a LoRA recipe with `lora_dropout` must turn dropout off
+    (`disable_dropout`), or sample from a noised policy (`tests/test_mapo_trainer.py` counts the live calls)."""
+    values = load_recipe(recipe).values
+    assert values.get("lora_dropout", 0.05) == 0 or values.get("disable_dropout") is True
+
+
 @pytest.mark.parametrize("recipe", [r for r in REAL if load_recipe(r).values.get("use_peft")])
 def test_every_lora_recipe_passes_the_start_up_check_on_its_architecture(recipe):
     """The RL recipes start from an SFT output that does not exist here: the check runs on the recipe's model family
@@ -231,7 +261,7 @@ NOT_DISTRIBUTED = SimpleNamespace(deepspeed=None, fsdp="", report_to=[])  # the 
 def test_qlora_loads_through_bitsandbytes_with_the_recipes_settings(tiny_kit, monkeypatch):
     """bitsandbytes needs a GPU: the load itself is intercepted, the kwargs it would get are checked."""
     seen = {}
-    monkeypatch.setattr(policy, "load_model", lambda path, **kwargs: seen.update(kwargs) or "model")
+    monkeypatch.setattr(policy, "load_model", lambda path, **kwargs: seen.update(kwargs) or torch.nn.Module())
     values = load_recipe("recipes/Qwen2.5-VL-3B-Instruct/rl/config_mapo_qlora.yaml").values
     quant = {k: values[k] for k in ("load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant")}
     args = tiny_args(tiny_kit, dtype="bfloat16", use_peft=True, lora_target_modules=["q_proj", "v_proj"], **quant)
@@ -239,9 +269,43 @@ def test_qlora_loads_through_bitsandbytes_with_the_recipes_settings(tiny_kit, mo
     config = seen["quantization_config"]
     assert config.load_in_4bit and config.bnb_4bit_quant_type == "nf4" and config.bnb_4bit_use_double_quant
     assert config.bnb_4bit_compute_dtype == torch.bfloat16 and seen["device_map"] == {"": 0}
+    assert config.llm_int8_skip_modules == ["lm_head", "model.visual"]  # the next test reads them as transformers does
     seen.clear()
     policy.load_policy(tiny_args(tiny_kit), ToolConfig(), NOT_DISTRIBUTED)
     assert "quantization_config" not in seen and "device_map" not in seen
+
+
+def test_qlora_leaves_the_vision_tower_and_the_head_unquantised():
+    """Which Linear layers a 4-bit load of the 3B stores in NF4, by transformers' own rule (bitsandbytes itself needs a
+    GPU): with the skip list the loader sets, every language-model Linear but none of the vision tower's, its merger's
+    or the output head's, which is the set `scripts.memory` counts at 4 bits; TRL's config alone (no list) quantises
+    the tower and merger too. The memory estimate pays the difference: the tower's bf16 weights (~+0.9 GiB)."""
+    model = memory.build_on_meta("Qwen/Qwen2.5-VL-3B-Instruct")
+    linear = [name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+
+    def converted(skip):
+        kept = HfQuantizer.get_modules_to_not_convert(model, skip, model._keep_in_fp32_modules)
+        return {name for name in linear if should_convert_module(name, kept)}
+
+    skip = policy.quantization_config(ModelConfig(model_name_or_path="m", load_in_4bit=True)).llm_int8_skip_modules
+    ours, trl_alone = converted(skip), converted(None)
+    assert ours == quantized_linear_modules(model)
+    vision = {name for name in linear if name.startswith("model.visual.")}
+    assert vision and not ours & vision and "lm_head" not in ours
+    assert ours == set(linear) - vision - {"lm_head"}
+    assert trl_alone == set(linear) - {"lm_head"}  # TRL's get_quantization_config: the tower in NF4 too
+    kwargs = dict(trainable="lora", lora_targets=["q_proj"], load_in_4bit=True, nested_quant=True)
+    kept = memory.estimate_memory(model, **kwargs)["parameters"]
+    with pytest.MonkeyPatch.context() as patch:  # the estimate as it was, the tower in NF4 (TRL's config alone)
+        patch.setattr(memory, "quantized_linear_modules", lambda _: trl_alone)
+        quantised = memory.estimate_memory(model, **kwargs)["parameters"]
+    # The tower's Linear weights at bf16's 2 bytes instead of nested NF4's; its biases and norms are bf16 either way.
+    # Byte sizes are sums of multiples of powers of two below 2**53: exact in float64 but for the final / 2**30.
+    tower_linear = sum(m.weight.numel() for name, m in model.named_modules() if name in vision)
+    assert (kept - quantised) * memory.GIB == pytest.approx(
+        tower_linear * (2 - memory.QUANT_4BIT_NESTED_BYTES), rel=1e-12
+    )
+    assert 0.85 < kept - quantised < 1.0  # GiB: recipes/README.md's "+0.9 GiB"
 
 
 def test_qlora_adapters_go_back_to_fp32(tiny_kit):

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from trl import GRPOConfig, GRPOTrainer, ModelConfig, SFTConfig
+from lora_probe import StepProbe
+from trl import GRPOConfig, GRPOTrainer, ModelConfig
 from trl.data_utils import prepare_multimodal_messages
 
 import sft
-from configs import ScriptArguments
+from configs import ScriptArguments, SFTConfig
 from data.collator import DataCollatorForVisionToolCalling, fit_to_max_length
 from data.synthetic import build_synthetic
 from data.task import SYSTEM_PROMPTS, in_box_convention
@@ -161,14 +162,22 @@ def train(tiny_kit, tmp_path, *overrides: str):
     return sft.main(*parse_args_and_record(PARSER_TYPES, [*argv, *overrides]))
 
 
-def test_two_steps_train_the_model_and_save_it(tiny_kit, tmp_path):
-    trainer = train(tiny_kit, tmp_path)
+def test_two_steps_train_the_model_and_save_it(tiny_kit, tmp_path, probes):
+    """Full fine-tuning as the real recipes run it: the vision tower and projector frozen (Mini-o3's cold start), with
+    gradient checkpointing, which would make the frozen tower's input require grad (transformers hooks every
+    sub-model's input embedding): the language model trains, the tower does not, and nothing backpropagates into it."""
+    frozen = ("--freeze_vision_tower", "true", "--freeze_projector", "true", "--gradient_checkpointing", "true")
+    trainer = train(tiny_kit, tmp_path, *frozen)
     assert trainer.state.global_step == 2
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 2 and all(0 < loss < 20 for loss in losses)
     base = dict(load_model(tiny_kit["policy"], dtype=torch.float32).named_parameters())
-    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), base[n])]
-    assert changed
+    changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), base[n])}
+    trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable == {n for n in base if not n.startswith("model.visual.")}
+    assert changed and changed <= trainable  # no vision weight (merger included) moved
+    (probe,) = probes
+    assert probe.vision_calls and not probe.vision_requiring_grad
     assert (tmp_path / "model.safetensors").exists() and (tmp_path / "chat_template.jinja").exists()
 
 
@@ -217,8 +226,27 @@ def test_a_resumed_sft_run_ends_on_the_uninterrupted_runs_weights(tiny_kit, tmp_
         assert torch.allclose(param, final[name], rtol=1e-4, atol=1e-6), name
 
 
-def test_lora_trains_adapters_and_freezes_the_base(tiny_kit, tmp_path):
-    trainer = train(tiny_kit, tmp_path, "--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj")
+@pytest.fixture
+def probes(monkeypatch):
+    """`sft.main`'s trainer with a `lora_probe.StepProbe` on it: the list gets one probe per trainer built."""
+    built = []
+
+    class Probed(sft.SFTTrainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(StepProbe(self))
+
+    monkeypatch.setattr(sft, "SFTTrainer", Probed)
+    return built
+
+
+def test_lora_trains_adapters_and_freezes_the_base(tiny_kit, tmp_path, probes):
+    """With gradient checkpointing (the real recipes'), as TRL turns it on for PEFT: every adapter gets a gradient, and
+    no activation of the frozen vision tower requires grad, so no step backpropagates through it (TRL and
+    transformers hook Qwen2.5-VL's `patch_embed` too: `utils.trainable.enable_input_require_grads`)."""
+    lora = ("--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj")
+    # No warm-up: step 1 must move B off zero for A to get a gradient at step 2.
+    trainer = train(tiny_kit, tmp_path, *lora, "--gradient_checkpointing", "true", "--warmup_steps", "0")
     base = dict(load_model(tiny_kit["policy"], dtype=torch.float32).named_parameters())
     params = dict(trainer.model.named_parameters())
     lora = {n: p for n, p in params.items() if "lora_" in n}
@@ -229,6 +257,11 @@ def test_lora_trains_adapters_and_freezes_the_base(tiny_kit, tmp_path):
             original = name.replace("base_model.model.", "").replace(".base_layer", "")
             assert not param.requires_grad and torch.equal(param.detach(), base[original]), name
     assert (tmp_path / "adapter_model.safetensors").exists()
+    (probe,) = probes
+    assert probe.vision_calls and not probe.vision_requiring_grad
+    first, second = probe.gradients  # step 1: B is zero, so only B's gradient is; step 2: every adapter's
+    assert set(second) == set(lora)
+    assert all(first[n] for n in lora if "lora_B" in n) and all(second[n] for n in lora), second
 
 
 def test_columns_must_be_kept_for_rendering(tiny_kit, tmp_path):

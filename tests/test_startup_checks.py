@@ -1,6 +1,7 @@
 """Start-up checks every run gets: no silent no-learning in half precision, resuming only when asked, and a rollout
 token budget whose worst case is checked against the lengths."""
 
+import logging
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,13 +15,16 @@ from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 from trl import ModelConfig
 from trl.trainer.utils import RepeatSampler
 
+import evaluate
 import rl
-from configs import ScriptArguments
+import sft
+from configs import ScriptArguments, SFTConfig, TrajectoryArguments
 from data import load_split
 from mapo_trainer import MAPOConfig
 from repairs.resume import EpochSeededRepeatSampler, resume_checkpoint
 from repairs.rollout import check_token_budget, token_budget
 from tools import ToolConfig
+from utils import policy
 from utils.checks import (
     check_accelerate_config,
     check_master_weights,
@@ -30,10 +34,14 @@ from utils.checks import (
     check_wandb_login,
     planned_distributed_type,
 )
+from utils.lora import check_lora_targets, normalise_target_modules
 from utils.models import load_model, load_processor
+from utils.policy import policy_peft_config
 from utils.recipes import parse_args_and_record
+from utils.trainable import frozen_prefixes, only_trained_inputs_require_grads
 
 RL_TYPES = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)
+NOT_DISTRIBUTED = SimpleNamespace(deepspeed=None, fsdp="", report_to=[])  # the training arguments `load_policy` reads
 
 
 # ------------------------------------------------------------------------------------------- master weights (bf16)
@@ -98,6 +106,99 @@ def test_the_planned_distributed_type_comes_from_the_arguments_or_the_launcher(m
 
 def test_fp32_weights_pass(tiny_kit):
     check_master_weights(load_model(tiny_kit["policy"], dtype=torch.float32).named_parameters(), DistributedType.NO)
+
+
+# ------------------------------------------------------------------------------------- LoRA and the frozen tower
+def hooked_embeddings(model) -> set[str]:
+    return {name for name, module in model.named_modules() if module._forward_hooks}
+
+
+def test_only_embeddings_before_trained_checkpointed_layers_are_hooked(tiny_kit):
+    """`utils.trainable.enable_input_require_grads` on the tiny Qwen2.5-VL under PEFT, called twice as TRL and
+    `gradient_checkpointing_enable` do: adapters in the language model only hook its token embedding, once; adapters in
+    the vision blocks (`qkv`) hook the tower's `patch_embed` too, which reentrant checkpointing then needs. transformers'
+    own method hooks both embeddings in either case, once per call."""
+    for targets, expected in (
+        (["q_proj", "v_proj"], {"embed_tokens"}),
+        (["q_proj", "qkv"], {"embed_tokens", "patch_embed"}),
+    ):
+        model = only_trained_inputs_require_grads(load_model(tiny_kit["policy"], dtype=torch.float32))
+        peft_model = get_peft_model(model, LoraConfig(r=2, target_modules=targets))
+        peft_model.enable_input_require_grads()
+        peft_model.gradient_checkpointing_enable()  # transformers' second registration
+        hooked = hooked_embeddings(peft_model)
+        assert {name.rsplit(".", 1)[-1] for name in hooked} == expected, targets
+        assert all(len(dict(peft_model.named_modules())[name]._forward_hooks) == 1 for name in hooked)
+    stock = get_peft_model(
+        load_model(tiny_kit["policy"], dtype=torch.float32), LoraConfig(r=2, target_modules=["q_proj"])
+    )
+    stock.enable_input_require_grads()
+    stock.gradient_checkpointing_enable()
+    assert {len(dict(stock.named_modules())[n]._forward_hooks) for n in hooked_embeddings(stock)} == {2}
+    assert any(name.endswith("visual.patch_embed") for name in hooked_embeddings(stock))
+
+
+@pytest.mark.parametrize(
+    ("vision_tower", "projector", "adapted"),
+    [(True, True, set()), (True, False, {"merger"}), (False, False, {"blocks", "merger"})],
+)
+def test_a_frozen_part_gets_no_lora_adapter(tiny_kit, vision_tower, projector, adapted):
+    """`all-linear` also selects the vision tower's Linear layers; the parts the recipe freezes are left out of the
+    adapters (peft's `exclude_modules`), as LLaMA-Factory leaves them out of its targets."""
+    model = load_model(tiny_kit["policy"], dtype=torch.float32)
+    training_args = SimpleNamespace(freeze_vision_tower=vision_tower, freeze_projector=projector)
+    model_args = ModelConfig(model_name_or_path="m", use_peft=True, lora_r=2, lora_target_modules=["all-linear"])
+    peft_model = get_peft_model(model, policy_peft_config(model_args, model, training_args))
+    lora = [name for name, _ in peft_model.named_modules() if name.endswith("lora_A")]
+    assert any(".language_model." in name for name in lora)
+    assert {name.split("visual.")[1].split(".")[0] for name in lora if "visual." in name} == adapted
+
+
+def test_vision_targets_warn_unless_their_tower_is_frozen(tiny_kit, caplog):
+    """Qwen2.5-VL's vision MLP is also gate/up/down_proj: such a target list adapts the tower, which warns with the
+    count and an example; the attention targets do not, and a frozen tower takes no adapter, so no warning."""
+    model = load_model(tiny_kit["policy"], dtype=torch.float32)
+    mlp = normalise_target_modules(["gate_proj", "up_proj", "down_proj"])
+    with caplog.at_level(logging.WARNING, logger="utils.lora"):
+        check_lora_targets(model, mlp)
+        check_lora_targets(model, normalise_target_modules(["q_proj", "k_proj", "v_proj", "o_proj"]))
+        check_lora_targets(model, mlp, frozen_prefixes(model, vision_tower=True, projector=True))
+    blocks = model.config.vision_config.depth
+    (record,) = caplog.records
+    assert f"also select {3 * blocks} module(s) of the vision tower (e.g. model.visual.blocks.0.mlp.down_proj)" in (
+        record.getMessage()
+    )
+
+
+def test_an_adapter_folder_is_refused_by_rl_and_evaluation_with_the_merge_command(tmp_path, monkeypatch):
+    """A LoRA run's output_dir given where a full checkpoint is read: named as an adapter, with `scripts.merge_lora`,
+    before any weight is read or any sample evaluated."""
+    adapter = tmp_path / "Qwen2.5-VL-7B-Instruct-MAPO-LoRA"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"base_model_name_or_path": "Qwen/Qwen2.5-VL-7B-Instruct"}')
+    (adapter / "tool_config.json").write_text('{"tool": {}, "rollout": {}}')
+    loaded = []
+    monkeypatch.setattr(policy, "load_model", lambda *args, **kwargs: loaded.append(args))
+    monkeypatch.setattr(evaluate, "run_evaluation", lambda *args: loaded.append(args))
+    message = rf"model_name_or_path: {adapter} is a LoRA adapter .*python -m scripts.merge_lora --adapter {adapter}"
+    with pytest.raises(ValueError, match=message):
+        policy.load_policy(ModelConfig(model_name_or_path=str(adapter)), ToolConfig(), NOT_DISTRIBUTED)
+    with pytest.raises(ValueError, match=message):
+        evaluate.main(["--model_name_or_path", str(adapter), "--output_dir", str(tmp_path / "eval")])
+    assert not loaded
+
+
+def test_sft_names_the_converter_before_loading_any_weight(tiny_kit, tmp_path, monkeypatch):
+    """The real SFT recipes read a converted set from `outputs/data/...`: missing, it fails first, naming
+    `python -m data.convert`, not after the policy has loaded."""
+    loaded = []
+    monkeypatch.setattr(sft, "load_policy", lambda *args: loaded.append(args))
+    argv = ["--config", "recipes/tiny/sft/config_sft.yaml", "--output_dir", str(tmp_path / "out")]
+    argv += ["--model_name_or_path", str(tiny_kit["policy"]), "--dataset_name", str(tmp_path / "mini_o3_coldstart")]
+    parsed = parse_args_and_record((ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig), argv)
+    with pytest.raises(FileNotFoundError, match=r"dataset_name: .*mini_o3_coldstart does not exist.*python -m data"):
+        sft.main(*parsed)
+    assert not loaded
 
 
 # ---------------------------------------------------------------------------------------------------------- resume

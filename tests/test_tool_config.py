@@ -9,9 +9,9 @@ import warnings
 
 import pytest
 from PIL import Image
-from trl import ModelConfig, SFTConfig
+from trl import ModelConfig
 
-from configs import EvalArguments, ScriptArguments
+from configs import EvalArguments, ScriptArguments, SFTConfig
 from data.trajectories import TrajectoryArguments
 from mapo_trainer import ClipVerifier, MAPOConfig
 from tools import RECORD_NAME, PixelBudget, ToolConfig, read_record, write_record

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import datasets
-from trl import ModelConfig, SFTConfig
+from trl import ModelConfig
 
-from configs import EvalArguments, MAPOConfig, ScriptArguments, ToolConfig, TrajectoryArguments
+from configs import EvalArguments, MAPOConfig, ScriptArguments, SFTConfig, ToolConfig, TrajectoryArguments
 from data import synthetic_world
 from data.synthetic import build_synthetic, chance_accuracy
 from evaluation.metrics import mean

@@ -1,7 +1,8 @@
 """Start-up checks, each failing before training starts and naming the field to change: the model fields
-(`check_model`), trainable weights with no fp32 master copy (`check_planned_master_weights`, `check_master_weights`),
-the vLLM version (`check_vllm_version`), a vLLM server's model and pixel budget (`check_vllm_server`), the logging
-backends (`check_report_to`) and an accelerate config's backend (`check_accelerate_config`)."""
+(`check_model`, `check_not_adapter`), trainable weights with no fp32 master copy (`check_planned_master_weights`,
+`check_master_weights`), the vLLM version (`check_vllm_version`), a vLLM server's model and pixel budget
+(`check_vllm_server`), the logging backends (`check_report_to`) and an accelerate config's backend
+(`check_accelerate_config`)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
 from utils.lora import check_lora_targets
 from utils.models import build_on_meta, pixel_budget, resolve_config_path
+from utils.trainable import frozen_prefixes
 
 logger = logging.getLogger(__name__)
 
@@ -59,10 +61,14 @@ def model_config(model_args: trl.ModelConfig) -> PretrainedConfig | None:
     return AutoConfig.from_pretrained(source, revision=revision)
 
 
-def check_model(model_args: trl.ModelConfig) -> PretrainedConfig | None:
-    """Start-up checks of the model fields, before any weight is read: the family (`model_config`), quantisation
-    only with LoRA, and every `lora_target_modules` entry selecting some module of the real module tree (built on the
-    meta device; `utils.lora.check_lora_targets`)."""
+def check_model(
+    model_args: trl.ModelConfig, *, freeze_vision_tower: bool = False, freeze_projector: bool = False
+) -> PretrainedConfig | None:
+    """Start-up checks of the model fields, before any weight is read: a full checkpoint, not a LoRA adapter
+    (`check_not_adapter`); the family (`model_config`); quantisation only with LoRA; and every `lora_target_modules`
+    entry selecting some module of the real module tree (built on the meta device; `utils.lora.check_lora_targets`,
+    which warns about targets in the vision tower unless the freeze flags leave them out)."""
+    check_not_adapter(model_args.model_name_or_path)
     if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:
         raise ValueError(
             "load_in_4bit/load_in_8bit: quantized weights cannot be fully fine-tuned; set use_peft: true (QLoRA) "
@@ -71,11 +77,24 @@ def check_model(model_args: trl.ModelConfig) -> PretrainedConfig | None:
     config = model_config(model_args)
     if config is not None and model_args.use_peft and model_args.lora_target_modules is not None:
         model = build_on_meta(config)
+        frozen = frozen_prefixes(model, vision_tower=freeze_vision_tower, projector=freeze_projector)
         try:
-            check_lora_targets(model, model_args.lora_target_modules)
+            check_lora_targets(model, model_args.lora_target_modules, frozen)
         except ValueError as err:
             raise ValueError(f"lora_target_modules: {err}") from None
     return config
+
+
+def check_not_adapter(path: str | os.PathLike, field: str = "model_name_or_path") -> None:
+    """Fail when `path` is a LoRA adapter folder (`adapter_config.json`, no `config.json`: what a LoRA run saves)
+    rather than a full checkpoint: RL, evaluation and vLLM start from full weights, so the adapter is merged first."""
+    folder = Path(path)
+    if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
+        raise ValueError(
+            f"{field}: {path} is a LoRA adapter (adapter_config.json, no config.json), not a full checkpoint: merge it "
+            f"into its base first, `python -m scripts.merge_lora --adapter {path} --output_dir <merged folder>`, and "
+            f'give {field} the merged folder (recipes/README.md, "LoRA SFT, then RL")'
+        )
 
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)

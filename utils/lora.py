@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 
 from torch import nn
 from transformers import PreTrainedModel
 
+logger = logging.getLogger(__name__)
+
 ALL_LINEAR = "all-linear"  # peft's shorthand for every Linear layer but the output head
+VISION_MARKERS = ("visual", "vision_tower", "vision_model")  # a module-name component that places it in a vision tower
+
+
+def is_vision_module(name: str) -> bool:
+    """Whether a module or parameter name lies in the vision tower (projector included)."""
+    return any(part in VISION_MARKERS for part in name.split("."))
 
 
 def output_module_names(model: nn.Module) -> set[str]:
@@ -44,10 +53,13 @@ def lora_matches(model: nn.Module, target_modules: str | Sequence[str]) -> dict[
     }
 
 
-def check_lora_targets(model: nn.Module, target_modules: str | Sequence[str]) -> int:
+def check_lora_targets(model: nn.Module, target_modules: str | Sequence[str], frozen: Sequence[str] = ()) -> int:
     """The number of modules the LoRA targets select; ValueError if any target selects nothing (stricter than
     peft, which fails only when *no* target matches: `qkv_projj` beside `q_proj` would train silently) or a layer type
-    peft cannot adapt."""
+    peft cannot adapt. Warns when they select modules of the vision tower outside `frozen` (module-name prefixes that
+    get no adapter, `utils.trainable.lora_exclusions`): Qwen2.5-VL's vision MLP is also `gate_proj`/`up_proj`/
+    `down_proj`, and `all-linear` takes every vision Linear, so such a list adapts the tower and backpropagates
+    through it."""
     matches = lora_matches(model, target_modules)
     missing = [target for target, found in matches.items() if not found]
     if missing:
@@ -72,5 +84,17 @@ def check_lora_targets(model: nn.Module, target_modules: str | Sequence[str]) ->
         raise ValueError(
             f"LoRA target(s) select {len(unsupported)} module(s) peft cannot adapt ({', '.join(kinds)}), "
             f"e.g. {unsupported[0]}: name Linear layers (their last name component) instead"
+        )
+    vision = sorted(
+        n for n in selected if is_vision_module(n) and not any(n == p or n.startswith(f"{p}.") for p in frozen)
+    )
+    if vision:
+        logger.warning(
+            "lora_target_modules %s also select %d module(s) of the vision tower (e.g. %s): those adapters train the "
+            "tower, and every step backpropagates through it. To adapt the language model only, name its modules "
+            "(q_proj, k_proj, v_proj, o_proj: the vision blocks call theirs qkv and proj).",
+            target_modules,
+            len(vision),
+            vision[0],
         )
     return len(selected)
