@@ -440,3 +440,11 @@ def test_flag_values_types_a_command_line_as_the_recipe_parser_reads_it():
         "learning_rate": 2e-6, "use_vllm": True, "dataset_path": ["a.parquet", "b.parquet"], "report_to": "none",
         "bf16": True, "max_steps": 3,
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("recipe", [r for r in REAL if "/model_configs/" not in r])
+def test_every_real_recipe_keeps_two_checkpoints_to_resume_from(recipe):
+    """A run of hours saves checkpoints and keeps at least 2: the trainer deletes old ones after a save completes,
+    so a save killed half-way leaves the one before it, which resume takes (repairs.resume.last_complete_checkpoint)."""
+    values = load_recipe(REPO / recipe).values
+    assert values["save_strategy"] == "steps" and values["save_total_limit"] >= 2, recipe
