@@ -468,20 +468,38 @@ class ThymeRewrites(ast.NodeTransformer):
         return self.generic_visit(node)
 
 
+def align_first_line_to_second(code: str) -> str:
+    """sandbox.py `align_first_line_to_second`: the first non-blank line takes the second's indentation (spaces)."""
+    lines = code.splitlines()
+    filled = [i for i, line in enumerate(lines) if line.strip()][:2]
+    if len(filled) < 2:
+        return code
+    first, second = lines[filled[0]], lines[filled[1]]
+    first_indent = " " * (len(first) - len(first.lstrip(" ")))
+    second_indent = " " * (len(second) - len(second.lstrip(" ")))
+    if first_indent != second_indent:
+        lines[filled[0]] = second_indent + first.lstrip(" ")
+    return "\n".join(lines)
+
+
 def thyme_run(code: str, original: Image.Image, context: dict) -> list[Image.Image]:
     """The images one code block returns, run as Thyme's sandbox runs it (github.com/yfzhang114/Thyme
-    `eval/VLMEvalKit/vlmeval/vlm/thyme/sandbox.py`, `_sandboxed_execution_target`): the code rewritten (`ThymeRewrites`,
-    then `/mnt/data/temp_processed_images/` replaced by the output folder), exec'd with cv2 (real OpenCV), numpy, PIL's
-    `Image`, os, random, math, re, json and string as globals and `image_path` (the original, on disk) and
-    `temp_output_dir` as locals, the locals of earlier blocks kept (`context`); the images returned are a new
-    `processed_path`, then every existing path under the output folder the code printed, in print order."""
+    `eval/VLMEvalKit/vlmeval/vlm/thyme/sandbox.py`, `_sandboxed_execution_target`): the code stripped, realigned and
+    dedented, rewritten (`ThymeRewrites`, then `/mnt/data/temp_processed_images/` replaced by the output folder),
+    exec'd with cv2 (real OpenCV), numpy, PIL's `Image`, os, random, math, re, json and string as globals and
+    `image_path` (the original, on disk) and `temp_output_dir` as locals, the locals of earlier blocks kept
+    (`context`); the images returned are a new `processed_path`, then every existing path under the output folder the
+    code printed, in print order."""
     import cv2  # opencv-python-headless: requirements.txt, for this transcription only
 
     with tempfile.TemporaryDirectory(prefix="thyme-") as folder:
         input_path, output = os.path.join(folder, "input.png"), os.path.join(folder, "out") + "/"
         os.makedirs(output)
         original.save(input_path)
-        tree = ThymeRewrites(input_path, original.size).visit(ast.parse(textwrap.dedent(code).strip()))
+        # model.py strips the block; the sandbox realigns its first line, dedents and strips (then autopep8, whose
+        # reformatting these blocks do not need)
+        code = textwrap.dedent(align_first_line_to_second(code.strip())).strip()
+        tree = ThymeRewrites(input_path, original.size).visit(ast.parse(code))
         code = ast.unparse(tree).replace(THYME_OUTPUT_PREFIX, output)
         sandbox_globals = {"cv2": cv2, "np": np, "numpy": np, "Image": Image, "os": os, "random": random,
                            "math": math, "re": re, "json": json, "string": string}  # fmt: skip

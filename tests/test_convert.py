@@ -9,6 +9,7 @@ preview (rendered in headless Chromium where it exists); and SFT training on a c
 import html
 import json
 import subprocess
+import textwrap
 from pathlib import Path
 
 import datasets
@@ -481,6 +482,28 @@ def test_thyme_code_forms_are_evaluated(tmp_path, form):
     assert stats["rows_skipped"] == {} and boxes(dataset) == [expected], stats
     assert stats["crop_check"]["calls_checked_by_content"] == len(expected)
     assert_every_crop_shows_the_target(dataset)
+
+
+# Issue 49, item 6: blocks indented inside their fence. Thyme's `code_regex` takes the first line's indentation with
+# the fence; its sandbox gives that line the second's back, dedents and strips (`parse_thyme_code`). Read with
+# DeepEyesV2's indentation repair instead (each line stripped, re-indented after a ":"), the lines after an `except`
+# fell inside it, the crop was never read, and the row was skipped as `unread_code`.
+THYME_TRY = "try:\n    cropped_image = image.crop((240, 90, 300, 150))\nexcept Exception:\n    cropped_image = image"
+THYME_INDENTED = {
+    "a try in the middle": thyme_pil(THYME_TRY),
+    "opening with a try": (
+        f"try:\n{textwrap.indent(THYME_PIL_OPEN, '    ')}except Exception:\n    image = None\n"
+        f"cropped_image = image.crop((240, 90, 300, 150))\n{THYME_PIL_ZOOM}{THYME_PIL_SAVE}"
+    ),
+}
+
+
+@pytest.mark.parametrize("form", THYME_INDENTED)
+def test_thyme_code_indented_inside_its_fence_is_read_as_the_sandbox_aligns_it(tmp_path, form):
+    """Planted: with DeepEyesV2's repair as Thyme's parse, both forms come out `unread_code`."""
+    code = textwrap.indent(THYME_INDENTED[form], "    ")
+    dataset, stats = thyme_converted(tmp_path, thyme_record([("Let me crop the small square.", code)]))
+    assert stats["rows_skipped"] == {} and boxes(dataset) == [[SQUARE]], stats
 
 
 def test_the_sandbox_clamp_is_thymes():
