@@ -70,6 +70,8 @@ def convert(fmt: str, source: Path, tool: ToolConfig) -> tuple[list[Trajectory],
             "rows_mismatched": skipped["crop_mismatch"],
         },
         "calls_failed_upstream": sum(t.failed_calls for t in kept),
+        # where the format's convention is chosen per row by its crops (docs/data.md): the rows converted under each
+        "rows_by_reading": dict(sorted(Counter(t.reading for t in kept if t.reading).items())),
     }
     return kept, stats
 

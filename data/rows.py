@@ -64,6 +64,7 @@ class Trajectory:
     crops_checked: int = 0  # calls whose crop was checked against the release's own (all of them)
     content_checked: int = 0  # of those, the ones large enough to compare by content, not by aspect alone
     failed_calls: int = 0  # calls (or code turns that raised) after which the release shows no image: dropped
+    reading: str = ""  # the reading of an uncertain convention the row's crops chose (`crop_check.Readings`), if any
 
 
 def as_row(trajectory: Trajectory) -> dict:

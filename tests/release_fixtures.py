@@ -181,11 +181,14 @@ def pixel_reasoner_resize(image: Image.Image, min_pixels: int = 4 * 28 * 28, max
     return image.convert("RGB").resize((width, height))
 
 
-def pixel_reasoner_record(calls, qid="q0", answer="red", first_parts=None, plant=None) -> tuple[dict, dict]:
+def pixel_reasoner_record(
+    calls, qid="q0", answer="red", first_parts=None, plant=None, padding=0.1
+) -> tuple[dict, dict]:
     """One `{qid, message_list}` record (github.com/TIGER-AI-Lab/Pixel-Reasoner `instruction_tuning/sft_tool.py`
     reads `message_list`) and the image files it names. Each call runs as their `execute_tool` (non-video) runs it:
     `images[target_image - 1]`, the original raw, a crop as shown; a rejected call shows an error turn and no image.
-    `plant="zero_based"`: the last call's crop was cut from `images[target_image]`, a 0-based reading."""
+    `plant="zero_based"`: the last call's crop was cut from `images[target_image]`, a 0-based reading. `padding`:
+    their RL tool's 0.1, or another (0: a release whose crops are the plain box)."""
     original = scene()
     files = {"images/0.png": original}
     images = [original]
@@ -200,7 +203,7 @@ def pixel_reasoner_record(calls, qid="q0", answer="red", first_parts=None, plant
         index = call[1] - (0 if plant == "zero_based" and k == len(calls) - 1 else 1)
         try:
             assert index < len(images), "Execution Error: Incorrect `target_image` argument"
-            shown = pixel_reasoner_resize(pixel_reasoner_crop(images[index], call[0]))
+            shown = pixel_reasoner_resize(pixel_reasoner_crop(images[index], call[0], padding=padding))
         except AssertionError as err:
             messages.append({"role": "user", "content": [{"type": "text", "text": f"\nExecution error:\n{err}\n"}]})
             continue
@@ -240,8 +243,8 @@ def cof_crop(image: Image.Image, bbox_2d, enlarge_factor: float = 1.0, scaleup_f
              min_pixels: int = 112 * 112) -> Image.Image:  # fmt: skip
     """github.com/xtong-zhang/Chain-of-Focus `verl/recipe/zoomin/zoomin_vision_tool.py`, `enlarge_bbox` then
     `do_crop`: the box enlarged about its centre (clamped), truncated, cropped, scaled up through smart_resize. The
-    SFT release's crop code is not published; its RL tool and eval enlarge by 1.5 (`plant` rows), the converter's
-    convention (the box as written) is `enlarge_factor=1`."""
+    SFT release's crop code is not published; its RL tool and eval enlarge by 1.5: the converter reads both
+    (`cof.COF_ENLARGEMENT`)."""
     width, height = image.size
     x0, y0, x1, y1 = bbox_2d
     if enlarge_factor != 1:

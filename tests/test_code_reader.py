@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from data import convert
 from data.converters import code_reader
 from data.converters.code_reader import MAX_NUMBER, CodeReader, Module, OriginalPath
 from data.converters.common import SkipRow
@@ -99,8 +100,6 @@ def test_a_number_no_coordinate_needs_is_unsupported_code_and_never_built(guard,
 def test_the_huge_power_row_is_skipped_by_the_converter_and_counted(guard, tmp_path):
     """The same code in a DeepEyesV2 row, converted: the row is skipped on `unsupported_code`, quoting the statement;
     the next row converts."""
-    from data import convert
-
     crop = "display(image_1.crop((240, 90, 300, 150)))"
     huge = deepeyes_v2_record([crop], image_name="0.png")  # the fixture runs its cells: the power is written after
     huge[0]["messages"][2]["content"] = huge[0]["messages"][2]["content"].replace(crop, f"x = 10 ** 10 ** 9\n{crop}")
@@ -137,8 +136,6 @@ def test_a_rows_code_has_a_time_limit_over_all_its_turns():
 
 def test_a_slow_row_is_skipped_by_the_converter_on_its_reason(tmp_path, monkeypatch):
     """The converter counts `slow_code` (a limit already spent, so every row's first check trips)."""
-    from data import convert
-
     monkeypatch.setattr(code_reader, "CODE_SECONDS_PER_ROW", -1.0)
     root = write_deepeyes_v2(tmp_path / "in", [deepeyes_v2_record(["display(image_1.crop((240, 90, 300, 150)))"])])
     kept, stats = convert.convert("deepeyes_v2_sft", root, ToolConfig())
