@@ -26,12 +26,20 @@ CLIP_RESIZE = tuple(OPEN_CLIP_RESIZE_MODE)
 # How the model writes `bbox_2d` (`ToolConfig.box_convention`): Qwen2.5-VL's absolute pixels of the resized image it
 # sees, or Qwen3-VL's 0-1000 grid relative to the image (its pre-training's grounding format).
 BOX_CONVENTIONS = ("pixels", "relative_1000")
-# Each model family's own tool settings (config.json `model_type`): what a run takes for a setting neither the recipe,
-# the command line nor the starting checkpoint's record sets (`utils.recipes.parse_args_and_record`).
-FAMILY_TOOL_SETTINGS = {
-    "qwen2_5_vl": {"box_convention": "pixels", "accept_img_idx": False},
-    "qwen3_vl": {"box_convention": "relative_1000", "accept_img_idx": True},
+# The model families the repo supports, by config.json `model_type`: their name and their own tool settings, what a
+# run takes for a setting neither the recipe, the command line nor the starting checkpoint's record sets
+# (`utils.recipes.parse_args_and_record`). A model of another type is refused by training and evaluation alike
+# (`utils.checks.check_family`). Qwen3-VL's MoE models (30B-A3B, 235B-A22B: `qwen3_vl_moe`) share its processor
+# (transformers 5.17: `Qwen3VLProcessor`) and its 0-1000 grounding. transformers 5.17's other Qwen VL types are not
+# taken: Qwen2-VL (`qwen2_vl`: its own processor, its grounding 0-1000 in box tokens, not `bbox_2d`) and Qwen3.5
+# (`qwen3_5`, `qwen3_5_moe`, `qwen4_exp`: Qwen3-VL's processor, but their grounding frame is not checked here).
+_QWEN3_VL_TOOL = {"box_convention": "relative_1000", "accept_img_idx": True}
+MODEL_FAMILIES = {
+    "qwen2_5_vl": ("Qwen2.5-VL", {"box_convention": "pixels", "accept_img_idx": False}),
+    "qwen3_vl": ("Qwen3-VL", _QWEN3_VL_TOOL),
+    "qwen3_vl_moe": ("Qwen3-VL-MoE", _QWEN3_VL_TOOL),
 }
+FAMILY_TOOL_SETTINGS = {kind: settings for kind, (_, settings) in MODEL_FAMILIES.items()}
 
 
 def open_clip_resize_mode(clip_resize: str) -> str:
