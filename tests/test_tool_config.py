@@ -33,6 +33,22 @@ def test_crop_budget_defaults_to_the_image_budget_and_resolves_for_the_record():
     assert "clip_model" not in record and "clip_resize" not in record  # SFT scores nothing with CLIP
 
 
+def test_a_crop_budget_over_the_image_budget_is_capped_at_it_and_warns():
+    """Issue 49, item 6: the processor shrinks any image into its own max_pixels, so a crop resized to a larger
+    `crop_max_pixels` was shown smaller than the tool's record of it (its `img_idx` frame, its token cost). Capped at
+    the image's ceiling; the run's record says so, with a warning naming both (`evaluate.py --max_pixels 50176`
+    keeps the recipes' crop_max_pixels 401408)."""
+    image = PixelBudget(3136, 12544, 28)
+    assert ToolConfig(crop_max_pixels=20000).crop_budget(image) == image
+    with pytest.warns(
+        UserWarning, match="crop_max_pixels 20000 is over max_pixels 12544: crops are resized to at most"
+    ):
+        assert ToolConfig(crop_max_pixels=20000).resolved(image).crop_max_pixels == 12544
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ToolConfig(crop_max_pixels=12544).resolved(image).crop_max_pixels == 12544
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

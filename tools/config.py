@@ -100,7 +100,9 @@ class ToolConfig(VerifierConfig):
     crop_max_pixels: int | None = field(
         default=None,
         metadata={
-            "help": "Max pixels of a crop fed back to the model (None: max_pixels); costs max_completion_length."
+            "help": "Max pixels of a crop fed back to the model (None: max_pixels); costs max_completion_length. "
+            "At most max_pixels: the processor would shrink a larger crop to that all the same (a larger value "
+            "warns and is capped)."
         },
     )
     min_side: int = field(default=28, metadata={"help": "Shorter box sides (original pixels) are expanded."})
@@ -120,8 +122,9 @@ class ToolConfig(VerifierConfig):
         default=False,
         metadata={
             "help": "Let the zoom tool take Qwen3-VL's `img_idx` (Qwen-Agent's image_zoom_in_tool): 0 or absent the "
-            "original, i the image the i-th successful zoom returned, bbox_2d in that image's frame. Unset: the "
-            "record's, else the model family's own (qwen3_vl: true, qwen2_5_vl: false)."
+            "original, i the image the i-th successful zoom returned, a negative i counted from the last image "
+            "shown (-1: the last, as Qwen-Agent's Python list index reads it), bbox_2d in that image's frame. Unset: "
+            "the record's, else the model family's own (qwen3_vl: true, qwen2_5_vl: false)."
         },
     )
     max_label_words: int = field(default=12, metadata={"help": "Longest label (words); MAPO section 3.3."})
@@ -141,17 +144,27 @@ class ToolConfig(VerifierConfig):
             )
 
     def crop_budget(self, image_budget: PixelBudget) -> PixelBudget:
-        """The budget crops are resized to: the image's, with `crop_max_pixels` as its ceiling when set."""
+        """The budget crops are resized to: the image's, with `crop_max_pixels` as its ceiling when set, never above
+        the image's own ceiling (the processor shrinks any image into it: the tool's frame of a crop, and the tokens
+        it costs, must be those of the crop the model sees)."""
         if self.crop_max_pixels is None:
             return image_budget
-        return replace(image_budget, max_pixels=max(self.crop_max_pixels, image_budget.min_pixels))
+        ceiling = min(self.crop_max_pixels, image_budget.max_pixels)
+        return replace(image_budget, max_pixels=max(ceiling, image_budget.min_pixels))
 
     def as_record(self, verifier: bool = True) -> dict[str, Any]:
         """The settings a checkpoint records; without the verifier's for a stage that scored nothing (SFT)."""
         return {k: v for k, v in asdict(self).items() if verifier or k not in VERIFIER_FIELDS}
 
     def resolved(self, image_budget: PixelBudget) -> ToolConfig:
-        """A copy with the pixel budgets the processor really uses, as a checkpoint records them."""
+        """A copy with the pixel budgets the processor really uses, as a checkpoint records them (a `crop_max_pixels`
+        over the image's `max_pixels` warns: it is capped, `crop_budget`)."""
+        if self.crop_max_pixels is not None and self.crop_max_pixels > image_budget.max_pixels:
+            warnings.warn(
+                f"crop_max_pixels {self.crop_max_pixels} is over max_pixels {image_budget.max_pixels}: crops are "
+                f"resized to at most {image_budget.max_pixels} pixels (the processor shrinks a larger one all the same)",
+                stacklevel=2,
+            )
         return replace(
             self,
             min_pixels=image_budget.min_pixels,
