@@ -98,12 +98,13 @@ _COMPARE: dict[type, Callable] = {
 }  # fmt: skip
 
 
-# Bounds on what the reader computes, so that no row can keep it busy (`x = 10 ** 10 ** 9` before a crop would take
-# minutes and gigabytes): a number over MAX_NUMBER in magnitude is one no image coordinate needs (2**53, the largest
-# whole number a float holds exactly: every coordinate becomes a float) and `unsupported_code`; so is a sequence of
-# over MAX_ITEMS items built by `+` or `*`, and a `round` to more than MAX_ROUND_DIGITS digits either way. Every
-# operation on bounded values is then quick, and CODE_SECONDS_PER_ROW (of evaluation, summed over a row's code turns)
-# is the net under whatever else a row could do: over it, the row is skipped as `slow_code`.
+# Bounds on what the reader computes, so that no row can keep it busy (`x = 10 ** 10 ** 9` before a crop took over 15 s
+# and gigabytes): a number over MAX_NUMBER in magnitude is one no image coordinate needs (2**53, the largest whole
+# number a float holds exactly: every coordinate becomes a float) and `unsupported_code`; so is a sequence of over
+# MAX_ITEMS items built by `+` (`*` on a sequence is not evaluated), and a `round` to more than MAX_ROUND_DIGITS
+# digits either way (`round(5, -10**9)` computes 10**(10**9)). Every operation on bounded values is then quick, and
+# CODE_SECONDS_PER_ROW (of evaluation, summed over a row's code turns) is the net under whatever else a row could do:
+# over it, the row is skipped as `slow_code`.
 MAX_NUMBER = 2**53
 MAX_ITEMS = 10_000
 MAX_ROUND_DIGITS = 20
