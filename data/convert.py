@@ -84,7 +84,7 @@ def convert_rows(
 def _convert_rows(
     fmt: str, source: Path, tool: ToolConfig, stats: dict, max_calls: int | None, budget: PixelBudget | None
 ) -> Iterator[Trajectory]:
-    skipped, examples, calls, calls_per_row = Counter(), {}, Counter(), Counter()
+    skipped, examples, calls, calls_per_row, readings = Counter(), {}, Counter(), Counter(), Counter()
     kept = crops_checked = content_checked = failed_calls = naming = 0
     crops = CropSizes(tool, budget) if budget is not None else None
 
@@ -103,6 +103,7 @@ def _convert_rows(
             skip("too_many_calls", f"row {item.id}", f"{len(item.calls)} calls, over max_calls={max_calls}")
             continue
         kept += 1
+        readings.update([item.reading] if item.reading else [])
         calls.update(call["label_source"] for call in item.calls)
         crops_checked, content_checked = crops_checked + item.crops_checked, content_checked + item.content_checked
         failed_calls += item.failed_calls
@@ -132,6 +133,8 @@ def _convert_rows(
         # thoughts that name an image as `observation_1` or "Observation 2" (Mini-o3's conversation numbers every
         # crop it shows; this repo's tool responses name none), over the kept rows
         "thoughts_naming_observations": naming,
+        # where the format's convention is chosen per row by its crops (docs/data.md): the rows converted under each
+        "rows_by_reading": dict(sorted(readings.items())),
     }
     if crops is not None:
         stats["crops"] = crops.summary()

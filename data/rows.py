@@ -67,6 +67,7 @@ class Trajectory:
     failed_calls: int = 0  # calls (or code turns that raised) after which the release shows no image: dropped
     release_crops: list[tuple[int, int]] = field(default_factory=list)  # each call's crop as the release ships it
     image_bytes: bytes | None = None  # `image` as the release encodes it: saved as is, never decoded and re-encoded
+    reading: str = ""  # the reading of an uncertain convention the row's crops chose (`crop_check.Readings`), if any
 
 
 def as_row(trajectory: Trajectory) -> dict:

@@ -181,11 +181,14 @@ def pixel_reasoner_resize(image: Image.Image, min_pixels: int = 4 * 28 * 28, max
     return image.convert("RGB").resize((width, height))
 
 
-def pixel_reasoner_record(calls, qid="q0", answer="red", first_parts=None, plant=None) -> tuple[dict, dict]:
+def pixel_reasoner_record(
+    calls, qid="q0", answer="red", first_parts=None, plant=None, padding=0.1
+) -> tuple[dict, dict]:
     """One `{qid, message_list}` record (github.com/TIGER-AI-Lab/Pixel-Reasoner `instruction_tuning/sft_tool.py`
     reads `message_list`) and the image files it names. Each call runs as their `execute_tool` (non-video) runs it:
     `images[target_image - 1]`, the original raw, a crop as shown; a rejected call shows an error turn and no image.
-    `plant="zero_based"`: the last call's crop was cut from `images[target_image]`, a 0-based reading."""
+    `plant="zero_based"`: the last call's crop was cut from `images[target_image]`, a 0-based reading. `padding`:
+    their RL tool's 0.1, or another (0: a release whose crops are the plain box)."""
     original = scene()
     files = {"images/0.png": original}
     images = [original]
@@ -200,7 +203,7 @@ def pixel_reasoner_record(calls, qid="q0", answer="red", first_parts=None, plant
         index = call[1] - (0 if plant == "zero_based" and k == len(calls) - 1 else 1)
         try:
             assert index < len(images), "Execution Error: Incorrect `target_image` argument"
-            shown = pixel_reasoner_resize(pixel_reasoner_crop(images[index], call[0]))
+            shown = pixel_reasoner_resize(pixel_reasoner_crop(images[index], call[0], padding=padding))
         except AssertionError as err:
             messages.append({"role": "user", "content": [{"type": "text", "text": f"\nExecution error:\n{err}\n"}]})
             continue
@@ -240,8 +243,8 @@ def cof_crop(image: Image.Image, bbox_2d, enlarge_factor: float = 1.0, scaleup_f
              min_pixels: int = 112 * 112) -> Image.Image:  # fmt: skip
     """github.com/xtong-zhang/Chain-of-Focus `verl/recipe/zoomin/zoomin_vision_tool.py`, `enlarge_bbox` then
     `do_crop`: the box enlarged about its centre (clamped), truncated, cropped, scaled up through smart_resize. The
-    SFT release's crop code is not published; its RL tool and eval enlarge by 1.5 (`plant` rows), the converter's
-    convention (the box as written) is `enlarge_factor=1`."""
+    SFT release's crop code is not published; its RL tool and eval enlarge by 1.5: the converter reads both
+    (`cof.COF_ENLARGEMENT`)."""
     width, height = image.size
     x0, y0, x1, y1 = bbox_2d
     if enlarge_factor != 1:
@@ -468,20 +471,38 @@ class ThymeRewrites(ast.NodeTransformer):
         return self.generic_visit(node)
 
 
+def align_first_line_to_second(code: str) -> str:
+    """sandbox.py `align_first_line_to_second`: the first non-blank line takes the second's indentation (spaces)."""
+    lines = code.splitlines()
+    filled = [i for i, line in enumerate(lines) if line.strip()][:2]
+    if len(filled) < 2:
+        return code
+    first, second = lines[filled[0]], lines[filled[1]]
+    first_indent = " " * (len(first) - len(first.lstrip(" ")))
+    second_indent = " " * (len(second) - len(second.lstrip(" ")))
+    if first_indent != second_indent:
+        lines[filled[0]] = second_indent + first.lstrip(" ")
+    return "\n".join(lines)
+
+
 def thyme_run(code: str, original: Image.Image, context: dict) -> list[Image.Image]:
     """The images one code block returns, run as Thyme's sandbox runs it (github.com/yfzhang114/Thyme
-    `eval/VLMEvalKit/vlmeval/vlm/thyme/sandbox.py`, `_sandboxed_execution_target`): the code rewritten (`ThymeRewrites`,
-    then `/mnt/data/temp_processed_images/` replaced by the output folder), exec'd with cv2 (real OpenCV), numpy, PIL's
-    `Image`, os, random, math, re, json and string as globals and `image_path` (the original, on disk) and
-    `temp_output_dir` as locals, the locals of earlier blocks kept (`context`); the images returned are a new
-    `processed_path`, then every existing path under the output folder the code printed, in print order."""
+    `eval/VLMEvalKit/vlmeval/vlm/thyme/sandbox.py`, `_sandboxed_execution_target`): the code stripped, realigned and
+    dedented, rewritten (`ThymeRewrites`, then `/mnt/data/temp_processed_images/` replaced by the output folder),
+    exec'd with cv2 (real OpenCV), numpy, PIL's `Image`, os, random, math, re, json and string as globals and
+    `image_path` (the original, on disk) and `temp_output_dir` as locals, the locals of earlier blocks kept
+    (`context`); the images returned are a new `processed_path`, then every existing path under the output folder the
+    code printed, in print order."""
     import cv2  # opencv-python-headless: requirements.txt, for this transcription only
 
     with tempfile.TemporaryDirectory(prefix="thyme-") as folder:
         input_path, output = os.path.join(folder, "input.png"), os.path.join(folder, "out") + "/"
         os.makedirs(output)
         original.save(input_path)
-        tree = ThymeRewrites(input_path, original.size).visit(ast.parse(textwrap.dedent(code).strip()))
+        # model.py strips the block; the sandbox realigns its first line, dedents and strips (then autopep8, whose
+        # reformatting these blocks do not need)
+        code = textwrap.dedent(align_first_line_to_second(code.strip())).strip()
+        tree = ThymeRewrites(input_path, original.size).visit(ast.parse(code))
         code = ast.unparse(tree).replace(THYME_OUTPUT_PREFIX, output)
         sandbox_globals = {"cv2": cv2, "np": np, "numpy": np, "Image": Image, "os": os, "random": random,
                            "math": math, "re": re, "json": json, "string": string}  # fmt: skip

@@ -10,6 +10,7 @@ import html
 import io
 import json
 import subprocess
+import textwrap
 from pathlib import Path
 
 import datasets
@@ -32,9 +33,10 @@ from data.converters.common import (
     relative_to_pixels,
     to_image_box,
 )
-from data.converters.crop_check import crop_disagreement
+from data.converters.crop_check import Readings, crop_disagreement
 from data.converters.labels import derive_label
 from data.converters.thyme import thyme_clamp
+from data.rows import Trajectory
 from data.task import build_prompt, extract_answer
 from data.trajectories import build_gold_trajectories, replay_calls
 from tests.release_fixtures import (
@@ -256,8 +258,9 @@ def test_cof_images_are_found_where_the_release_puts_them(tmp_path, layout):
 
 def test_cof_release(tmp_path):
     """CoF's absolute boxes keep their labels; the question loses CoF's instructions and its options go to `options`
-    (defect 7); a call their tool rejected adds no image; CoF's 1.5x enlargement, had the release's crops been cut
-    so, is caught by the check; bad rows are counted."""
+    (defect 7); a call their tool rejected adds no image; a row whose crops were cut with CoF's 1.5x enlargement is
+    read enlarged (issue 49, item 2: it was `crop_mismatch`), the box of its crop (170, 30, 350, 210), counted under its
+    reading; bad rows are counted, a box past the image on its own reason under either reading."""
     good, files = cof_record([None, (SQUARE, "the red square")], question="Is the red square left or right?",
                              options=["left", "right"], answer="B", image_name="0.png")  # fmt: skip
     malformed, more = cof_record([(SQUARE, "the red square")], image_name="1.png")
@@ -276,9 +279,11 @@ def test_cof_release(tmp_path):
     root = write_cof(tmp_path / "in", records)
     (root / "images" / "2.png").unlink()
     dataset, stats = converted(tmp_path, "cof_sft", root)
-    assert stats["rows_read"] == 7 and stats["rows_converted"] == 1
+    assert stats["rows_read"] == 7 and stats["rows_converted"] == 2
     assert stats["rows_skipped"] == {"malformed_call": 1, "missing_image": 1, "box_outside_image": 1,
-                                     "crop_mismatch": 1, "empty_answer": 1, "label_too_long": 1}  # fmt: skip
+                                     "empty_answer": 1, "label_too_long": 1}  # fmt: skip
+    assert stats["rows_by_reading"] == {"as_written": 1, "enlarged_1.5": 1}
+    assert boxes(dataset)[1] == [[170, 30, 350, 210]]  # (200, 60, 320, 180) enlarged 1.5x about (260, 120)
     (call,) = dataset[0]["gold_calls"]
     assert call == {"box": SQUARE, "thought": "Too small; I zoom in.", "label": "the red square",
                     "label_source": "dataset"}  # fmt: skip
@@ -316,7 +321,65 @@ def test_pixel_reasoner_release(tmp_path):
                               [[200, 60, 340, 180], [180, 45, 320, 165], [194, 57, 306, 153]]]  # fmt: skip
     assert stats["calls_failed_upstream"] == 1 and dataset["id"] == ["pixel", "failed"]
     assert dataset[0]["answer"] == "red"
+    assert stats["rows_by_reading"] == {"padded_0.1": 2}
     assert_every_crop_shows_the_target(dataset)
+
+
+def test_pixel_reasoner_crops_choose_the_padding_per_row(tmp_path):
+    """Issue 49, item 2: a release whose crops are the plain box converts (every row was `crop_mismatch` when the
+    reader padded by 0.1 only). Each row is read padded, then unpadded (most converted first), and keeps the reading
+    whose crops match the release's; `stats.json` counts rows per reading; a row cut with a padding neither reading
+    has (0.25) matches none and is `crop_mismatch`, naming both. Planted: with the padded reading alone, the plain
+    rows are `crop_mismatch` (3 of 4 rows skipped)."""
+    # A (0.6, 0.3, 0.75, 0.5) on image 1, unpadded: SQUARE (240, 90, 300, 150), shown 56 x 56 (smart_resize of 60 x 60).
+    # B (0.1, 0.1, 0.9, 0.9) of image 2's extent (60 x 60 at (240, 90)): (246, 96, 294, 144).
+    # C (5, 5, 51, 51) px of image 2 as shown (56 x 56): / 56 x 60 + (240, 90): (245.4, 95.4, 294.6, 144.6), outwards.
+    plain = [([0.6, 0.3, 0.75, 0.5], 1), ([0.1, 0.1, 0.9, 0.9], 2)]
+    records = [
+        pixel_reasoner_record(plain, qid="plain", padding=0),
+        pixel_reasoner_record([([0.6, 0.3, 0.75, 0.5], 1), ([5, 5, 51, 51], 2)], qid="plain_pixels", padding=0),
+        pixel_reasoner_record([([0.6, 0.3, 0.75, 0.5], 1)], qid="padded"),  # (200, 60, 340, 180), as above
+        pixel_reasoner_record([([0.6, 0.3, 0.75, 0.5], 1)], qid="quarter", padding=0.25),
+    ]
+    dataset, stats = converted(tmp_path, "pixel_reasoner_sft", write_pixel_reasoner(tmp_path / "in", records))
+    assert dataset["id"] == ["plain", "plain_pixels", "padded"]
+    assert boxes(dataset) == [[SQUARE, [246, 96, 294, 144]], [SQUARE, [245, 95, 295, 145]], [[200, 60, 340, 180]]]
+    assert stats["rows_by_reading"] == {"padded_0.1": 1, "unpadded": 2}
+    assert stats["rows_skipped"] == {"crop_mismatch": 1} and stats["crop_check"]["rows_mismatched"] == 1
+    (why,) = stats["skipped_examples"]["crop_mismatch"]
+    assert "under no reading: " in why and "padded_0.1: call 1" in why and "unpadded: call 1" in why
+    assert_every_crop_shows_the_target(dataset)
+
+
+def test_readings_are_tried_most_converted_first_and_report_the_rows_own_reason():
+    """`Readings`: the first reading that converts is kept and recorded; the one that has converted most goes first;
+    a row no reading converts is skipped on the reason of a reading whose crops agreed, else `crop_mismatch`."""
+    readings, tried = Readings(["a", "b"]), []
+
+    def row(converts: set, other: str | None = None):
+        def read(name):
+            tried.append(name)
+            if name in converts:
+                return Trajectory("id", "src", Image.new("RGB", (4, 4)), "q?", "x")
+            raise SkipRow(other if other and name == "b" else "crop_mismatch", f"{name} disagrees")
+
+        return read
+
+    assert readings.read(row({"b"})).reading == "b" and tried == ["a", "b"]
+    tried.clear()
+    assert readings.read(row({"a", "b"})).reading == "b" and tried == ["b"]  # b has converted more
+    assert readings.read(row({"a"})).reading == "a" and readings.rows == {"a": 1, "b": 2}
+    with pytest.raises(SkipRow) as skip:
+        readings.read(row(set(), other="empty_answer"))
+    assert skip.value.reason == "empty_answer"
+    with pytest.raises(SkipRow) as skip:
+        readings.read(row(set()))
+    assert (
+        skip.value.reason == "crop_mismatch"
+        and skip.value.detail == "under no reading: b: b disagrees; a: a disagrees"
+    )
+    with pytest.raises(ValueError, match="distinct"):
+        Readings(["a", "a"])
 
 
 # ------------------------------------------------------------------------------------------ DeepEyesV2 code forms
@@ -524,6 +587,28 @@ def test_thyme_code_forms_are_evaluated(tmp_path, form):
     assert stats["rows_skipped"] == {} and boxes(dataset) == [expected], stats
     assert stats["crop_check"]["calls_checked_by_content"] == len(expected)
     assert_every_crop_shows_the_target(dataset)
+
+
+# Issue 49, item 6: blocks indented inside their fence. Thyme's `code_regex` takes the first line's indentation with
+# the fence; its sandbox gives that line the second's back, dedents and strips (`parse_thyme_code`). Read with
+# DeepEyesV2's indentation repair instead (each line stripped, re-indented after a ":"), the lines after an `except`
+# fell inside it, the crop was never read, and the row was skipped as `unread_code`.
+THYME_TRY = "try:\n    cropped_image = image.crop((240, 90, 300, 150))\nexcept Exception:\n    cropped_image = image"
+THYME_INDENTED = {
+    "a try in the middle": thyme_pil(THYME_TRY),
+    "opening with a try": (
+        f"try:\n{textwrap.indent(THYME_PIL_OPEN, '    ')}except Exception:\n    image = None\n"
+        f"cropped_image = image.crop((240, 90, 300, 150))\n{THYME_PIL_ZOOM}{THYME_PIL_SAVE}"
+    ),
+}
+
+
+@pytest.mark.parametrize("form", THYME_INDENTED)
+def test_thyme_code_indented_inside_its_fence_is_read_as_the_sandbox_aligns_it(tmp_path, form):
+    """Planted: with DeepEyesV2's repair as Thyme's parse, both forms come out `unread_code`."""
+    code = textwrap.indent(THYME_INDENTED[form], "    ")
+    dataset, stats = thyme_converted(tmp_path, thyme_record([("Let me crop the small square.", code)]))
+    assert stats["rows_skipped"] == {} and boxes(dataset) == [[SQUARE]], stats
 
 
 def test_the_sandbox_clamp_is_thymes():

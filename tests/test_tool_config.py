@@ -11,10 +11,12 @@ import pytest
 from PIL import Image
 from trl import ModelConfig
 
+import evaluate
 from configs import EvalArguments, ScriptArguments, SFTConfig
 from data.trajectories import TrajectoryArguments
 from mapo_trainer import ClipVerifier, MAPOConfig
 from tools import RECORD_NAME, PixelBudget, ToolConfig, read_record, write_record
+from utils import checks
 from utils.recipes import parse_args_and_record
 
 RL_TYPES = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)
@@ -53,6 +55,22 @@ def test_a_record_from_before_the_crop_floor_reads_as_floored_at_min_pixels(tmp_
         parse_args_and_record(
             (EvalArguments, ToolConfig), ["--model_name_or_path", str(tmp_path), "--crop_min_pixels", "6272"]
         )
+
+
+def test_a_crop_budget_over_the_image_budget_is_capped_at_it_and_warns():
+    """Issue 49, item 6: the processor shrinks any image into its own max_pixels, so a crop resized to a larger
+    `crop_max_pixels` was shown smaller than the tool's record of it (its `img_idx` frame, its token cost). Capped at
+    the image's ceiling; the run's record says so, with a warning naming both (`evaluate.py --max_pixels 50176`
+    keeps the recipes' crop_max_pixels 401408)."""
+    image = PixelBudget(3136, 12544, 28)
+    assert ToolConfig(crop_max_pixels=20000).crop_budget(image) == image
+    with pytest.warns(
+        UserWarning, match="crop_max_pixels 20000 is over max_pixels 12544: crops are resized to at most"
+    ):
+        assert ToolConfig(crop_max_pixels=20000).resolved(image).crop_max_pixels == 12544
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ToolConfig(crop_max_pixels=12544).resolved(image).crop_max_pixels == 12544
 
 
 @pytest.mark.parametrize(
@@ -196,6 +214,54 @@ def test_without_a_record_the_box_convention_is_the_model_familys_own(tiny_kit, 
     shutil.copytree(qwen3, trained)
     write_record(trained, ToolConfig(box_convention="pixels").as_record(verifier=False))
     assert box_convention("--model_name_or_path", str(trained)) == "pixels"
+
+
+def qwen3_vl_moe_folder(tiny_kit, folder):
+    """A local Qwen3-VL MoE checkpoint's config (Qwen3-VL-30B-A3B's `model_type`), the tiny Qwen3-VL's made MoE: a
+    real `Qwen3VLMoeConfig` (no weights: the parse and the start-up check read only the config)."""
+    raw = json.loads((tiny_kit["qwen3_vl"] / "config.json").read_text())
+    raw.update(model_type="qwen3_vl_moe", architectures=["Qwen3VLMoeForConditionalGeneration"])
+    raw["text_config"].update(model_type="qwen3_vl_moe_text", num_experts=4, num_experts_per_tok=2,
+                              moe_intermediate_size=32, decoder_sparse_step=1)  # fmt: skip
+    raw["vision_config"]["model_type"] = "qwen3_vl_moe_vision"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(raw))
+    return folder
+
+
+def test_qwen3_vl_moe_takes_qwen3_vls_settings_and_an_unknown_family_is_refused(tiny_kit, tmp_path, caplog):
+    """Issue 49, item 4: a local fine-tune with `model_type: qwen3_vl_moe` (Qwen3-VL-30B-A3B) got `pixels`, the log
+    saying its family "cannot be read", and `evaluate.py` took any family: its 0-1000 boxes cropped the wrong region,
+    silently. Now the MoE takes Qwen3-VL's settings, logged as its family's own, and passes training's start-up check
+    (its LoRA targets on the MoE module tree); a model of a family the repo does not support is refused by
+    evaluation's parse, by training's parse and by the start-up check, naming the field and the families. Planted:
+    without `qwen3_vl_moe` in `MODEL_FAMILIES`, the MoE is refused; without the parse's check, the llava is evaluated
+    in `pixels`."""
+    moe = str(qwen3_vl_moe_folder(tiny_kit, tmp_path / "moe"))
+    with caplog.at_level(logging.INFO, logger="utils.recipes"):
+        tool = parse_args_and_record((EvalArguments, ToolConfig), ["--model_name_or_path", moe])[1]
+    assert (tool.box_convention, tool.accept_img_idx) == ("relative_1000", True)
+    assert (
+        "box_convention='relative_1000', accept_img_idx=True: its family's own (model_type qwen3_vl_moe)"
+        in caplog.text
+    )
+    assert "cannot be read" not in caplog.text
+    lora = {"use_peft": True, "lora_target_modules": ["q_proj", "v_proj"]}
+    assert checks.check_model(ModelConfig(model_name_or_path=moe, **lora)).model_type == "qwen3_vl_moe"
+
+    llava = tmp_path / "llava"
+    llava.mkdir()
+    (llava / "config.json").write_text('{"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"]}')
+    named = (r"model_name_or_path: .*llava is a 'llava' model.*; supported model families: Qwen2.5-VL \(model_type "
+             r"qwen2_5_vl\), Qwen3-VL \(model_type qwen3_vl\), Qwen3-VL-MoE \(model_type qwen3_vl_moe\)$")  # fmt: skip
+    with pytest.raises(ValueError, match=named):
+        evaluate.parse_args(["--model_name_or_path", str(llava), "--benchmark", "synthetic"])
+    with pytest.raises(ValueError, match=named):
+        parse_args_and_record(
+            SFT_TYPES, ["--model_name_or_path", str(llava), "--output_dir", str(tmp_path), "--use_cpu", "true"]
+        )
+    with pytest.raises(ValueError, match=named):
+        checks.check_model(ModelConfig(model_name_or_path=str(llava)))
 
 
 def test_the_tiny_rl_recipe_starts_from_the_tiny_sft_output():

@@ -214,6 +214,24 @@ def test_img_idx_zooms_into_an_image_shown_its_box_composed_into_the_original(co
     assert len(env.shown) == 5  # failed calls show no image
 
 
+@pytest.mark.parametrize("convention", BY_CONVENTION)
+def test_a_negative_img_idx_counts_from_the_last_image_shown(convention):
+    """Issue 49, item 6: Qwen-Agent crops `images[img_idx]`, a Python list, so -1 is the last image shown and -n the
+    n-th from the end; it was an error here. With the original and TARGET's crop shown, -1 is the crop (its middle:
+    MIDDLE) and -2 the original; -3 names no image."""
+    budget, target, middle, _ = BY_CONVENTION[convention]
+    env = make_environment_factory(ToolConfig(box_convention=convention, accept_img_idx=True), budget)()
+    env.reset(image=Image.new("RGB", ORIGINAL))
+    (tool,) = environment_tools(env)
+    tool(bbox_2d=target, label="the target")
+    tool(bbox_2d=middle, label="the middle", img_idx=-1)
+    tool(bbox_2d=target, label="the target", img_idx=-3)  # 3 images shown now: -3 is the original
+    assert [call.box for call in env.calls] == [TARGET, MIDDLE, TARGET]
+    reply = tool(bbox_2d=middle, label="the middle", img_idx=-5)
+    assert reply[-1]["text"].startswith("Error: img_idx -5 names no image shown: use 0 (the original image) to 3")
+    assert "or -1 for the last" in reply[-1]["text"] and not env.calls[-1].ok
+
+
 def test_the_tool_describes_img_idx_only_when_it_takes_it():
     for accept in (False, True):
         env = make_environment_factory(ToolConfig(box_convention="relative_1000", accept_img_idx=accept), BUDGET)()

@@ -26,12 +26,20 @@ CLIP_RESIZE = tuple(OPEN_CLIP_RESIZE_MODE)
 # How the model writes `bbox_2d` (`ToolConfig.box_convention`): Qwen2.5-VL's absolute pixels of the resized image it
 # sees, or Qwen3-VL's 0-1000 grid relative to the image (its pre-training's grounding format).
 BOX_CONVENTIONS = ("pixels", "relative_1000")
-# Each model family's own tool settings (config.json `model_type`): what a run takes for a setting neither the recipe,
-# the command line nor the starting checkpoint's record sets (`utils.recipes.parse_args_and_record`).
-FAMILY_TOOL_SETTINGS = {
-    "qwen2_5_vl": {"box_convention": "pixels", "accept_img_idx": False},
-    "qwen3_vl": {"box_convention": "relative_1000", "accept_img_idx": True},
+# The model families the repo supports, by config.json `model_type`: their name and their own tool settings, what a
+# run takes for a setting neither the recipe, the command line nor the starting checkpoint's record sets
+# (`utils.recipes.parse_args_and_record`). A model of another type is refused by training and evaluation alike
+# (`utils.checks.check_family`). Qwen3-VL's MoE models (30B-A3B, 235B-A22B: `qwen3_vl_moe`) share its processor
+# (transformers 5.17: `Qwen3VLProcessor`) and its 0-1000 grounding. transformers 5.17's other Qwen VL types are not
+# taken: Qwen2-VL (`qwen2_vl`: its own processor, its grounding 0-1000 in box tokens, not `bbox_2d`) and Qwen3.5
+# (`qwen3_5`, `qwen3_5_moe`, `qwen4_exp`: Qwen3-VL's processor, but their grounding frame is not checked here).
+_QWEN3_VL_TOOL = {"box_convention": "relative_1000", "accept_img_idx": True}
+MODEL_FAMILIES = {
+    "qwen2_5_vl": ("Qwen2.5-VL", {"box_convention": "pixels", "accept_img_idx": False}),
+    "qwen3_vl": ("Qwen3-VL", _QWEN3_VL_TOOL),
+    "qwen3_vl_moe": ("Qwen3-VL-MoE", _QWEN3_VL_TOOL),
 }
+FAMILY_TOOL_SETTINGS = {kind: settings for kind, (_, settings) in MODEL_FAMILIES.items()}
 
 
 def open_clip_resize_mode(clip_resize: str) -> str:
@@ -92,7 +100,9 @@ class ToolConfig(VerifierConfig):
     crop_max_pixels: int | None = field(
         default=None,
         metadata={
-            "help": "Max pixels of a crop fed back to the model (None: max_pixels); costs max_completion_length."
+            "help": "Max pixels of a crop fed back to the model (None: max_pixels); costs max_completion_length. "
+            "At most max_pixels: the processor would shrink a larger crop to that all the same (a larger value "
+            "warns and is capped)."
         },
     )
     crop_min_pixels: int | None = field(
@@ -119,8 +129,9 @@ class ToolConfig(VerifierConfig):
         default=False,
         metadata={
             "help": "Let the zoom tool take Qwen3-VL's `img_idx` (Qwen-Agent's image_zoom_in_tool): 0 or absent the "
-            "original, i the image the i-th successful zoom returned, bbox_2d in that image's frame. Unset: the "
-            "record's, else the model family's own (qwen3_vl: true, qwen2_5_vl: false)."
+            "original, i the image the i-th successful zoom returned, a negative i counted from the last image "
+            "shown (-1: the last, as Qwen-Agent's Python list index reads it), bbox_2d in that image's frame. Unset: "
+            "the record's, else the model family's own (qwen3_vl: true, qwen2_5_vl: false)."
         },
     )
     max_label_words: int = field(default=12, metadata={"help": "Longest label (words); MAPO section 3.3."})
@@ -147,11 +158,13 @@ class ToolConfig(VerifierConfig):
             )
 
     def crop_budget(self, image_budget: PixelBudget) -> PixelBudget:
-        """The budget crops are resized to: the image's, with `crop_max_pixels` as its ceiling and `crop_min_pixels`
-        as its floor when set (`smart_resize` upscales a smaller crop, aspect kept, sides rounded up to the factor)."""
+        """The budget crops are resized to: the image's, with `crop_max_pixels` as its ceiling when set, never above
+        the image's own ceiling (the processor shrinks any image into it: the tool's frame of a crop, and the tokens
+        it costs, must be those of the crop the model sees), and `crop_min_pixels` as its floor when set
+        (`smart_resize` upscales a smaller crop, aspect kept, sides rounded up to the factor)."""
         ceiling = image_budget.max_pixels
         if self.crop_max_pixels is not None:
-            ceiling = max(self.crop_max_pixels, image_budget.min_pixels)
+            ceiling = max(min(self.crop_max_pixels, image_budget.max_pixels), image_budget.min_pixels)
         floor = max(self.crop_min_pixels or 0, image_budget.min_pixels)
         if floor > ceiling:
             raise ValueError(
@@ -165,7 +178,14 @@ class ToolConfig(VerifierConfig):
         return {k: v for k, v in asdict(self).items() if verifier or k not in VERIFIER_FIELDS}
 
     def resolved(self, image_budget: PixelBudget) -> ToolConfig:
-        """A copy with the pixel budgets the processor really uses, as a checkpoint records them."""
+        """A copy with the pixel budgets the processor really uses, as a checkpoint records them (a `crop_max_pixels`
+        over the image's `max_pixels` warns: it is capped, `crop_budget`)."""
+        if self.crop_max_pixels is not None and self.crop_max_pixels > image_budget.max_pixels:
+            warnings.warn(
+                f"crop_max_pixels {self.crop_max_pixels} is over max_pixels {image_budget.max_pixels}: crops are "
+                f"resized to at most {image_budget.max_pixels} pixels (the processor shrinks a larger one all the same)",
+                stacklevel=2,
+            )
         return replace(
             self,
             min_pixels=image_budget.min_pixels,

@@ -119,15 +119,18 @@ class ZoomInEnv:
         return observation(crop, f"Zoomed in on {list(bbox_2d)}.")
 
     def _image_index(self, img_idx: Any) -> int:
-        """`img_idx` as an index into `self.shown`, or a `ToolError` saying which values it takes."""
+        """`img_idx` as an index into `self.shown`, or a `ToolError` saying which values it takes. A negative one
+        counts from the last image shown, as Qwen-Agent's `images[img_idx]` reads it (-1: the last)."""
         if img_idx is None:
             return 0
-        valid = f"0 (the original image) to {len(self.shown) - 1} (the image the last zoom returned)"
+        valid = (
+            f"0 (the original image) to {len(self.shown) - 1} (the image the last zoom returned), or -1 for the last"
+        )
         if isinstance(img_idx, bool) or not isinstance(img_idx, Real) or img_idx != int(img_idx):
             raise ToolError(f"img_idx must be a whole number, {valid}; got {img_idx!r}.")
-        if not 0 <= int(img_idx) < len(self.shown):
+        if not -len(self.shown) <= int(img_idx) < len(self.shown):
             raise ToolError(f"img_idx {int(img_idx)} names no image shown: use {valid}.")
-        return int(img_idx)
+        return int(img_idx) % len(self.shown)
 
 
 class RelativeZoomInEnv(ZoomInEnv):

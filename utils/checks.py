@@ -25,13 +25,26 @@ from PIL import Image
 from transformers import AutoConfig, PretrainedConfig
 from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
+from tools.config import MODEL_FAMILIES
 from utils.lora import check_lora_targets
 from utils.models import build_on_meta, pixel_budget, resolve_config_path
 from utils.trainable import frozen_prefixes
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_FAMILIES = {"qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL"}  # config.json model_type -> family
+SUPPORTED_FAMILIES = {kind: name for kind, (name, _) in MODEL_FAMILIES.items()}  # config.json model_type -> family
+
+
+def check_family(name: str | os.PathLike, model_type: str | None, architectures: Iterable[str] = ()) -> None:
+    """Fail, naming the field and the supported families, on a model whose `model_type` is not one of them: its
+    processor, chat template and zoom-tool frame would be guessed (for evaluation, its boxes read in a frame it may
+    not write: every crop wrong, silently)."""
+    if model_type not in SUPPORTED_FAMILIES:
+        supported = ", ".join(f"{family} (model_type {key})" for key, family in SUPPORTED_FAMILIES.items())
+        classes = f" ({', '.join(architectures)})" if architectures else ""
+        raise ValueError(
+            f"model_name_or_path: {name} is a {model_type!r} model{classes}; supported model families: {supported}"
+        )
 
 
 def model_config(model_args: trl.ModelConfig) -> PretrainedConfig | None:
@@ -51,13 +64,7 @@ def model_config(model_args: trl.ModelConfig) -> PretrainedConfig | None:
             str(err).splitlines()[0],
         )
         return None
-    model_type = raw.get("model_type")
-    if model_type not in SUPPORTED_FAMILIES:
-        supported = ", ".join(f"{family} (model_type {key})" for key, family in SUPPORTED_FAMILIES.items())
-        raise ValueError(
-            f"model_name_or_path: {name} is a {model_type!r} model ({', '.join(raw.get('architectures') or [])}); "
-            f"supported model families: {supported}"
-        )
+    check_family(name, raw.get("model_type"), raw.get("architectures") or [])
     return AutoConfig.from_pretrained(source, revision=revision)
 
 

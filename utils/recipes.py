@@ -19,6 +19,7 @@ import yaml
 
 from tools import PixelBudget, ToolConfig, read_record, record_mismatches, refuse_mismatch, warn_on_mismatch
 from tools.config import FAMILY_TOOL_SETTINGS
+from utils.checks import check_family
 from utils.models import model_type
 
 logger = logging.getLogger(__name__)
@@ -220,11 +221,15 @@ def _family_settings(
 ) -> dict[str, Any]:
     """The model family's own tool settings (`tools.config.FAMILY_TOOL_SETTINGS`) for those neither the command line,
     the recipe nor the checkpoint's record sets, logged. A command line or recipe that sets another `box_convention`
-    than the family's warns, naming both: a model not trained to it writes its family's convention all the same."""
+    than the family's warns, naming both: a model not trained to it writes its family's convention all the same. A
+    model of a family the repo does not support fails here, for every entry script (`utils.checks.check_family`);
+    one whose config cannot be read (offline, no shipped copy) is logged and takes the defaults."""
     known = {f.name for cls in dataclass_types for f in fields(cls)}
     if checkpoint is None or "box_convention" not in known:
         return {}
     kind = model_type(checkpoint)
+    if kind is not None:
+        check_family(checkpoint, kind)
     own = FAMILY_TOOL_SETTINGS.get(kind, {})
     recipe = load_recipe(argv[argv.index("--config") + 1]) if "--config" in argv else None
     taken = {}
@@ -248,11 +253,10 @@ def _family_settings(
             taken[name] = own[name]
         elif name not in recorded:
             logger.warning(
-                "%s: no recipe, command line or record of %s sets it and its model family cannot be read "
-                "(model_type %r): the default",
+                "%s: no recipe, command line or record of %s sets it and its config cannot be read (offline, no "
+                "copy under recipes/model_configs/): the default",
                 name,
                 checkpoint,
-                kind,
             )
     if taken:  # a warning where the family's value is not the dataclass default it would otherwise have had
         defaults = {f.name: f.default for cls in dataclass_types for f in fields(cls) if f.name in taken}

@@ -8,6 +8,7 @@ import contextlib
 import math
 import operator
 import textwrap
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -97,6 +98,19 @@ _COMPARE: dict[type, Callable] = {
 }  # fmt: skip
 
 
+# Bounds on what the reader computes, so that no row can keep it busy (`x = 10 ** 10 ** 9` before a crop took over 15 s
+# and gigabytes): a number over MAX_NUMBER in magnitude is one no image coordinate needs (2**53, the largest whole
+# number a float holds exactly: every coordinate becomes a float) and `unsupported_code`; so is a sequence of over
+# MAX_ITEMS items built by `+` (`*` on a sequence is not evaluated), and a `round` to more than MAX_ROUND_DIGITS
+# digits either way (`round(5, -10**9)` computes 10**(10**9)). Every operation on bounded values is then quick, and
+# CODE_SECONDS_PER_ROW (of evaluation, summed over a row's code turns) is the net under whatever else a row could do:
+# over it, the row is skipped as `slow_code`.
+MAX_NUMBER = 2**53
+MAX_ITEMS = 10_000
+MAX_ROUND_DIGITS = 20
+CODE_SECONDS_PER_ROW = 2.0
+
+
 def _unsupported(node: ast.AST | None, what: str) -> SkipRow:
     line = f"line {node.lineno}: " if node is not None and hasattr(node, "lineno") else ""
     return SkipRow("unsupported_code", f"{line}{what}")
@@ -123,7 +137,27 @@ def _quoting(node: ast.stmt) -> Iterator[None]:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))  # isfinite(10**400) raises
+
+
+def _bounded(value: Any, node: ast.AST | None) -> Any:
+    """`value`, or `unsupported_code` where it is a number or a sequence over the reader's bounds (`MAX_NUMBER`,
+    `MAX_ITEMS`)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and not abs(value) <= MAX_NUMBER:
+        shown = f"{value:.3g}" if isinstance(value, float) else f"an integer of {value.bit_length()} bits"
+        raise _unsupported(node, f"a number no image coordinate needs ({shown}, over 2**53)")
+    if isinstance(value, tuple | list) and len(value) > MAX_ITEMS:
+        raise _unsupported(node, f"a sequence of {len(value)} items (over {MAX_ITEMS})")
+    return value
+
+
+def _power_bits(base: Any, exponent: Any) -> float:
+    """About how many bits `base ** exponent` takes, for integers, computed without it."""
+    if not (isinstance(base, int) and isinstance(exponent, int)) or abs(base) <= 1 or exponent <= 0:
+        return 0.0
+    return exponent * math.log2(abs(base))
 
 
 class CodeReader:
@@ -139,9 +173,15 @@ class CodeReader:
         shows: str,
         original_as: str | None = None,
         rewrite: Callable[[ast.Module], ast.Module] | None = None,
+        parse: Callable[[str], ast.Module] | None = None,
+        seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         assert shows in ("display", "save"), shows
+        self.parse = parse or parse_code  # how the sandbox reads the code's text (Thyme's: `thyme.parse_thyme_code`)
         self.rewrite = rewrite  # what the sandbox does to the code before it runs it (Thyme's: `ThymeSandboxRewrites`)
+        self.seconds = CODE_SECONDS_PER_ROW if seconds is None else seconds  # the row's time limit, and its clock
+        self.seconds_left, self.clock, self.deadline = self.seconds, clock, math.inf
         self.original = Picture((0.0, 0.0, float(size[0]), float(size[1])), size, array=False)
         self.env: dict[str, Any] = dict(names)
         if original_as is not None:  # DeepEyesV2's kernel holds the original as `image_1`
@@ -152,8 +192,24 @@ class CodeReader:
 
     # ------------------------------------------------------------------------------------------------ statements
     def run(self, code: str) -> list[Shown]:
+        """What one code turn showed. The row's time limit counts down over its turns: past it, `SkipRow("slow_code")`."""
+        start = self.clock()
+        self.deadline = start + self.seconds_left
+        try:
+            return self._run(code)
+        except RecursionError:  # nesting deeper than Python's stack: no crop is written so
+            raise SkipRow("unsupported_code", "expressions nested too deeply to read") from None
+        finally:
+            self.seconds_left -= self.clock() - start
+            self.deadline = math.inf
+
+    def _check_time(self) -> None:
+        if self.clock() > self.deadline:
+            raise SkipRow("slow_code", f"over {self.seconds:g} s reading the row's code")
+
+    def _run(self, code: str) -> list[Shown]:
         self.shown, self.figure = [], None
-        tree = _parse(code)
+        tree = self.parse(code)
         if self.rewrite is not None:
             tree = self.rewrite(tree)
         for i, statement in enumerate(tree.body):
@@ -178,6 +234,7 @@ class CodeReader:
             self._statement(node)
 
     def _statement(self, node: ast.stmt) -> None:
+        self._check_time()
         if isinstance(node, ast.Import | ast.ImportFrom):
             self._import(node)
         elif isinstance(node, ast.Assign):
@@ -243,8 +300,9 @@ class CodeReader:
 
     # ----------------------------------------------------------------------------------------------- expressions
     def eval(self, node: ast.expr) -> Any:
+        self._check_time()
         if isinstance(node, ast.Constant):
-            return node.value
+            return _bounded(node.value, node)  # so every number the reader holds is within MAX_NUMBER
         if isinstance(node, ast.Name):
             if node.id in self.env:
                 return self.env[node.id]
@@ -260,8 +318,10 @@ class CodeReader:
             operand = self.eval(node.operand)
             if isinstance(node.op, ast.Not):
                 return OPAQUE if isinstance(operand, _Opaque) else not operand
-            if _is_number(operand):
-                return -operand if isinstance(node.op, ast.USub) else +operand
+            if _is_number(operand) and isinstance(node.op, ast.USub | ast.UAdd):
+                return _bounded(-operand if isinstance(node.op, ast.USub) else +operand, node)
+            if isinstance(operand, int) and not isinstance(operand, bool) and isinstance(node.op, ast.Invert):
+                return _bounded(~operand, node)
             return OPAQUE
         if isinstance(node, ast.BinOp):
             return self._binop(node.op, self.eval(node.left), self.eval(node.right), node)
@@ -289,15 +349,18 @@ class CodeReader:
 
     def _binop(self, op: ast.operator, left: Any, right: Any, node: ast.AST) -> Any:
         if _is_number(left) and _is_number(right) and type(op) in _BINOPS:
+            _bounded(left, node), _bounded(right, node)  # operands within MAX_NUMBER: `*` makes at most 106 bits
+            if isinstance(op, ast.Pow) and _power_bits(left, right) > MAX_NUMBER.bit_length():
+                raise _unsupported(node, f"a number no image coordinate needs ({left} ** {right}, over 2**53)")
             try:
-                return _BINOPS[type(op)](left, right)
+                return _bounded(_BINOPS[type(op)](left, right), node)
             except (ZeroDivisionError, OverflowError):
                 raise _unsupported(node, "arithmetic that fails") from None
         picture = left if isinstance(left, Picture) else right if isinstance(right, Picture) else None
         if picture is not None and picture.array:  # array arithmetic: brightness or contrast, same geometry
             return replace(picture, made_by=f"{picture.made_by}, enhanced")
         if isinstance(left, tuple | list) and isinstance(right, tuple | list) and isinstance(op, ast.Add):
-            return type(left)([*left, *right])
+            return _bounded(type(left)([*_bounded(left, node), *_bounded(right, node)]), node)
         return OPAQUE
 
     def _compare(self, node: ast.Compare) -> Any:
@@ -409,8 +472,13 @@ class CodeReader:
         if name in ("print", "str", "isinstance", "type", "range") or name.startswith(("os.", "json.", "re.")):
             return OPAQUE
         if name in _NUMBER_FUNCS:
+            for arg in args:
+                _bounded(arg, node)
+            if name in ("round", "numpy.round") and len(args) > 1 and _is_number(args[1]):
+                if abs(args[1]) > MAX_ROUND_DIGITS:  # round(5, -10**9) computes 10**(10**9)
+                    raise _unsupported(node, f"a round to {args[1]} digits")
             try:
-                return _NUMBER_FUNCS[name](*args)
+                return _bounded(_NUMBER_FUNCS[name](*args), node)
             except (TypeError, ValueError, OverflowError):
                 if pictures and name == "len":
                     return pictures[0].size[1]
@@ -520,24 +588,28 @@ class CodeReader:
         )
 
 
-def _parse(code: str) -> ast.Module:
-    """The code as its sandbox would run it: dedented, else with DeepEyesV2's indentation repair (each line stripped,
+def parse_or_skip(code: str) -> ast.Module:
+    """`ast.parse(code)`, or `SkipRow("malformed_call")`: a syntax error, a literal over Python's digit limit, or
+    nesting deeper than its parser's stack."""
+    try:
+        return ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
+        raise SkipRow("malformed_call", f"code does not parse: {str(err)[:200]}") from None
+
+
+def parse_code(code: str) -> ast.Module:
+    """The code as DeepEyesV2's sandbox would run it: dedented, else with its indentation repair (each line stripped,
     re-indented after a line ending in ":"), `deepeyesv2.py` `fix_python_indentation`. Unparseable code raises
     `SkipRow("malformed_call")`."""
-    try:
-        return ast.parse(textwrap.dedent(code))
-    except SyntaxError:
-        pass
+    with contextlib.suppress(SkipRow):
+        return parse_or_skip(textwrap.dedent(code))
     lines, fixed, indent = [line.strip() for line in code.splitlines() if line.strip()], [], 0
     for line in lines:
         if line.startswith(("except", "elif", "else", "finally")):
             indent = max(0, indent - 1)
         fixed.append("    " * indent + line)
         indent += line.endswith(":")
-    try:
-        return ast.parse("\n".join(fixed))
-    except SyntaxError as err:
-        raise SkipRow("malformed_call", f"code does not parse: {err}") from None
+    return parse_or_skip("\n".join(fixed))
 
 
 def shown_calls(shown: Sequence[Shown]) -> list[ReadCall]:

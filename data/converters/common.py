@@ -31,6 +31,7 @@ SKIP_REASONS = {
     "unsupported_tool": "a tool other than the crop (search, frame selection, an image operation that is not a crop)",
     "unsupported_code": "code the reader does not evaluate (a loop, a function, coordinates it cannot compute)",
     "unread_code": "the release shows a new image after a code turn from which no crop was read",
+    "slow_code": "reading the row's code took over the reader's time limit (`code_reader.CODE_SECONDS_PER_ROW`)",
     "image_count_mismatch": "the release shows a different number of images than the calls read (or than it ships)",
     "crop_mismatch": "a replayed crop disagrees with the crop the release ships (aspect ratio or content)",
     "empty_answer": "the row has no final answer",

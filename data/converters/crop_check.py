@@ -1,12 +1,19 @@
 """The check of every converted call against the crop the release ships for it (`crop_disagreement`): a row whose crop
-disagrees is skipped as `crop_mismatch`, the check that catches a wrong convention on data no test anticipated."""
+disagrees is skipped as `crop_mismatch`, the check that catches a wrong convention on data no test anticipated; and,
+where a release's convention is not certain, the choice per row of the candidate reading whose crops agree
+(`Readings`)."""
 
 from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from PIL import Image
 
-from data.converters.common import Box
+from data.converters.common import Box, SkipRow
+from data.rows import Trajectory
 
 # The crop check (`crop_disagreement`). Aspect ratios may differ by this fraction, plus the rounding of a pixel per side
 # and, where a release resizes its crops to multiples of a patch (`resize_step`), half a step per side.
@@ -59,3 +66,35 @@ def crop_disagreement(
     if correlation < MIN_CORRELATION:
         return f"content correlation {correlation:.2f} < {MIN_CORRELATION} with the release's {sw}x{sh} crop", True
     return None, True
+
+
+class Readings:
+    """The candidate readings of a convention a release leaves uncertain (PixelReasoner's padding, CoF's enlargement:
+    docs/data.md), one chosen per row by the crops the release ships. `read(row)` calls `row(reading)` for each
+    reading in turn and keeps the first that converts (every crop agreeing: no `crop_mismatch`), recording it in the
+    trajectory's `reading` (`stats.json` counts rows per reading). The readings that converted the most rows so far go
+    first, ties in the order given, so a release read one way costs one pass per row. A row no reading converts is
+    skipped: on the skip of the first reading whose crops did not disagree (its crops agreed as far as they went, so
+    its reason is the row's), else as `crop_mismatch` naming each reading's disagreement."""
+
+    def __init__(self, names: Sequence[str]):
+        if len(set(names)) != len(names) or not names:
+            raise ValueError(f"readings must be distinct names, at least one; got {list(names)}")
+        self.names = tuple(names)
+        self.rows = Counter()  # rows converted under each reading
+
+    def read(self, row: Callable[[str], Trajectory]) -> Trajectory:
+        order = sorted(self.names, key=lambda name: -self.rows[name])  # stable: ties keep the order given
+        skips: dict[str, SkipRow] = {}
+        for name in order:
+            try:
+                trajectory = row(name)
+            except SkipRow as skip:
+                skips[name] = skip
+                continue
+            self.rows[name] += 1
+            return dataclasses.replace(trajectory, reading=name)
+        agreed = [skip for skip in skips.values() if skip.reason != "crop_mismatch"]
+        if agreed:
+            raise agreed[0]
+        raise SkipRow("crop_mismatch", "under no reading: " + "; ".join(f"{n}: {s.detail}" for n, s in skips.items()))

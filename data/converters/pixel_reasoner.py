@@ -1,7 +1,7 @@
 """PixelReasoner SFT (HF `TIGER-Lab/PixelReasoner-SFT-Data`): JSON lists of `{qid, message_list}` in Qwen's message
 format, images relative to the folder (or in `images.zip`); `crop_image_normalized` calls on a 1-based `target_image`
-over the images the conversation has shown, padded as their tool pads. Rows whose question shows a video are
-skipped."""
+over the images the conversation has shown, padded as their RL tool pads or not, whichever the release's crops show
+(`PIXEL_REASONER_PADDING`). Rows whose question shows a video are skipped."""
 
 from __future__ import annotations
 
@@ -20,25 +20,31 @@ from data.converters.common import (
     relative_to_pixels,
     thought_of,
 )
+from data.converters.crop_check import Readings
 from data.converters.replay import ReadCall, Replay, question_images, shown_after
 from data.questions import dataset_question
 from data.rows import Trajectory
 from tools import ToolConfig
 
-PIXEL_REASONER_PAD = 0.1  # their crop_image_normalized(padding=0.1), in units of the target image
+# The padding of each box per side, in units of the target image, by reading: their RL tool pads by 0.1
+# (`crop_image_normalized(padding=0.1)`); whether the SFT release's crops were cut so is not published. Each row is
+# read both ways, and the reading whose crops match the release's is kept (`crop_check.Readings`).
+PIXEL_REASONER_PADDING = {"padded_0.1": 0.1, "unpadded": 0.0}
 
 
 def read_pixel_reasoner_sft(root: Path, tool: ToolConfig) -> Iterator[Trajectory | SkipRow]:
     store = ImageStore(root)
+    readings = Readings(list(PIXEL_REASONER_PADDING))
 
     def row(record: dict, index: int, file: Path) -> Trajectory:
-        return _row(record, record.get("qid", f"{file.stem}-{index}"), store, tool)
+        row_id = record.get("qid", f"{file.stem}-{index}")
+        return readings.read(lambda reading: _row(record, row_id, store, tool, PIXEL_REASONER_PADDING[reading]))
 
     yield from read_release(root, "pixel_reasoner_sft", ("*.json", "*.jsonl", "*.parquet"), ("message_list",),
                             "PixelReasoner's SFT json", row)  # fmt: skip
 
 
-def _row(record: dict, row_id: str, store: ImageStore, tool: ToolConfig) -> Trajectory:
+def _row(record: dict, row_id: str, store: ImageStore, tool: ToolConfig, pad: float) -> Trajectory:
     messages = record["message_list"]
     parts = [(m.get("role"), content_parts(m.get("content"))) for m in messages]
     if any(kind == "video" for _, message in parts for kind, _ in message):
@@ -71,7 +77,6 @@ def _row(record: dict, row_id: str, store: ImageStore, tool: ToolConfig) -> Traj
             extent, (width, height) = replay.images[target - 1]
             if not all(v < 1 for v in box):  # their rule: pixels of the target image as shown unless all four < 1
                 box = [box[0] / width, box[1] / height, box[2] / width, box[3] / height]
-            pad = PIXEL_REASONER_PAD
             padded = [min(max(v, 0.0), 1.0) for v in (box[0] - pad, box[1] - pad, box[2] + pad, box[3] + pad)]
             return [ReadCall(relative_to_pixels(padded, extent))]
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 import re
+import textwrap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from data.converters.code_reader import OPAQUE, CodeReader, Module, OriginalPath, shown_calls
+from data.converters.code_reader import OPAQUE, CodeReader, Module, OriginalPath, parse_or_skip, shown_calls
 from data.converters.common import IMAGE_TAG, ImageStore, SkipRow, read_release, thought_of
 from data.converters.replay import Replay, question_images
 from data.questions import dataset_question
@@ -65,6 +67,21 @@ def thyme_clamp(box: Sequence[float], size: tuple[int, int]) -> list[float]:
     return [x1, y1, x2, y2]
 
 
+def parse_thyme_code(code: str) -> ast.Module:
+    """A code block as Thyme's sandbox reads it: stripped (model.py, `code_match.group(1).strip()`), its first line
+    given the second's indentation (sandbox.py `align_first_line_to_second`: the strip took the first line's), then
+    dedented and stripped (`_sandboxed_execution_target`). So a block indented inside its fence runs as written. The
+    sandbox then reformats with autopep8, not repeated here: code that still does not parse is `malformed_call`."""
+    lines = code.strip().splitlines()
+    filled = [i for i, line in enumerate(lines) if line.strip()]
+    if len(filled) >= 2:
+        first, second = lines[filled[0]], lines[filled[1]]
+        indent = second[: len(second) - len(second.lstrip(" "))]
+        if first[: len(first) - len(first.lstrip(" "))] != indent:
+            lines[filled[0]] = indent + first.lstrip(" ")
+    return parse_or_skip(textwrap.dedent("\n".join(lines)).strip())
+
+
 class ThymeSandboxRewrites(ast.NodeTransformer):
     """What Thyme's sandbox does to a code block before running it (sandbox.py), on the parsed code: a string bound to
     `image_path` becomes the original's path (`ImagePathTransformer`); four literal numbers unpacked into names of
@@ -88,9 +105,9 @@ class ThymeSandboxRewrites(ast.NodeTransformer):
                 and any(t.id.lower() in THYME_COORD_NAMES for t in target.elts)
             )
             literals = [v.value if isinstance(v, ast.Constant) else None for v in value.elts]
-            if (unpacked or (isinstance(target, ast.Name) and target.id in THYME_BOX_NAMES)) and all(
-                isinstance(v, int | float) for v in literals
-            ):
+            # an infinite literal (1e999) fails the sandbox's `int(round(...))`, which then runs the code unclamped
+            finite = all(isinstance(v, int) or (isinstance(v, float) and math.isfinite(v)) for v in literals)
+            if (unpacked or (isinstance(target, ast.Name) and target.id in THYME_BOX_NAMES)) and finite:
                 clamped = [int(round(v)) for v in thyme_clamp(literals, self.size)]
                 if clamped != [int(round(v)) for v in literals]:
                     value.elts = [ast.copy_location(ast.Constant(v), old) for v, old in zip(clamped, value.elts)]
@@ -136,7 +153,8 @@ def _row(record: dict, index: int, file: Path, *, store: ImageStore, tool: ToolC
              "os": Module("os"), "math": Module("math"), "json": Module("json"), "re": Module("re"),
              "random": Module("random"), "string": Module("string"),
              "image_path": original_path, "temp_output_dir": OPAQUE}  # fmt: skip
-    reader = CodeReader(original.size, names, "save", rewrite=ThymeSandboxRewrites(original.size, original_path).visit)
+    rewrite = ThymeSandboxRewrites(original.size, original_path).visit
+    reader = CodeReader(original.size, names, "save", rewrite=rewrite, parse=parse_thyme_code)
     replay = Replay(original, images, store, question, tool)
     for thought, code, shown in blocks:
         replay.turn(thought, lambda code=code: shown_calls(reader.run(code)), shown, code=True)
