@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,10 @@ from transformers import set_seed
 from configs import EvalArguments
 from data.benchmarks import read_benchmark
 from evaluation.agent import TransformersBackend, VLLMBackend, ZoomAgent, open_image
-from evaluation.metrics import clip_scores, compute_metrics, episode_record, no_valid_call
+from evaluation.metrics import clip_scores, compute_metrics, episode_record, judge_records, no_valid_call
 from evaluation.report import write_report
 from repairs.rollout import check_token_budget
+from rewards.judge import JudgeSettings, judge_settings
 from rewards.verifiers import ClipVerifier
 from tools import ToolConfig
 from utils.models import context_length, load_model, load_processor, pixel_budget
@@ -30,7 +32,8 @@ logger = logging.getLogger(__name__)
 # `ToolConfig` field counts too).
 RESULT_FIELDS = (
     "model_name_or_path", "benchmark", "data_path", "split", "backend", "dtype", "max_completion_length",
-    "max_tool_calling_iterations", "temperature", "top_p", "seed",
+    "max_tool_calling_iterations", "temperature", "top_p", "seed", "judge", "judge_model", "judge_prompt",
+    "judge_verdict",
 )  # fmt: skip
 SAMPLES_FILE = "samples.jsonl"  # one record a sample (`evaluation.metrics.episode_record`), in the output folder
 ROLLOUT_FIELDS = ("max_completion_length", "max_tool_calling_iterations")  # the rollout budget, `GRPOConfig`'s fields
@@ -63,6 +66,13 @@ def rollout_budgets(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
     """The pixel and token budgets the rollouts ran under, as the report states them (None: the processor's own)."""
     pixels = {name: getattr(tool, name) for name in ("min_pixels", "max_pixels", "crop_max_pixels")}
     return pixels | {name: getattr(args, name) for name in ROLLOUT_FIELDS}
+
+
+def eval_judge_settings(args: EvalArguments) -> JudgeSettings:
+    """The judge `--judge` asks: the `judge_*` keys over the `JUDGE_*` environment, in DeepEyes' evaluation mode
+    (`deepeyes_eval`) unless either names another; a bad setting fails here, before any model loads."""
+    environ = {"JUDGE_VERDICT": "deepeyes_eval"} | {k: v for k, v in os.environ.items() if v}
+    return judge_settings(environ | args.judge_environ())
 
 
 def build_agent(args: EvalArguments, tool: ToolConfig, device: str) -> ZoomAgent:
@@ -103,6 +113,7 @@ def run_evaluation(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
     done = {record["id"] for record in read_samples(samples_path)}
     todo = [i for i in selected if ids[i] not in done]
 
+    judge = eval_judge_settings(args) if args.judge else None
     if todo:
         set_seed(args.seed)
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -115,8 +126,13 @@ def run_evaluation(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
                 episodes = agent.run(rows)
                 calls = [episode.calls for episode in episodes]
                 scores = clip_scores(verifier, [episode.image for episode in episodes], calls)
-                for sample in zip(rows, episodes, calls, scores):  # a row, its episode, its calls, their scores
-                    sink.write(json.dumps(episode_record(args.benchmark, *sample, agent.tokenizer)) + "\n")
+                # a row, its episode, its calls, their scores
+                records = [
+                    episode_record(args.benchmark, *s, agent.tokenizer) for s in zip(rows, episodes, calls, scores)
+                ]
+                if judge is not None:
+                    records = judge_records(records, args.benchmark, judge)
+                sink.writelines(json.dumps(record) + "\n" for record in records)
                 sink.flush()
                 progress.update(len(rows))
 
