@@ -339,12 +339,13 @@ def compute_metrics(records: Sequence[dict], benchmark: str, skipped_rows: int =
     calls = [call for record in records for call in record["calls"]]
     valid = [call for call in calls if call["box"] is not None]
     scored = [call for call in valid if call["z"] is not None]
+    families = {scoring_rule(benchmark, record["source"]) for record in records}
     metrics = {
         "benchmark": benchmark,
         "n": len(records),
         "n_failed": sum(record["failure"] is not None for record in records),
         "skipped_rows": skipped_rows,
-        "scoring": " + ".join(sorted({scoring_rule(benchmark, record["source"]) for record in records})) or None,
+        "scoring": {family: SCORING_RULES[family] for family in sorted(families)},
         "accuracy": mean([float(record["correct"]) for record in records]),
         "accuracy_strict": _strict_accuracy(records),
         "decided_by": dict(sorted(Counter(record.get("rule", "unrecorded") for record in records).items())),

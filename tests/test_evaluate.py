@@ -24,7 +24,7 @@ from data.task import SYSTEM_PROMPTS, build_prompt
 from evaluate import parse_args
 from evaluation import run as evaluation_run
 from evaluation.agent import TransformersBackend, ZoomAgent
-from evaluation.metrics import compute_metrics
+from evaluation.metrics import SCORING_RULES, compute_metrics
 from evaluation.run import read_samples, run_evaluation
 from mapo_trainer import MAPOTrainer
 from repairs.rollout import eos_token_ids, prompt_ids, tool_suffix_ids, until_eos
@@ -89,7 +89,7 @@ def test_tool_use_metrics():
         "n": 2,
         "n_failed": 1,
         "skipped_rows": 2,
-        "scoring": "can_infer",
+        "scoring": {"can_infer": SCORING_RULES["can_infer"]},
         "accuracy": 0.5,
         "accuracy_strict": None,  # records without `correct_strict`, `rule`: written before the published rules
         "decided_by": {"unrecorded": 2},
@@ -378,7 +378,7 @@ def test_run_records_trajectories_and_metrics(synthetic_dir, whole_run):
     assert metrics["n"] == 4 and metrics["n_failed"] == 0 and metrics["skipped_rows"] == 0
     assert metrics["accuracy"] == pytest.approx(sum(r["correct"] for r in records) / 4)
     assert metrics["accuracy_strict"] == pytest.approx(sum(r["correct_strict"] for r in records) / 4)
-    assert metrics["scoring"] == "can_infer" and metrics["decided_by"] == {"judge": 3, "strict": 1}
+    assert list(metrics["scoring"]) == ["can_infer"] and metrics["decided_by"] == {"judge": 3, "strict": 1}
     assert metrics["accuracy"] == 0.25 and metrics["accuracy_strict"] == 0.0  # the judge's one acceptance
     assert (metrics["turns_per_sample"], metrics["calls_per_sample"]) == (2.0, 1.0)
     assert (metrics["tool_call_rate"], metrics["valid_call_rate"]) == (1.0, 1.0)

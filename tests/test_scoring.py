@@ -10,6 +10,7 @@ import pytest
 from data.task import build_prompt
 from evaluation.metrics import (
     DECIDING_RULES,
+    SCORING_RULES,
     can_infer,
     compute_metrics,
     judge_gold,
@@ -299,8 +300,8 @@ def test_metrics_count_the_deciding_rules_and_both_accuracies():
     metrics = compute_metrics(records, "vstar")
     assert (metrics["accuracy"], metrics["accuracy_strict"]) == (0.75, 0.25)
     assert metrics["decided_by"] == {"letter": 2, "none": 1, "strict": 1}
-    assert metrics["scoring"] == "can_infer"
+    assert metrics["scoring"] == {"can_infer": SCORING_RULES["can_infer"]}
     lite = compute_metrics([record("mme_realworld_lite/Perception/a/b", True, True, "letter")], "mme_realworld")
-    assert lite["scoring"] == "mme_realworld_lite"
+    assert list(lite["scoring"]) == ["mme_realworld_lite"]
     old = compute_metrics([{k: v for k, v in records[0].items() if k not in ("rule", "correct_strict")}], "vstar")
     assert (old["accuracy_strict"], old["decided_by"]) == (None, {"unrecorded": 1})  # a run from before the rules
