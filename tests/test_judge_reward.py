@@ -3,6 +3,7 @@ carry, concurrency, timeouts and bad replies as unscorable rows, and the pure pa
 
 import json
 import logging
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import rl
 from data.task import USER_SUFFIX, build_prompt
 from rewards import REWARDS, check_judge
 from rewards.deepeyes import deepeyes_reward, deepeyes_terms, rollout_text
@@ -28,7 +30,8 @@ from rewards.judge import (
 from tests.fake_judge import DEEPEYES_LIKE_SOURCE, prompt_fields
 from tests.fake_judge import FakeJudge as FakeDeepEyesJudge
 from tests.peer_oracles import deepeyes_compute_score
-from utils.recipes import load_recipe
+from tiny.stages import RL_TYPES
+from utils.recipes import load_recipe, parse_args_and_record
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -499,3 +502,21 @@ def test_the_deepeyes_recipe_names_its_reward_and_its_judge():
     assert values["judge_prompt"].endswith("verl/utils/reward_score/vl_agent.py") and values["judge_model"]
     arguments = JudgeArguments(judge_base_url="http://h:1/v1", judge_verdict="deepeyes")
     assert arguments.judge_environ() == {"JUDGE_BASE_URL": "http://h:1/v1", "JUDGE_VERDICT": "deepeyes"}
+
+
+def test_rl_sets_the_recipes_judge_and_checks_it_before_loading_anything(monkeypatch):
+    """`rl.py` exports the recipe's `judge_*` keys as JUDGE_* (what the rewards read) and refuses, before any data or
+    weight loads, a judge whose settings do not hold."""
+    for name in JUDGE_ENV:
+        monkeypatch.setenv(name, "")  # recorded, so that the values rl.py sets are undone after the test
+    argv = ["--config", "recipes/tiny/rl/config_judge.yaml", "--reward_funcs", "deepeyes",
+            "--judge_base_url", "http://judge.test:9/v1", "--judge_verdict", "deepeyes"]  # fmt: skip
+    parsed = parse_args_and_record(RL_TYPES, argv)
+
+    def load_split(*args):
+        raise AssertionError("loaded data before checking the judge")
+
+    monkeypatch.setattr(rl, "load_split", load_split)
+    with pytest.raises(ValueError, match="JUDGE_VERDICT=deepeyes .*set JUDGE_PROMPT"):
+        rl.build_trainer(*parsed)
+    assert (os.environ["JUDGE_BASE_URL"], os.environ["JUDGE_VERDICT"]) == ("http://judge.test:9/v1", "deepeyes")
