@@ -20,6 +20,7 @@ from data.trajectories import TrajectoryArguments
 from hpo import HPO_SOLVERS, MAX_OFF_TRAJECTORIES, MIN_NEGATIVE_STEPS, MIN_POSITIVE_STEPS
 from mapo import SEMANTIC_SCORES
 from rewards import get_reward_funcs
+from rewards.judge import JudgeArguments
 from rewards.verifiers import VERIFIERS, verifier_factory
 from tools import ToolConfig
 from utils.checks import check_vllm_version
@@ -28,8 +29,8 @@ __all__ = ["EvalArguments", "MAPOConfig", "SFTConfig", "ScriptArguments", "ToolC
 
 
 @dataclass
-class ScriptArguments(trl.ScriptArguments):
-    """TRL's script arguments plus what this repo's recipes choose by name."""
+class ScriptArguments(trl.ScriptArguments, JudgeArguments):
+    """TRL's script arguments plus what this repo's recipes choose by name, and the LLM judge a reward may ask."""
 
     dataset_name: str = field(
         default="synthetic",
@@ -268,7 +269,7 @@ class MAPOConfig(GRPOConfig):
 
 
 @dataclass
-class EvalArguments:
+class EvalArguments(JudgeArguments):
     """What to evaluate, on what, and how. Every field is also a command-line flag and a `--config` YAML key."""
 
     model_name_or_path: str = field(metadata={"help": "Checkpoint (local folder or hub name) to evaluate."})
@@ -320,6 +321,13 @@ class EvalArguments:
     dtype: str = field(default="auto", metadata={"help": "Model dtype (auto, bfloat16, float32...)."})
     attn_implementation: str | None = field(default=None, metadata={"help": "e.g. sdpa or flash_attention_2."})
     device: str | None = field(default=None, metadata={"help": "Model and CLIP device (default: cuda if any)."})
+    judge: bool = field(
+        default=False,
+        metadata={
+            "help": "Ask the LLM judge (judge_* keys) to rule on the answers no scoring rule reads, as DeepEyes' "
+            "evaluation does (default judge_verdict: deepeyes_eval, judge_prompt its eval/judge_result.py)."
+        },
+    )
     report_max_samples: int = field(default=500, metadata={"help": "Samples shown in report.html."})
     vllm_gpu_memory_utilization: float = field(default=0.9, metadata={"help": "vLLM backend only."})
     vllm_max_model_len: int | None = field(default=None, metadata={"help": "vLLM backend only."})

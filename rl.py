@@ -7,6 +7,8 @@ start with its name. Tool settings not given default to those the starting check
 
 from __future__ import annotations
 
+import os
+
 from transformers import set_seed
 from trl import ModelConfig
 
@@ -14,7 +16,7 @@ from configs import MAPOConfig, ScriptArguments, ToolConfig
 from data import load_split
 from mapo_trainer import MAPOTrainer
 from repairs.resume import resume_checkpoint
-from rewards import check_columns, check_rule_rewards, get_reward_funcs
+from rewards import check_columns, check_judge, check_rule_rewards, get_reward_funcs
 from utils.checks import check_master_weights, keep_adapters_in_fp32
 from utils.policy import load_policy, policy_peft_config, save_outputs
 from utils.recipes import parse_args_and_record
@@ -30,6 +32,9 @@ def build_trainer(
     """The trainer `main` trains: the recipe's train split checked against the columns its rewards and verifier
     read, the policy and its processor, and `trainer_cls` (`MAPOTrainer`, or a subclass) built on them."""
     set_seed(training_args.seed)
+    # The recipe's judge, for the rewards that ask it: they read the JUDGE_* variables at each call.
+    os.environ.update(script_args.judge_environ())
+    check_judge(script_args.reward_funcs)
     dataset = load_split(script_args, script_args.dataset_train_split)
     reward_funcs = get_reward_funcs(script_args.reward_funcs)
     where = f"dataset_name {script_args.dataset_name} split {script_args.dataset_train_split}"

@@ -34,7 +34,7 @@ USER_SUFFIX = (
     "<think>...</think> <tool_call>...</tool_call> (if tools needed) <answer>...</answer>"
 )
 
-MAX_ANSWER_CHARS = 1000  # longer answers score 0: guards substring matching against answer-spraying (DeepEyes)
+MAX_ANSWER_CHARS = 1000  # answers this long or longer score 0, against answer-spraying (DeepEyes: `>= 1000`)
 OPTION_LETTERS = "ABCDEFGH"
 
 
@@ -141,9 +141,10 @@ def is_correct(prediction: str | None, answer: str, options: Sequence[str] = ())
     """Whether `prediction` matches `answer`.
 
     Multiple choice (`options` given, `answer` an option letter): the prediction must name that option, by letter or
-    by its text. Open answers: normalised string equality. Predictions over `MAX_ANSWER_CHARS` are wrong.
+    by its text. Open answers: normalised string equality. Predictions of `MAX_ANSWER_CHARS` characters or more are
+    wrong, as DeepEyes' reward (`vl_agent.py`: `len(answer_text) >= 1000`) and `rewards.judge` count them.
     """
-    if prediction is None or len(prediction) > MAX_ANSWER_CHARS:
+    if prediction is None or len(prediction) >= MAX_ANSWER_CHARS:
         return False
     if options:
         choice = parse_choice(prediction, options)

@@ -6,62 +6,204 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from PIL.Image import Image
 
-from data.task import OPTION_LETTERS, is_correct, message_text, parse_choice
+from data.task import (
+    MAX_ANSWER_CHARS,
+    OPTION_LETTERS,
+    USER_SUFFIX,
+    extract_answer,
+    is_correct,
+    message_text,
+    parse_choice,
+)
 from evaluation.agent import Episode
+from rewards.judge import JudgeSettings, ask_judge, fill_judge_prompt
 from rewards.verifiers import ClipVerifier
 from tools import ZoomCall, box_contains, boxes_overlap
 
 # ------------------------------------------------------------------------------------------------------- scoring
-_MME_PREFIXES = (
-    "The best answer is", "The correct answer is", "The answer is", "The answer", "The best option is",
-    "The correct option is", "Best answer:", "Best option:",
+# Each benchmark is scored by the rule of the pipeline its published numbers come from (docs/evaluation.md,
+# "Scoring"), and by training's strict rule beside it. The rule families, by the benchmark (and MME's variant):
+SCORING_RULES = {
+    "can_infer": "training's rule, then \\boxed{} unwrapped, then VLMEvalKit's can_infer (option letter, option "
+    "text), then the LLM judge if asked",
+    "mme_realworld": "MME-RealWorld's evaluation/eval_your_results.py (extract_characters_regex)",
+    "mme_realworld_lite": "lmms-eval's tasks/mme_realworld/utils.py (extract_characters_regex, letters (A)-(E) only)",
+}
+# What decided a sample's verdict (`rule` in samples.jsonl, counted in metrics.json's `decided_by`).
+DECIDING_RULES = (
+    "strict", "boxed", "letter", "option_text", "judge", "empty_read_as_A", "none", "judge_unscored", "empty",
+    "no_answer",
 )  # fmt: skip
 
+# VLMEvalKit's can_infer reads these characters as spaces, and these replies as refusals (no option).
+_CAN_INFER_SPACES = str.maketrans(dict.fromkeys(".()[],:;!*#{}", " "))
+_REFUSALS = (
+    "Sorry, I can't help with images of people yet.", "I can't process this file.",
+    "I'm sorry, but without the image provided", "Cannot determine the answer",
+)  # fmt: skip
+# MME-RealWorld's official prefix list lacks two commas, so Python glues four of its strings into two, which never
+# occur: "The best option is", "The correct option is", "Best answer:" and "Best option:" are not stripped there
+# (so "Best answer: C" reads as B, the B of "Best"). lmms-eval's copy has the commas.
+_MME_PREFIXES = ("The best answer is", "The correct answer is", "The answer is", "The answer")
+MME_OFFICIAL_PREFIXES = (*_MME_PREFIXES, "The best option isThe correct option is", "Best answer:Best option:")
+MME_LMMS_EVAL_PREFIXES = (
+    *_MME_PREFIXES,
+    "The best option is",
+    "The correct option is",
+    "Best answer:",
+    "Best option:",
+)
 
-def mme_choice(prediction: str, options: Sequence[str]) -> int | None:
-    """The option MME-RealWorld's reference scorer reads in `prediction` (`eval_your_results.py`,
-    `extract_characters_regex`): the first capital A-E anywhere, once answer prefixes are removed; without one, the
-    option whose "(X) text" contains the prediction. Looser than `task.parse_choice`, and kept so because the
-    benchmark's published numbers use it."""
+
+@dataclass(frozen=True)
+class Verdict:
+    """A sample's verdict: under the benchmark's published rule (`correct`, decided by `rule`, one of
+    `DECIDING_RULES`) and under training's (`correct_strict`: `task.is_correct`), with the failure to record."""
+
+    correct: bool
+    correct_strict: bool
+    rule: str
+    failure: str | None = None
+
+
+def scoring_rule(benchmark: str, source: str = "") -> str:
+    """The rule family (a key of `SCORING_RULES`) a sample of `benchmark` from `source` is scored by: MME-RealWorld's
+    official script for the full set, lmms-eval's for Lite (its published numbers: DeepEyes table 2), VLMEvalKit's
+    fallback after training's rule everywhere else."""
+    if benchmark == "mme_realworld":
+        return "mme_realworld_lite" if source.startswith("mme_realworld_lite/") else "mme_realworld"
+    return "can_infer"
+
+
+def can_infer(prediction: str, options: Sequence[str]) -> tuple[int | None, str]:
+    """(option index or None, the step that read it) by VLMEvalKit's `can_infer`, as lmms-eval's HR-Bench task copies
+    it (`lmms_eval/tasks/hrbench/hrbench_evals.py`, `HRBenchEval.can_infer`): the one option letter standing as a
+    token once `.()[],:;!*#{}` are spaces ("letter"); else the one option whose lower-cased text is inside the
+    lower-cased prediction ("option_text"). Two candidates, a lone "Z" token or a refusal read as no option ("none")."""
+    if any(refusal in prediction for refusal in _REFUSALS):
+        return None, "none"
+    tokens = set(prediction.translate(_CAN_INFER_SPACES).split())
+    letters = [i for i, letter in enumerate(OPTION_LETTERS[: len(options)]) if letter in tokens]
+    if len(letters) == 1:
+        return letters[0], "letter"
+    if not letters and "Z" in tokens:  # VLMEvalKit's "no option fits" answer: its text match is not tried
+        return None, "none"
+    lowered = prediction.lower()
+    texts = [i for i, option in enumerate(options) if option.lower() in lowered]
+    return (texts[0], "option_text") if len(texts) == 1 else (None, "none")
+
+
+def mme_choice(prediction: str, options: Sequence[str], lite: bool = False) -> tuple[str, str]:
+    """(letter or "", the step that read it) by MME-RealWorld's `extract_characters_regex`: the official script's
+    (`evaluation/eval_your_results.py`) or, with `lite`, lmms-eval's (`tasks/mme_realworld/utils.py`). Answer prefixes
+    are removed (the official list glues four of them, `MME_OFFICIAL_PREFIXES`); then the first capital A-E anywhere
+    ("letter": "Definitely (E)" reads as D); without one, an answer of more than ten words reads as nothing, else the
+    first choice containing it: "(X) text" officially, only "(A)"-"(E)" in lmms-eval ("option_text"). Both read an
+    empty answer as A ("empty_read_as_A": "" is in every choice)."""
     text = prediction.strip()
-    for prefix in _MME_PREFIXES:
+    for prefix in MME_LMMS_EVAL_PREFIXES if lite else MME_OFFICIAL_PREFIXES:
         text = text.replace(prefix, "")
     letter = re.search(r"[ABCDE]", text)
-    if letter is None:
-        if len(text.split()) > 10:
-            return None
-        choices = [f"({OPTION_LETTERS[i]}) {option}".lower() for i, option in enumerate(options)]
-        return next((i for i, choice in enumerate(choices) if text.lower() in choice), None)
-    index = OPTION_LETTERS.index(letter.group())
-    return index if index < len(options) else None
+    if letter is not None:
+        return letter.group(), "letter"
+    if len(text.split()) > 10:
+        return "", "none"
+    letters = OPTION_LETTERS[:5] if lite else OPTION_LETTERS[: len(options)]
+    choices = [f"({x})" if lite else f"({x}) {options[i]}" for i, x in enumerate(letters)]
+    for letter, choice in zip(letters, choices):
+        if text.lower() in choice.lower():
+            return letter, "option_text" if text.strip() else "empty_read_as_A"
+    return "", "none"
 
 
 def score_answer(
-    benchmark: str, prediction: str | None, answer: str, options: Sequence[str]
-) -> tuple[bool, str | None]:
-    """(correct, failure reason) of a final answer under the benchmark's rule: training's (`task.is_correct`: the
-    option letter or the option's text, else normalised equality) everywhere but MME-RealWorld (`mme_choice`). A
-    multiple-choice answer that names no option is a failure; a missing answer is the agent's failure, already
-    recorded."""
+    benchmark: str, prediction: str | None, answer: str, options: Sequence[str], source: str = ""
+) -> Verdict:
+    """The `Verdict` on a final answer (`prediction`; None: the agent gave none, its failure already recorded).
+
+    MME-RealWorld: its published pipeline's rule alone (`mme_choice`). Elsewhere, multiple choice: training's rule
+    (`task.parse_choice`, "strict"), then training's rule on the answer's `\\boxed{}` ("boxed"), then VLMEvalKit's
+    `can_infer` ("letter", "option_text"); an answer none of them reads is wrong ("none"), until the LLM judge, if asked,
+    rules on it (`judge_records`). Open answers: training's rule ("strict"). `correct_strict` is always training's
+    verdict (`task.is_correct`, which also refuses answers of `MAX_ANSWER_CHARS` characters or more)."""
     if prediction is None:
-        return False, None
+        return Verdict(False, False, "no_answer")
+    strict = is_correct(prediction, answer, options)
+    family = scoring_rule(benchmark, source)
+    if family != "can_infer":
+        letter, rule = mme_choice(prediction, options, lite=family == "mme_realworld_lite")
+        failure = None if letter else f"answer outside the options: {prediction[:100]!r}"
+        return Verdict(bool(letter) and letter == answer.strip(), strict, rule, failure)
     if not prediction.strip():
-        return False, "empty <answer>"
+        return Verdict(False, False, "empty", "empty <answer>")
     if not options:
-        return is_correct(prediction, answer), None
-    if benchmark == "mme_realworld":
-        choice = mme_choice(prediction, options)
-        correct = choice is not None and choice == parse_choice(answer, options)
-    else:
-        choice = parse_choice(prediction, options)
-        correct = is_correct(prediction, answer, options)
+        return Verdict(strict, strict, "strict")
+    gold = parse_choice(answer, options)
+    choice, rule = None, "none"
+    if len(prediction) < MAX_ANSWER_CHARS:
+        choice, rule = parse_choice(prediction, options), "strict"
+        boxed = extract_answer(prediction) if choice is None else None
+        if boxed is not None:
+            choice, rule = parse_choice(boxed, options), "boxed"
     if choice is None:
-        return False, f"answer outside the options: {prediction[:100]!r}"
-    return correct, None
+        choice, rule = can_infer(prediction, options)
+    failure = None if choice is not None else f"answer outside the options: {prediction[:100]!r}"
+    return Verdict(choice is not None and choice == gold, strict, rule, failure)
+
+
+def judge_question(user_turn: str) -> str:
+    """The bare question of a sample's user turn (`task.format_question`: question, options, format instruction), as
+    DeepEyes' evaluation shows it to its judge (its annotation's `question`)."""
+    return user_turn.removesuffix(USER_SUFFIX).split("\nOptions:\n")[0].strip()
+
+
+def judge_gold(benchmark: str, answer: str, options: Sequence[str]) -> str:
+    """The standard answer DeepEyes' evaluation shows its judge: "X. option text" (`eval/judge_result.py`), the letter
+    alone on HR-Bench (`eval/judge_result_hrbench.py` passes `answer`), an open question's answer as it is."""
+    choice = parse_choice(answer, options)
+    if choice is None or benchmark == "hrbench":
+        return answer
+    return f"{OPTION_LETTERS[choice]}. {options[choice]}"
+
+
+def judge_records(records: Sequence[dict], benchmark: str, settings: JudgeSettings) -> list[dict]:
+    """`records` with the LLM judge's ruling on the answers the deterministic rules leave open, DeepEyes' evaluation
+    protocol (`eval/judge_result*.py`: rules first, the judge for the rest): multiple-choice answers no rule read
+    (`rule` "none") and open answers training's rule calls wrong; MME-RealWorld's rules are left as published. The
+    judge's verdict decides ("judge", no failure); a request that gets none leaves the answer wrong ("judge_unscored",
+    the reason in `judge_error`). Requests run `settings.concurrency` at a time."""
+    records = list(records)
+    asked = [
+        i
+        for i, r in enumerate(records)
+        if scoring_rule(benchmark, r["source"]) == "can_infer"
+        and (r["rule"] == "none" or (not r["options"] and r["rule"] == "strict" and not r["correct"]))
+    ]
+    if not asked:
+        return records
+    prompts = [
+        fill_judge_prompt(
+            settings.template,
+            judge_question(records[i]["question"]),
+            judge_gold(benchmark, records[i]["answer"], records[i]["options"]),
+            records[i]["prediction"],
+        )
+        for i in asked
+    ]
+    with ThreadPoolExecutor(max_workers=min(settings.concurrency, len(asked))) as pool:
+        replies = list(pool.map(lambda prompt: ask_judge(settings, prompt), prompts))
+    for i, (verdict, why) in zip(asked, replies):
+        if verdict is None:
+            records[i] = records[i] | {"rule": "judge_unscored", "judge_error": why}
+        else:
+            records[i] = records[i] | {"correct": verdict == 1.0, "rule": "judge", "failure": None}
+    return records
 
 
 def mean(values: Sequence[float]) -> float | None:
@@ -126,7 +268,7 @@ def episode_record(
     benchmark: str, row: dict, episode: Episode, calls: list[ZoomCall], scores: list, tokenizer
 ) -> dict:
     """The `samples.jsonl` line of one sample; `calls` are `episode.calls`, `scores` their `clip_scores`."""
-    correct, reason = score_answer(benchmark, episode.prediction, row["answer"], row["options"])
+    verdict = score_answer(benchmark, episode.prediction, row["answer"], row["options"], row["source"])
     messages = _messages(episode, tokenizer)
     turn_of_call, turn = {}, 0
     for message in messages:
@@ -157,8 +299,10 @@ def episode_record(
         "options": list(row["options"]),
         "answer": row["answer"],
         "prediction": episode.prediction,
-        "correct": correct,
-        "failure": episode.failure or reason,
+        "correct": verdict.correct,
+        "correct_strict": verdict.correct_strict,
+        "rule": verdict.rule,
+        "failure": episode.failure or verdict.failure,
         "num_turns": episode.num_turns,
         "completion_tokens": len(episode.completion_ids),
         "image_size": list(episode.image.size) if episode.image else None,
@@ -184,17 +328,27 @@ def _target_rate(records: Sequence[dict], hit: Callable[[Sequence[int], Sequence
     return mean(hits) if hits else None
 
 
+def _strict_accuracy(records: Sequence[dict]) -> float | None:
+    """Accuracy under training's rule; None when a record predates `correct_strict` (a run resumed across versions)."""
+    strict = [record.get("correct_strict") for record in records]
+    return None if None in strict else mean([float(c) for c in strict])
+
+
 def compute_metrics(records: Sequence[dict], benchmark: str, skipped_rows: int = 0) -> dict[str, Any]:
     """Accuracy under the benchmark's reporting rule plus the agent's tool use; definitions in docs/evaluation.md."""
     calls = [call for record in records for call in record["calls"]]
     valid = [call for call in calls if call["box"] is not None]
     scored = [call for call in valid if call["z"] is not None]
+    families = {scoring_rule(benchmark, record["source"]) for record in records}
     metrics = {
         "benchmark": benchmark,
         "n": len(records),
         "n_failed": sum(record["failure"] is not None for record in records),
         "skipped_rows": skipped_rows,
+        "scoring": {family: SCORING_RULES[family] for family in sorted(families)},
         "accuracy": mean([float(record["correct"]) for record in records]),
+        "accuracy_strict": _strict_accuracy(records),
+        "decided_by": dict(sorted(Counter(record.get("rule", "unrecorded") for record in records).items())),
         "accuracy_by_source": accuracy_by(records, lambda r: r["source"]),
         "turns_per_sample": mean([record["num_turns"] for record in records]),
         "calls_per_sample": mean([len(record["calls"]) for record in records]),

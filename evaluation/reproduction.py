@@ -44,23 +44,25 @@ OURS = {"base": "base model", "sft": "SFT", "rl": "MAPO (RL)"}  # whose evaluati
 
 
 def our_protocol(run_dir: Path, model: str, spec: dict) -> str:
-    """How our evaluations of `model` ran, from the first one's `eval_args.json` and `metrics.json`: decoding, samples
-    per question, pixel budgets, tool rounds and token budget, and the scoring rule."""
-    for bench in spec["benchmarks"]:
-        args = _read_json(run_dir / f"eval_{model}_{bench}" / "eval_args.json")
-        if args is None:
-            continue
-        metrics = _read_json(run_dir / f"eval_{model}_{bench}" / "metrics.json") or {}
-        tool = args.get("tool", {})
-        decoding = "greedy" if not args.get("temperature") else f"temperature {args['temperature']}"
-        pixels = f"images <= {tool.get('max_pixels') or 'the processor default'} px"
-        crops = f"crops <= {tool.get('crop_max_pixels') or tool.get('max_pixels') or 'the same'} px"
-        rule = metrics.get("scoring", "rule, no judge (docs/evaluation.md)")
-        return (
-            f"{decoding}, 1 sample (Avg@1); {pixels}, {crops}; <= {args.get('max_tool_calling_iterations')} zoom "
-            f"rounds in {args.get('max_completion_length')} tokens; {rule}"
-        )
-    return "not run yet"
+    """How our evaluations of `model` ran, from their `eval_args.json` and `metrics.json`: decoding, samples per
+    question, pixel budgets, tool rounds and token budget, the scoring rules (`metrics.json`'s `scoring`, per
+    benchmark the published pipeline's: docs/evaluation.md) and whether a judge was asked."""
+    runs = [run_dir / f"eval_{model}_{bench}" for bench in spec["benchmarks"]]
+    runs = [run for run in runs if (run / "eval_args.json").is_file()]
+    if not runs:
+        return "not run yet"
+    args = _read_json(runs[0] / "eval_args.json")
+    rules = sorted({rule for run in runs for rule in (_read_json(run / "metrics.json") or {}).get("scoring", {})})
+    tool = args.get("tool", {})
+    decoding = "greedy" if not args.get("temperature") else f"temperature {args['temperature']}"
+    pixels = f"images <= {tool.get('max_pixels') or 'the processor default'} px"
+    crops = f"crops <= {tool.get('crop_max_pixels') or tool.get('max_pixels') or 'the same'} px"
+    judge = "an LLM judge where no rule reads the answer" if args.get("judge") else "no judge"
+    return (
+        f"{decoding}, 1 sample (Avg@1); {pixels}, {crops}; <= {args.get('max_tool_calling_iterations')} zoom "
+        f"rounds in {args.get('max_completion_length')} tokens; rules {', '.join(rules) or 'unrecorded'}, {judge} "
+        "(docs/evaluation.md)"
+    )
 
 
 def score_table(run_dir: Path, spec: dict) -> list[str]:

@@ -27,10 +27,11 @@ from transformers import set_seed
 from configs import EvalArguments
 from data.benchmarks import read_benchmark
 from evaluation.agent import Episode, TransformersBackend, VLLMBackend, ZoomAgent, open_image
-from evaluation.metrics import clip_scores, compute_metrics, episode_record, no_valid_call
+from evaluation.metrics import clip_scores, compute_metrics, episode_record, judge_records, no_valid_call
 from evaluation.report import write_report
 from repairs.rollout import check_token_budget
 from rewards import get_reward_funcs
+from rewards.judge import JudgeSettings, judge_settings
 from rewards.verifiers import ClipVerifier
 from tools import ToolConfig
 from utils.models import context_length, load_model, load_processor, pixel_budget
@@ -41,7 +42,8 @@ logger = logging.getLogger(__name__)
 # `ToolConfig` field counts too).
 RESULT_FIELDS = (
     "model_name_or_path", "benchmark", "data_path", "split", "backend", "dtype", "max_completion_length",
-    "max_tool_calling_iterations", "temperature", "top_p", "seed", "sample_seed", "reward_funcs",
+    "max_tool_calling_iterations", "temperature", "top_p", "seed", "sample_seed", "reward_funcs", "judge",
+    "judge_model", "judge_prompt", "judge_verdict",
 )  # fmt: skip
 SAMPLES_FILE = "samples.jsonl"  # one record a sample (`evaluation.metrics.episode_record`), in the output folder
 PART_GLOB = "samples.rank*.jsonl"  # a data-parallel process's records, merged into SAMPLES_FILE at the end
@@ -138,6 +140,13 @@ def rollout_budgets(args: EvalArguments, tool: ToolConfig) -> dict[str, Any]:
     return pixels | {name: getattr(args, name) for name in ROLLOUT_FIELDS}
 
 
+def eval_judge_settings(args: EvalArguments) -> JudgeSettings:
+    """The judge `--judge` asks: the `judge_*` keys over the `JUDGE_*` environment, in DeepEyes' evaluation mode
+    (`deepeyes_eval`) unless either names another; a bad setting fails here, before any model loads."""
+    environ = {"JUDGE_VERDICT": "deepeyes_eval"} | {k: v for k, v in os.environ.items() if v}
+    return judge_settings(environ | args.judge_environ())
+
+
 def build_agent(args: EvalArguments, tool: ToolConfig, device: str) -> ZoomAgent:
     """The policy behind the chosen backend, with its processor, loaded as training loads them."""
     processor = load_processor(args.model_name_or_path, min_pixels=tool.min_pixels, max_pixels=tool.max_pixels)
@@ -187,6 +196,7 @@ def run_evaluation(
     mine = todo[rank::world]
     samples_path = out / (SAMPLES_FILE if world == 1 else f"samples.rank{rank}.jsonl")
 
+    judge = eval_judge_settings(args) if args.judge else None
     if mine:
         set_seed(args.seed + rank)
         cuda = f"cuda:{local_rank}" if world > 1 else "cuda"
@@ -203,12 +213,16 @@ def run_evaluation(
                 episodes = agent.run(rows)
                 calls = [episode.calls for episode in episodes]
                 scores = clip_scores(verifier, [episode.image for episode in episodes], calls)
-                rewards = reward_scores(args.reward_funcs, rows, episodes) if args.reward_funcs else [None] * len(rows)
-                for row, episode, *sample, paid in zip(rows, episodes, calls, scores, rewards):
-                    record = episode_record(args.benchmark, row, episode, *sample, agent.tokenizer)
-                    if paid is not None:
+                # a row, its episode, its calls, their scores
+                records = [
+                    episode_record(args.benchmark, *s, agent.tokenizer) for s in zip(rows, episodes, calls, scores)
+                ]
+                if judge is not None:
+                    records = judge_records(records, args.benchmark, judge)
+                if args.reward_funcs:
+                    for record, paid in zip(records, reward_scores(args.reward_funcs, rows, episodes)):
                         record["rewards"] = paid
-                    sink.write(json.dumps(record) + "\n")
+                sink.writelines(json.dumps(record) + "\n" for record in records)
                 sink.flush()
                 progress.update(len(rows))
 

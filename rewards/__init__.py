@@ -1,14 +1,17 @@
 """Rewards by the name a recipe gives (`reward_funcs: [gated_outcome]`) or by import path (`package.module:name`), in
 TRL's signature `(completions, **kwargs) -> list[float | None]` (None: a row not scored, advantage 0): `outcome` (R_out,
-format, DeepEyes' tool bonus), `judge` (an LLM judge). R_sem is `MAPOTrainer`'s, from `verifiers`' z_t (eq. 2).
+format, a tool bonus), `judge` (an LLM judge), `deepeyes` (DeepEyes' whole reward, judged). R_sem is `MAPOTrainer`'s,
+from `verifiers`' z_t (eq. 2).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 from data.rl_sets import JUDGED_SOURCES
-from rewards.judge import judge_reward
+from rewards.deepeyes import deepeyes_reward
+from rewards.judge import judge_reward, judge_settings
 from rewards.outcome import format_reward, gated_outcome_reward, outcome_reward, tool_bonus_reward
 from rewards.verifiers import verifier_factory
 from utils.registry import required_columns, resolve
@@ -21,7 +24,9 @@ REWARDS: dict[str, RewardFunc] = {
     "gated_outcome": gated_outcome_reward,
     "tool_bonus": tool_bonus_reward,
     "judge": judge_reward,
+    "deepeyes": deepeyes_reward,
 }
+ASKS_JUDGE = (judge_reward, deepeyes_reward)  # the rewards that read the JUDGE_* settings
 
 
 # Rewards that compare the answer by rule (`data.task.is_correct`), or do not read it: no judge behind any of them.
@@ -63,3 +68,10 @@ def check_rule_rewards(sources: Sequence[str], reward_specs: Sequence[str], wher
             "dataset_path (recipes/mapo_paper.yaml's default: the fine-grained and ThinkLite files), or score them "
             "with a judge: reward_funcs: [judge] (rewards/judge.py; docs/reproduce.md)."
         )
+
+
+def check_judge(reward_specs: Sequence[str]) -> None:
+    """Fail at start, naming the variable (or recipe key) and what is wrong, when a reward of `reward_specs` asks the
+    LLM judge and its `JUDGE_*` settings do not hold (`rewards.judge.judge_settings`), rather than at the first step."""
+    if any(func in ASKS_JUDGE for func in get_reward_funcs(reward_specs)):
+        judge_settings(os.environ)

@@ -1,12 +1,15 @@
 """`judge` reward: R_out from an LLM judge behind an OpenAI-compatible chat endpoint, for open-ended answers.
 
 Standard library only: one request per row, concurrent within a batch; a row the judge cannot score is None (advantage
-0). Settings are environment variables (`JUDGE_ENV`); the two verdict modes, ours (`correct_incorrect`) and DeepEyes'
-(`deepeyes`, its prompt given as `JUDGE_PROMPT`, not copied here), and which to use: docs/data.md.
+0). Settings are environment variables (`JUDGE_ENV`), which a recipe sets with `JudgeArguments`' keys; the verdict
+modes, ours (`correct_incorrect`) and DeepEyes' (`deepeyes` for its training reward, `deepeyes_eval` for its
+evaluation; their prompt is read from a DeepEyes source file given as `JUDGE_PROMPT`, not copied here), and which to
+use: docs/data.md.
 """
 
 from __future__ import annotations
 
+import ast
 import http.client
 import json
 import logging
@@ -17,7 +20,7 @@ import string
 import urllib.request
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,7 @@ JUDGE_ENV: dict[str, str] = {
     "JUDGE_API_KEY": "",  # sent as `Authorization: Bearer <key>` when set
     "JUDGE_TIMEOUT": "30",  # seconds per request; a request that takes longer leaves its row unscored
     "JUDGE_CONCURRENCY": "8",  # requests in flight at once for one batch
-    "JUDGE_PROMPT": "",  # path to a text file with the prompt template; unset: JUDGE_TEMPLATE
+    "JUDGE_PROMPT": "",  # a prompt template file, or a DeepEyes .py file (`deepeyes_template`); unset: JUDGE_TEMPLATE
     "JUDGE_VERDICT": "correct_incorrect",  # how the reply is read, and the defaults below: a key of VERDICT_MODES
     "JUDGE_TEMPERATURE": "",  # sampling temperature; unset: the verdict mode's
     "JUDGE_MAX_TOKENS": "",  # the reply's token limit, or "none" (the request names none); unset: the mode's
@@ -83,6 +86,64 @@ class JudgeSettings:
     unreadable_zero: bool = False
 
 
+@dataclass(kw_only=True)
+class JudgeArguments:
+    """The LLM judge as recipe keys (`ScriptArguments` for RL rewards, `EvalArguments` for evaluation): each key set
+    sets its `JUDGE_*` variable (`judge_environ`); a key left unset leaves the environment's value, or the default."""
+
+    judge_base_url: str | None = field(
+        default=None,
+        metadata={"help": "LLM judge: its OpenAI-compatible API root (POST {base}/chat/completions); JUDGE_BASE_URL."},
+    )
+    judge_model: str | None = field(default=None, metadata={"help": "LLM judge: the served model name; JUDGE_MODEL."})
+    judge_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "LLM judge: a prompt template file ({question}, {answer}, {prediction}), or a DeepEyes source file "
+            "whose get_prompt is read (verl/utils/reward_score/vl_agent.py to train, eval/judge_result.py to "
+            "evaluate); JUDGE_PROMPT."
+        },
+    )
+    judge_verdict: str | None = field(
+        default=None,
+        metadata={"help": "LLM judge: how it is asked and its reply read, a key of rewards.judge.VERDICT_MODES; "
+                  "JUDGE_VERDICT."},
+    )  # fmt: skip
+
+    def judge_environ(self) -> dict[str, str]:
+        """The `JUDGE_*` variables the keys set."""
+        names = {"judge_base_url": "JUDGE_BASE_URL", "judge_model": "JUDGE_MODEL", "judge_prompt": "JUDGE_PROMPT",
+                 "judge_verdict": "JUDGE_VERDICT"}  # fmt: skip
+        return {env: str(getattr(self, key)) for key, env in names.items() if getattr(self, key) is not None}
+
+
+def deepeyes_template(path: Path) -> str:
+    """The judge prompt of a DeepEyes source file (github.com/Visual-Agent/DeepEyes: `verl/utils/reward_score/
+    vl_agent.py` for its training reward, `eval/judge_result.py` or `eval/judge_result_hrbench.py` for its
+    evaluation), as a template: its `get_prompt(predict_str, ground_truth, question)` called with the placeholders, so
+    the instructions, in-context examples and test block are theirs, read from the user's clone and never copied into
+    this repo. Only the three prompt functions run (without builtins), not the module, which opens a client at import.
+    A file without them fails with a ValueError naming it."""
+    wanted = ("get_chat_template", "get_gpt4_score_ICE", "get_prompt")
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as err:
+        raise ValueError(f"JUDGE_PROMPT: {str(path)!r} is not Python: {err}") from err
+    functions = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name in wanted]
+    missing = sorted(set(wanted) - {node.name for node in functions})
+    if missing:
+        raise ValueError(f"JUDGE_PROMPT: {str(path)!r} defines no {missing}: not a DeepEyes judge file")
+    namespace: dict[str, Any] = {"__builtins__": {}}
+    try:
+        exec(compile(ast.Module(body=functions, type_ignores=[]), str(path), "exec"), namespace)
+        template = namespace["get_prompt"]("{prediction}", "{answer}", "{question}")
+    except Exception as err:
+        raise ValueError(f"JUDGE_PROMPT: the prompt functions of {str(path)!r} failed: {err!r}") from err
+    if not isinstance(template, str):
+        raise ValueError(f"JUDGE_PROMPT: get_prompt of {str(path)!r} returned {type(template).__name__}, not text")
+    return template
+
+
 def _read(env: dict[str, str], name: str, wants: str, convert: Callable[[str], Any], valid: Callable[[Any], bool]):
     """`convert(env[name])` if it converts and is `valid`, else a ValueError naming the variable and what it wants."""
     try:
@@ -118,7 +179,7 @@ def judge_settings(environ: Mapping[str, str]) -> JudgeSettings:
         path = Path(env["JUDGE_PROMPT"])
         if not path.is_file():
             raise ValueError(f"JUDGE_PROMPT: no prompt template file at {str(path)!r}")
-        template = path.read_text(encoding="utf-8")
+        template = deepeyes_template(path) if path.suffix == ".py" else path.read_text(encoding="utf-8")
         # Without the ground truth or the prediction the judge would grade nothing; the question is optional.
         missing = [p for p in JUDGE_PLACEHOLDERS[1:] if p not in template]
         if missing:
@@ -127,11 +188,15 @@ def judge_settings(environ: Mapping[str, str]) -> JudgeSettings:
         raise ValueError(f"JUDGE_VERDICT must be one of {sorted(VERDICT_MODES)}, got {env['JUDGE_VERDICT']!r}")
     mode = VERDICT_MODES[env["JUDGE_VERDICT"]]
     if mode.needs_prompt and not env["JUDGE_PROMPT"]:
+        source = (
+            "eval/judge_result.py"
+            if env["JUDGE_VERDICT"] == "deepeyes_eval"
+            else "verl/utils/reward_score/vl_agent.py"
+        )
         raise ValueError(
-            f"JUDGE_VERDICT={env['JUDGE_VERDICT']} reads the reply to DeepEyes' own prompt: set JUDGE_PROMPT to a "
-            "template of it (github.com/Visual-Agent/DeepEyes, verl/utils/reward_score/vl_agent.py, get_prompt: its "
-            "instructions, its in-context examples and the test block, with {question}, {answer} and {prediction} "
-            "where it puts question, ground_truth and predict_str)"
+            f"JUDGE_VERDICT={env['JUDGE_VERDICT']} reads the reply to DeepEyes' own prompt: set JUDGE_PROMPT (or the "
+            f"recipe's judge_prompt) to {source} of a clone of github.com/Visual-Agent/DeepEyes, whose get_prompt is "
+            "read, or to a template file of it with {question}, {answer} and {prediction}"
         )
     temperature, max_tokens, unreadable_zero = mode.temperature, mode.max_tokens, mode.unreadable_zero
     if env["JUDGE_TEMPERATURE"]:
@@ -167,11 +232,13 @@ def parse_deepeyes_verdict(text: str) -> float | None:
     return {"1": 1.0, "0": 0.0}.get(reply)
 
 
-# The verdict modes, by `JUDGE_VERDICT`: ours, and DeepEyes' training judge (`compute_score`: its system message,
-# temperature 0.3, no max_tokens, an unreadable reply scored 0; its prompt is given as JUDGE_PROMPT).
+# The verdict modes, by `JUDGE_VERDICT`: ours; DeepEyes' training judge (`vl_agent.py`, `compute_score`: its system
+# message, temperature 0.3, no max_tokens, an unreadable reply scored 0); its evaluation judge (`eval/judge_result.py`:
+# the same at temperature 0). DeepEyes' prompts are given as JUDGE_PROMPT.
 VERDICT_MODES = {
     "correct_incorrect": VerdictMode(parse_verdict, 0.0, JUDGE_MAX_TOKENS, None, False, False),
     "deepeyes": VerdictMode(parse_deepeyes_verdict, 0.3, None, "You are a helpful assistant.", True, True),
+    "deepeyes_eval": VerdictMode(parse_deepeyes_verdict, 0.0, None, "You are a helpful assistant.", True, True),
 }
 
 

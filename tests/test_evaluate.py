@@ -27,10 +27,11 @@ from data.trajectories import GoldTrajectoryRenderer
 from evaluate import parse_args
 from evaluation import run as evaluation_run
 from evaluation.agent import TransformersBackend, ZoomAgent
-from evaluation.metrics import compute_metrics, mme_choice, score_answer
+from evaluation.metrics import SCORING_RULES, compute_metrics
 from evaluation.run import read_samples, run_evaluation, select_rows
 from mapo_trainer import MAPOTrainer
 from repairs.rollout import eos_token_ids, prompt_ids, tool_suffix_ids, until_eos
+from tests.fake_judge import DEEPEYES_LIKE_SOURCE, FakeJudge, prompt_fields
 from tiny.scripted import DEFAULT_BOX, DEFAULT_LABELS, force_tool_calls, tiny_trainer
 from tools import (
     TOOL_NAME,
@@ -48,52 +49,8 @@ from utils.models import load_model, load_processor, pixel_budget
 pytestmark = pytest.mark.slow
 
 
-# --------------------------------------------------------------------------------------------------------- scoring
-@pytest.mark.parametrize(
-    ("prediction", "correct", "failure"),
-    [
-        ("B", True, None),
-        ("(B)", True, None),
-        ("B. blue", True, None),
-        ("blue", True, None),  # the option's text
-        ("C", False, None),
-        ("purple", False, "answer outside the options: 'purple'"),
-        ("", False, "empty <answer>"),
-        (None, False, None),  # no <answer>: the agent has already recorded why
-    ],
-)
-def test_vstar_and_hrbench_score_by_letter_or_option_text(prediction, correct, failure):
-    options = ["red", "blue", "green", "white"]
-    for benchmark in ("vstar", "hrbench"):
-        assert score_answer(benchmark, prediction, "B", options) == (correct, failure)
-
-
-def test_open_questions_use_training_rule():
-    assert score_answer("synthetic", "The Orange.", "orange", []) == (True, None)
-    assert score_answer("deepeyes", "three", "3", []) == (False, None)
-
-
-@pytest.mark.parametrize(
-    ("prediction", "choice"),
-    [
-        ("E", 4),
-        ("The best answer is B", 1),
-        ("The answer is (C) 456", 2),
-        ("Definitely (E)", 3),  # the reference's quirk: the first capital A-E, even inside a word
-        ("457", 1),  # no capital letter: the option whose "(X) text" contains the prediction
-        ("it could be any of the numbers shown there, hard to say really", None),  # long, no letter: unreadable
-    ],
-)
-def test_mme_realworld_reference_rule(prediction, choice):
-    assert mme_choice(prediction, ["458", "457", "456", "455", "The image doesn't feature the data."]) == choice
-
-
-def test_mme_rule_is_looser_than_training_rule():
-    options = ["13", "90", "77", "6", "The image does not feature the buses"]
-    assert score_answer("mme_realworld", "Option (E)", "E", options) == (True, None)
-    assert score_answer("vstar", "Option (E)", "E", options)[1].startswith("answer outside the options")
-
-
+# --------------------------------------------------------------------------------------------------------- metrics
+# (the scoring rules themselves: tests/test_scoring.py, fast lane)
 def record(source, correct, calls=(), failure=None, turns=1):
     return {"source": source, "correct": correct, "failure": failure, "num_turns": turns, "calls": list(calls)}
 
@@ -145,7 +102,10 @@ def test_tool_use_metrics():
         "n": 2,
         "n_failed": 1,
         "skipped_rows": 2,
+        "scoring": {"can_infer": SCORING_RULES["can_infer"]},
         "accuracy": 0.5,
+        "accuracy_strict": None,  # records without `correct_strict`, `rule`: written before the published rules
+        "decided_by": {"unrecorded": 2},
         "accuracy_by_source": None,
         "turns_per_sample": 2.0,
         "calls_per_sample": 1.5,
@@ -425,12 +385,29 @@ def scripted_model(first_turn=None):
         yield scripts
 
 
+def judge_reply(body: dict) -> str:
+    """The fake judge of the shared runs: it accepts only the answer to the colour question."""
+    return "Judgement: 1" if prompt_fields(body["messages"][-1]["content"])["standard"] == "orange" else "Judgement: 0"
+
+
 @pytest.fixture(scope="module")
-def whole_run(tiny_kit, synthetic_dir, tmp_path_factory):
-    """One uninterrupted run on the four synthetic rows: a tool call, then an answer, for every sample."""
+def judge(tmp_path_factory):
+    """A fake judge on localhost and the `judge_*` keys of an evaluation that asks it, its prompt read from a stand-in
+    of DeepEyes' eval/judge_result.py (fake_judge.py)."""
+    source = tmp_path_factory.mktemp("deepeyes") / "judge_result.py"
+    source.write_text(DEEPEYES_LIKE_SOURCE)
+    server = FakeJudge(judge_reply).start()
+    yield server, dict(judge=True, judge_base_url=server.base_url, judge_model="fake", judge_prompt=str(source))
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def whole_run(tiny_kit, synthetic_dir, tmp_path_factory, judge):
+    """One uninterrupted run on the four synthetic rows: a tool call, then an answer, for every sample; with the LLM
+    judge asked (`--judge`) on the answers the rules leave open."""
     output_dir = tmp_path_factory.mktemp("whole")
     with scripted_model():
-        metrics = run_evaluation(*eval_args(tiny_kit, synthetic_dir, output_dir))
+        metrics = run_evaluation(*eval_args(tiny_kit, synthetic_dir, output_dir, **judge[1]))
     return metrics, output_dir
 
 
@@ -441,7 +418,11 @@ def test_run_records_trajectories_and_metrics(synthetic_dir, whole_run):
     assert [r["id"] for r in records] == rows["id"]
     for i, (r, row) in enumerate(zip(records, rows)):
         assert (r["prediction"], r["failure"], r["num_turns"]) == ("A", None, 2)  # call, then answer
-        assert r["correct"] == (row["answer"] == "A" and bool(row["options"]))
+        assert r["correct_strict"] == (row["answer"] == "A" and bool(row["options"]))
+        # "A" is read by training's rule on the one multiple-choice row; the open answers it calls wrong go to the
+        # judge, which accepts only the colour question's
+        assert r["rule"] == ("strict" if row["options"] else "judge")
+        assert r["correct"] == (r["correct_strict"] if row["options"] else row["answer"] == "orange")
         (c,) = r["calls"]
         assert c["label"] == DEFAULT_LABELS[i % 2] and c["arguments"]["bbox_2d"] == [8, 8, 80, 80]
         assert (c["t"], c["turn"]) == (1, 1)
@@ -452,6 +433,9 @@ def test_run_records_trajectories_and_metrics(synthetic_dir, whole_run):
     zs = [r["calls"][0]["z"] for r in records]
     assert metrics["n"] == 4 and metrics["n_failed"] == 0 and metrics["skipped_rows"] == 0
     assert metrics["accuracy"] == pytest.approx(sum(r["correct"] for r in records) / 4)
+    assert metrics["accuracy_strict"] == pytest.approx(sum(r["correct_strict"] for r in records) / 4)
+    assert list(metrics["scoring"]) == ["can_infer"] and metrics["decided_by"] == {"judge": 3, "strict": 1}
+    assert metrics["accuracy"] == 0.25 and metrics["accuracy_strict"] == 0.0  # the judge's one acceptance
     assert (metrics["turns_per_sample"], metrics["calls_per_sample"]) == (2.0, 1.0)
     assert (metrics["tool_call_rate"], metrics["valid_call_rate"]) == (1.0, 1.0)
     assert metrics["mean_z"] == pytest.approx(sum(zs) / 4)
@@ -459,6 +443,25 @@ def test_run_records_trajectories_and_metrics(synthetic_dir, whole_run):
     assert json.loads((output_dir / "metrics.json").read_text()) == metrics
     report = (output_dir / "report.html").read_text()
     assert "<h2>budgets</h2>" in report and "<td>max_completion_length</td><td>320</td>" in report
+
+
+def test_the_judge_was_asked_deepeyes_evaluation_prompt_and_settings(judge, whole_run):
+    """Three requests of the shared run (the open answers): DeepEyes' evaluation mode (its system message, temperature
+    0, no token limit), the prompt its get_prompt builds (read from the stand-in file, whose module code did not run),
+    the bare question, the row's answer as the standard answer, the prediction."""
+    server, _ = judge
+    first = [b for b in server.bodies[:3] if prompt_fields(b["messages"][-1]["content"])["standard"] == "orange"]
+    assert len(server.bodies) >= 3 and len(first) == 1
+    body = first[0]
+    assert body["model"] == "fake" and body["temperature"] == 0.0 and "max_tokens" not in body
+    assert body["messages"][0] == {"role": "system", "content": "You are a helpful assistant."}
+    prompt = body["messages"][-1]["content"]
+    assert prompt.startswith("Say whether the two answers agree") and "[Model_answer] : apple" in prompt
+    fields = prompt_fields(prompt)
+    assert fields["standard"] == "orange" and fields["prediction"] == "A"
+    assert (
+        fields["question"].endswith("?") and "Options" not in fields["question"] and "Think" not in fields["question"]
+    )
 
 
 def test_a_budget_a_zoom_cannot_fit_warns_with_the_numbers(tiny_kit, synthetic_dir, tmp_path):
@@ -478,19 +481,21 @@ def test_an_evaluation_with_no_valid_call_says_so(tiny_kit, synthetic_dir, tmp_p
     assert message.startswith("No valid zoom-in call: ") and ("SFT cold start" in message or "rejected" in message)
 
 
-def test_resumed_run_gives_the_same_metrics(tiny_kit, synthetic_dir, tmp_path, whole_run):
-    with scripted_model():
-        run_evaluation(*eval_args(tiny_kit, synthetic_dir, tmp_path, limit=2))  # "interrupted" after two samples
+def test_resumed_run_gives_the_same_metrics(tiny_kit, synthetic_dir, tmp_path, whole_run, judge):
+    with scripted_model():  # "interrupted" after two samples
+        run_evaluation(*eval_args(tiny_kit, synthetic_dir, tmp_path, limit=2, **judge[1]))
     with (tmp_path / "samples.jsonl").open("a") as sink:
         sink.write('{"id": "test-0000')  # and killed mid-write
     with scripted_model() as scripts:
-        resumed = run_evaluation(*eval_args(tiny_kit, synthetic_dir, tmp_path, batch_size=3))
+        resumed = run_evaluation(*eval_args(tiny_kit, synthetic_dir, tmp_path, batch_size=3, **judge[1]))
     assert_metrics_equal(resumed, whole_run[0])
     records = read_samples(tmp_path / "samples.jsonl")
     assert len(records) == len({r["id"] for r in records}) == 4
     assert len(scripts[0]) == 4  # the resumed run generated only the two missing samples, two turns each
     with pytest.raises(ValueError, match="other settings"):  # a resume must not mix runs made differently
-        run_evaluation(*eval_args(tiny_kit, synthetic_dir, tmp_path, max_tool_calling_iterations=3))
+        run_evaluation(*eval_args(tiny_kit, synthetic_dir, tmp_path, max_tool_calling_iterations=3, **judge[1]))
+    with pytest.raises(ValueError, match="'judge': \\(True, False\\)"):  # nor samples judged and not judged
+        run_evaluation(*eval_args(tiny_kit, synthetic_dir, tmp_path))
 
 
 def test_a_data_parallel_run_records_every_row_once_as_one_process_does(
@@ -553,7 +558,10 @@ def assert_metrics_equal(a, b):
     seen on one CPU, and more on others): 1e-4 relative is far below any difference a metric is read for."""
     assert a.keys() == b.keys()
     for key, value in b.items():
-        expected = pytest.approx(value, rel=1e-4, abs=1e-6) if isinstance(value, float | dict) else value
+        numbers = isinstance(value, float) or (
+            isinstance(value, dict) and all(isinstance(v, float) for v in value.values())
+        )
+        expected = pytest.approx(value, rel=1e-4, abs=1e-6) if numbers else value
         assert a[key] == expected, key
 
 
@@ -586,6 +594,7 @@ def test_bad_inputs_are_scored_failures(tiny_kit, tmp_path):
     # a call whose JSON does not parse is no call to TRL either: the rollout ends, and the sample says why
     assert unparsed["calls"] == [] and unparsed["failure"] == "no <answer>: a <tool_call> that did not parse"
     assert outside["failure"] == "answer outside the options: 'Z'" and not outside["correct"]
+    assert (outside["rule"], wrong_args["rule"], unparsed["rule"]) == ("none", "strict", "no_answer")
     assert broken["failure"].startswith("image could not be processed") and broken["num_turns"] == 0
     assert (metrics["n"], metrics["n_failed"], metrics["valid_call_rate"], metrics["mean_z"]) == (4, 3, 0.0, None)
 

@@ -3,16 +3,23 @@ carry, concurrency, timeouts and bad replies as unscorable rows, and the pure pa
 
 import json
 import logging
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
-from data.task import build_prompt
-from rewards import REWARDS
+import rl
+from data.task import USER_SUFFIX, build_prompt
+from rewards import REWARDS, check_judge
+from rewards.deepeyes import deepeyes_reward, deepeyes_terms, rollout_text
 from rewards.judge import (
+    JUDGE_ENV,
+    JudgeArguments,
     JudgeSettings,
+    deepeyes_template,
     fill_judge_prompt,
     judge_reward,
     judge_settings,
@@ -20,6 +27,13 @@ from rewards.judge import (
     parse_verdict,
     prompt_question,
 )
+from tests.fake_judge import DEEPEYES_LIKE_SOURCE, prompt_fields
+from tests.fake_judge import FakeJudge as FakeDeepEyesJudge
+from tests.peer_oracles import deepeyes_compute_score
+from tiny.stages import RL_TYPES
+from utils.recipes import load_recipe, parse_args_and_record
+
+REPO = Path(__file__).resolve().parents[1]
 
 # JUDGE_TIMEOUT in these tests: the late reply sleeps past it; every other reply is due well within it even on a
 # loaded machine (the suite's own workers share its 2 cores).
@@ -318,3 +332,191 @@ def test_a_prompt_file_without_a_placeholder_is_refused(tmp_path):
     template.write_text("Gold: {answer}\nReply CORRECT or INCORRECT.")
     with pytest.raises(ValueError, match=r"JUDGE_PROMPT.*\{prediction\}"):
         judge_settings({"JUDGE_PROMPT": str(template)})
+
+
+# ------------------------------------------------------------------------- DeepEyes' reward, held to its code
+THINK, ZOOM_ARGS = "look", {"bbox_2d": [1, 2, 30, 40], "label": "the sign"}
+
+
+def zoom_turn(ok: bool) -> list[dict]:
+    """An assistant turn that calls the tool (TRL's parsed form) and the tool's reply: a crop, or an error."""
+    call = {"type": "function", "function": {"name": "image_zoom_in_tool", "arguments": ZOOM_ARGS}}
+    turn = {"role": "assistant", "reasoning_content": THINK, "content": "", "tool_calls": [call]}
+    parts = [{"type": "image", "image": None}, {"type": "text", "text": "Zoomed in on [1, 2, 30, 40]."}] if ok else [
+        {"type": "text", "text": "Error: the box is too small. Fix the call, or answer if you can."}]  # fmt: skip
+    return [turn, {"role": "tool", "name": "image_zoom_in_tool", "content": parts}]
+
+
+def final_turn(text: str, parsed: bool) -> dict:
+    """The last assistant turn: as written, or as TRL's parser leaves a leading `<think>...</think>` (reasoning)."""
+    if parsed and text.startswith("<think>") and "</think>" in text:
+        reasoning, content = text.removeprefix("<think>").split("</think>", 1)
+        return {"role": "assistant", "reasoning_content": reasoning, "content": content}
+    return {"role": "assistant", "content": text}
+
+
+# Final turns: tags balanced or not, answers inside or outside tags, several blocks, \boxed{}, the length limit.
+FINAL_TEXTS = [
+    "<think>t</think><answer>B</answer>", "<think>t</think><answer>blue</answer>", "<think>t</think><answer>C</answer>",
+    "<answer>B</answer>", "<think>t</think>B", "<think>t</think> The answer is B", "<think>t</think><answer>B",
+    "<think>t</think><answer>C</answer><answer>B</answer>", "<think>t</think><answer>B</answer><answer>C</answer>",
+    "<think>t<think>u</think><answer>B</answer>", "<think>t</think><answer>\\boxed{B}</answer>",
+    "<think>t</think><answer></answer>", "<think>t</think><answer>" + "B" * 1000 + "</answer>",
+    "<think>t</think><answer>" + "B" * 999 + "</answer>", "<think>t</think><answer>B</answer></answer>",
+    "<answer>B</answer><think>late</think>", "<think>t</think><answer>mauve</answer>", "<think>t",
+]  # fmt: skip
+STRUCTURES = {"single turn": [], "zoom": zoom_turn(True), "failed zoom": zoom_turn(False),
+              "two zooms": zoom_turn(True) + zoom_turn(True)}  # fmt: skip
+
+
+def deepeyes_completions() -> list[tuple[str, list[dict]]]:
+    """72 training completions: every final turn after every structure, in the form TRL's parser leaves or as written
+    (alternating)."""
+    return [
+        (f"{name} / {text[:40]!r}", [*prefix, final_turn(text, parsed=(i + j) % 2 == 0)])
+        for i, (name, prefix) in enumerate(STRUCTURES.items())
+        for j, text in enumerate(FINAL_TEXTS)
+    ]
+
+
+def deepeyes_reply(body: dict) -> str:
+    """The fake judge of the reward tests: DeepEyes' reply format, right when the answer is the standard answer or its
+    option text (ignoring case and a final period); "mauve" gets a reply that is no verdict (DeepEyes reads it as 0)."""
+    fields = prompt_fields(body["messages"][-1]["content"])
+    said = fields["prediction"].strip().lower().rstrip(".")
+    if said == "mauve":
+        return "Hard to say."
+    return f"Judgement: {int(said in (fields['standard'].lower(), 'blue'))}"
+
+
+@pytest.fixture
+def deepeyes_judge(monkeypatch, tmp_path):
+    """A fake judge and the JUDGE_* settings of the deepeyes reward: DeepEyes' mode, its prompt read from a stand-in
+    of vl_agent.py."""
+    source = tmp_path / "vl_agent.py"
+    source.write_text(DEEPEYES_LIKE_SOURCE)
+    server = FakeDeepEyesJudge(deepeyes_reply).start()
+    environ = {"JUDGE_BASE_URL": server.base_url, "JUDGE_MODEL": "fake", "JUDGE_VERDICT": "deepeyes",
+               "JUDGE_PROMPT": str(source), "JUDGE_TIMEOUT": str(TIMEOUT), "JUDGE_CONCURRENCY": "4"}  # fmt: skip
+    for name in JUDGE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    yield server, source
+    server.stop()
+
+
+def test_the_deepeyes_reward_is_deepeyes_compute_score(deepeyes_judge):
+    """On 72 completions, `deepeyes_reward` equals DeepEyes' `compute_score` (tests/peer_oracles.py, a transcription of
+    verl/utils/reward_score/vl_agent.py) given the same rollout string and the same judge."""
+    server, source = deepeyes_judge
+    template = deepeyes_template(source)
+    prompt = build_prompt("Which colour is the car?", ["red", "blue", "green", "white"])
+    extra_info = {"question": prompt_question(prompt),
+                  "get_prompt": lambda p, g, q: fill_judge_prompt(template, q, g, p)}  # fmt: skip
+    cases = deepeyes_completions()
+    assert len(cases) >= 60
+    ours = deepeyes_reward([c for _, c in cases], answer=["B"] * len(cases), prompts=[prompt] * len(cases))
+    judge = lambda full_prompt: deepeyes_reply({"messages": [{"content": full_prompt}]})  # noqa: E731
+    for (name, completion), score in zip(cases, ours):
+        theirs = deepeyes_compute_score(rollout_text(completion), "B", extra_info, judge)
+        assert score == pytest.approx(theirs, abs=1e-12), name  # the same sums of the same doubles
+    asked = [b for b in server.bodies]
+    assert len(asked) == len(cases) - len(STRUCTURES)  # every rollout but the 1,000-character answers
+    assert all(
+        b["temperature"] == 0.3 and b["messages"][0]["content"] == "You are a helpful assistant." for b in asked
+    )
+
+
+def test_deepeyes_reward_by_hand(deepeyes_judge):
+    """R = 0.8 acc + 0.2 format + 1.2 tool, worked out: right after a zoom 2.0; right without one 0.8; right after a
+    zoom that returned no crop 0.8; an unclosed answer, judged right, 0.8 - 0.2 + 1.2; 1,000 characters -0.2 and not
+    asked; a rollout that zooms and never answers is judged on DeepEyes' "..." (0, no format error)."""
+    right = "<think>t</think><answer>B</answer>"
+    completions = [
+        [*zoom_turn(True), final_turn(right, True)],
+        [final_turn(right, True)],
+        [*zoom_turn(False), final_turn(right, False)],
+        [*zoom_turn(True), final_turn("<think>t</think><answer>B", True)],
+        [final_turn("<think>t</think><answer>" + "B" * 1000 + "</answer>", True)],
+        [*zoom_turn(True), final_turn("<think>t</think>B", True)],
+    ]
+    scores = deepeyes_reward(completions, answer=["B"] * 6)
+    assert scores == pytest.approx([2.0, 0.8, 0.8, 0.8 - 0.2 + 1.2, -0.2, 0.0], abs=1e-12)
+    server, _ = deepeyes_judge
+    said = sorted(prompt_fields(b["messages"][-1]["content"])["prediction"] for b in server.bodies)
+    assert said == ["...", "B", "B", "B", "B"]
+
+
+def test_rollout_text_is_deepeyes_decoded_response():
+    completion = [*zoom_turn(True), *zoom_turn(False), final_turn("<think>t</think><answer>B</answer>", True)]
+    call = '<tool_call>\n{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [1, 2, 30, 40], "label": "the sign"}}'
+    observation = f"<tool_response><|vision_start|><|image_pad|><|vision_end|>\n{USER_SUFFIX}</tool_response>"
+    assert rollout_text(completion) == (
+        f"<think>look</think>{call}\n</tool_call>{observation}<think>look</think>{call}\n</tool_call>"
+        "Error: the box is too small. Fix the call, or answer if you can.<think>t</think><answer>B</answer>"
+    )
+    terms = deepeyes_terms(rollout_text(completion))
+    assert (terms.answer, terms.format_error, terms.images) == ("B", False, 1)
+
+
+def test_an_unscorable_request_leaves_the_deepeyes_row_unscored(deepeyes_judge, monkeypatch):
+    server, _ = deepeyes_judge
+    server.stop()
+    assert deepeyes_reward([[final_turn("<think>t</think><answer>B</answer>", True)]], answer=["B"]) == [None]
+
+
+def test_a_deepeyes_source_file_gives_its_prompt_and_a_wrong_one_is_named(tmp_path):
+    source = tmp_path / "judge_result.py"
+    source.write_text(DEEPEYES_LIKE_SOURCE)
+    namespace = {}
+    exec(DEEPEYES_LIKE_SOURCE.split("\n\n\n", 1)[1], namespace)  # the prompt functions without the client line
+    assert deepeyes_template(source) == namespace["get_prompt"]("{prediction}", "{answer}", "{question}")
+    settings = judge_settings({"JUDGE_VERDICT": "deepeyes_eval", "JUDGE_PROMPT": str(source)})
+    assert (settings.template, settings.temperature, settings.unreadable_zero) == (
+        deepeyes_template(source),
+        0.0,
+        True,
+    )
+    other = tmp_path / "other.py"
+    other.write_text("def get_prompt(a, b, c):\n    return a\n")
+    with pytest.raises(ValueError, match=r"other.py.*\['get_chat_template', 'get_gpt4_score_ICE'\]"):
+        judge_settings({"JUDGE_PROMPT": str(other)})
+    with pytest.raises(ValueError, match="JUDGE_VERDICT=deepeyes_eval .*eval/judge_result.py"):
+        judge_settings({"JUDGE_VERDICT": "deepeyes_eval"})
+
+
+def test_the_deepeyes_reward_is_registered_and_checked_at_start(monkeypatch):
+    assert REWARDS["deepeyes"] is deepeyes_reward and deepeyes_reward.required_columns == ("answer",)
+    monkeypatch.setenv("JUDGE_VERDICT", "deepeyes")
+    monkeypatch.delenv("JUDGE_PROMPT", raising=False)
+    with pytest.raises(ValueError, match="set JUDGE_PROMPT"):
+        check_judge(["outcome", "deepeyes"])
+    check_judge(["outcome", "format"])  # no judge asked: nothing to check
+
+
+def test_the_deepeyes_recipe_names_its_reward_and_its_judge():
+    values = load_recipe(REPO / "recipes/Qwen2.5-VL-7B-Instruct/rl/config_mapo_deepeyes.yaml").values
+    assert values["reward_funcs"] == ["deepeyes"] and values.get("reward_weights", [1.0]) == [1.0]
+    assert values["judge_base_url"].startswith("http") and values["judge_verdict"] == "deepeyes"
+    assert values["judge_prompt"].endswith("verl/utils/reward_score/vl_agent.py") and values["judge_model"]
+    arguments = JudgeArguments(judge_base_url="http://h:1/v1", judge_verdict="deepeyes")
+    assert arguments.judge_environ() == {"JUDGE_BASE_URL": "http://h:1/v1", "JUDGE_VERDICT": "deepeyes"}
+
+
+def test_rl_sets_the_recipes_judge_and_checks_it_before_loading_anything(monkeypatch):
+    """`rl.py` exports the recipe's `judge_*` keys as JUDGE_* (what the rewards read) and refuses, before any data or
+    weight loads, a judge whose settings do not hold."""
+    for name in JUDGE_ENV:
+        monkeypatch.setenv(name, "")  # recorded, so that the values rl.py sets are undone after the test
+    argv = ["--config", "recipes/tiny/rl/config_judge.yaml", "--reward_funcs", "deepeyes",
+            "--judge_base_url", "http://judge.test:9/v1", "--judge_verdict", "deepeyes"]  # fmt: skip
+    parsed = parse_args_and_record(RL_TYPES, argv)
+
+    def load_split(*args):
+        raise AssertionError("loaded data before checking the judge")
+
+    monkeypatch.setattr(rl, "load_split", load_split)
+    with pytest.raises(ValueError, match="JUDGE_VERDICT=deepeyes .*set JUDGE_PROMPT"):
+        rl.build_trainer(*parsed)
+    assert (os.environ["JUDGE_BASE_URL"], os.environ["JUDGE_VERDICT"]) == ("http://judge.test:9/v1", "deepeyes")

@@ -100,8 +100,10 @@ def test_is_correct_open_answers_are_normalised():
     assert not is_correct("wxy", "wxyz")
 
 
-def test_answers_over_1000_characters_score_zero():
+def test_answers_of_1000_characters_or_more_score_zero():
+    """DeepEyes' limit (`vl_agent.py`: `len(answer_text) >= 1000`), the judge's too: 999 characters still count."""
     assert not is_correct("wxyz " * 300, "wxyz")
+    assert is_correct("w" * 999, "w" * 999) and not is_correct("w" * 1000, "w" * 1000)
     completion = [assistant("<think>t</think><answer>" + "C" * 1001 + "</answer>")]
     assert outcome_reward([completion], answer=["C"], options=[OPTIONS]) == [0.0]
 
