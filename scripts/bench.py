@@ -407,7 +407,9 @@ def peak_memory(command: list[str]) -> tuple[dict[str, float], float, str]:
     """Run `command`, sampling its /proc status every 50 ms: peak `RssAnon` (heap: what grows with rows) and `VmRSS`
     (with mapped files: the written dataset's pages, which the kernel can drop), in MB; its seconds; its stdout."""
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    # files, not pipes: nothing the process writes blocks it while the loop samples
+    output, errors = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
+    process = subprocess.Popen(command, stdout=output, stderr=errors, text=True)
     peak = {"RssAnon": 0.0, "VmRSS": 0.0}
     while process.poll() is None:
         try:
@@ -419,9 +421,12 @@ def peak_memory(command: list[str]) -> tuple[dict[str, float], float, str]:
             if found:
                 peak[key] = max(peak[key], int(found.group(1)) / 1024)
         time.sleep(0.05)
-    out = process.communicate()[0]
+    process.wait()
+    output.seek(0)
+    out = output.read()
     if process.returncode:
-        raise RuntimeError(f"{' '.join(command)} failed (exit {process.returncode})")
+        errors.seek(0)
+        raise RuntimeError(f"{' '.join(command)} failed (exit {process.returncode}): {errors.read()[-2000:]}")
     return peak, time.perf_counter() - start, out
 
 

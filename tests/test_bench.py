@@ -3,13 +3,16 @@ GPU (random-weight policy built from a config, one policy shared by both trainer
 batches, verifier timing), only smaller. The 7B architecture itself is checked on the meta device."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForImageTextToText
 
+from data import convert
 from scripts import bench
+from tools import ToolConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,7 +33,7 @@ def test_paired_step_time_on_the_tiny_shape(tiny_kit, tmp_path, monkeypatch):
         "0",
     ]
     output = tmp_path / "bench.json"
-    argv += ["--hpo_sizes", "4", "16", "--hpo_steps", "1", "--rollouts", "0"]  # vLLM's: tests/test_vllm.py
+    argv += ["--hpo_sizes", "4", "16", "--hpo_steps", "1", "--rollouts", "0", "--convert_rows"]  # vLLM's: test_vllm
     results = bench.main([*argv, "--clip_models", str(tiny_kit["clip"]), "--clip_crops", "2", "--output", str(output)])
     assert json.loads(output.read_text()) == results
     step = results["step_time"]
@@ -65,3 +68,17 @@ def test_7b_shape_is_qwen2_5_vl_7b_with_the_kit_token_ids(tiny_kit):
 def test_7b_shape_needs_a_gpu(tiny_kit):
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         bench.bench_step_time({k: str(v) for k, v in tiny_kit.items()}, "7b", pairs=1)
+
+
+def test_the_converter_benchmark_writes_a_release_the_converter_reads_whole(tmp_path):
+    """`make bench`'s converter memory figures are only worth reading if every row of its release converts."""
+    release = bench.write_coldstart_release(tmp_path / "release", 3, size=(800, 600))
+    trajectories, stats = convert.convert("mini_o3_coldstart", release, ToolConfig())
+    assert stats["rows_read"] == stats["rows_converted"] == 3 and len({t.image_bytes for t in trajectories}) == 3
+
+
+@pytest.mark.process
+def test_peak_memory_sees_what_a_process_holds():
+    peak, seconds, out = bench.peak_memory([sys.executable, "-c", "import time; x = b'x' * 200_000_000; print('held'); time.sleep(0.5)"])
+    assert out == "held\n" and seconds > 0
+    assert peak["RssAnon"] >= 190 and peak["VmRSS"] >= peak["RssAnon"]  # MB: the 200 MB array, sampled live
