@@ -94,9 +94,13 @@ def percentiles(values) -> dict[str, float]:
 
 
 def parquet_records(path: Path) -> Iterator[dict]:
-    """The records of a parquet file, a batch at a time: releases and benchmarks embed their images."""
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=64):
-        yield from batch.to_pylist()
+    """The records of a parquet file, one row group at a time: releases and benchmarks embed their images. Not
+    `iter_batches`, whose read-ahead held ~1.7 MB a row of a 400-row release of 0.65 MB JPEGs (docs/benchmarks.md,
+    "Converting a release"); one row group read without threads or pre-buffering stays bounded."""
+    file = pq.ParquetFile(path, pre_buffer=False)
+    for group in range(file.num_row_groups):
+        for batch in file.read_row_group(group, use_threads=False).to_batches(max_chunksize=64):
+            yield from batch.to_pylist()
 
 
 class BadRowError(ValueError):

@@ -443,9 +443,10 @@ def bench_convert(rows: list[int]) -> dict:
             stats = json.loads((output / "stats.json").read_text())
             results[str(n)] = {"rows_converted": stats["rows_converted"], "peak_rss_anon_mb": round(peak["RssAnon"]),
                                "peak_vm_rss_mb": round(peak["VmRSS"]), "seconds": round(seconds, 1)}  # fmt: skip
-    small, large = (results[str(n)] for n in (min(rows), max(rows)))
-    if max(rows) > min(rows):
-        grown = (large["peak_rss_anon_mb"] - small["peak_rss_anon_mb"]) / (max(rows) - min(rows))
+    sizes = sorted(rows)
+    if len(sizes) > 1:  # between the two largest: the slope once the first batches' buffers are in place
+        small, large = results[str(sizes[-2])], results[str(sizes[-1])]
+        grown = (large["peak_rss_anon_mb"] - small["peak_rss_anon_mb"]) / (sizes[-1] - sizes[-2])
         results["rss_anon_mb_per_row"] = round(grown, 3)
     return results
 
@@ -490,7 +491,7 @@ def main(argv: list[str] | None = None) -> dict:
         help="the engine without torch.compile, as the tiny colocate recipe builds it (a faster start; the tests use it)",
     )
     parser.add_argument(
-        "--convert_rows", type=int, nargs="*", default=[100, 400], help="release sizes to convert (none: skip)"
+        "--convert_rows", type=int, nargs="*", default=[100, 400, 1600], help="release sizes to convert (none: skip)"
     )
     parser.add_argument("--output", type=Path, default=Path("outputs/bench.json"))
     args = parser.parse_args(argv)
