@@ -260,8 +260,8 @@ def test_unscorable_outcome_rows_get_zero_advantage_as_in_stock_grpo(tiny_kit, t
 def test_a_run_that_cannot_learn_says_so_once(tiny_kit, train_dataset, tmp_path, caplog):
     """Issue 41: the tiny policy without SFT (not scripted), made never to end a turn (no end-of-turn before 12 tokens:
     `min_new_tokens`) under a 12-token budget: every completion clipped, no zoom-in call, every advantage 0 (loss and
-    grad_norm 0). The first window warns with each cause and the fields to change; the next, 1 step later, does not
-    repeat it (`SIGNAL_WARN_EVERY`)."""
+    grad_norm 0). The first window (of 1 step here: `signal_window_steps`) warns with each cause and the fields to
+    change; the next, 1 step later, does not repeat it (`SIGNAL_WARN_EVERY`)."""
     model = load_model(str(tiny_kit["policy"]), dtype=torch.float32)
     processor = load_processor(str(tiny_kit["policy"]))
     trainer = make_trainer(
@@ -273,6 +273,7 @@ def test_a_run_that_cannot_learn_says_so_once(tiny_kit, train_dataset, tmp_path,
         max_completion_length=12,
         generation_kwargs={"min_new_tokens": 12},
         max_steps=2,
+        signal_window_steps=1,
     )
     with caplog.at_level(logging.WARNING, logger="utils.diagnostics"):
         trainer.train()
@@ -283,11 +284,11 @@ def test_a_run_that_cannot_learn_says_so_once(tiny_kit, train_dataset, tmp_path,
     )  # the run produces the three cases
     (message,) = [r.getMessage() for r in caplog.records if r.name == "utils.diagnostics"]
     assert message.startswith(
-        "step 1: this run is not learning as it should (next warning in 50 steps at the earliest)"
+        "step 1: this run is not learning as it should over step 1 (next such warning in 50 steps at the earliest):"
     )
-    assert "every completion ran into max_completion_length=12 without ending its turn" in message
-    assert "no rollout called image_zoom_in_tool: the policy has not learned the tool's format" in message
-    assert "every advantage is 0 (adv/zero_frac 1), so loss and grad_norm are 0" in message
+    assert "100% of completions ran into max_completion_length=12 without ending their turn" in message
+    assert "0 zoom-in calls per rollout: the policy has not learned the tool's format" in message
+    assert "100% of advantages are 0 (adv/zero_frac), so loss and grad_norm are 0" in message
 
 
 DEEPER = "deeper still"  # the label of the rollouts scripted to call the tool past max_tool_calling_iterations
@@ -350,7 +351,7 @@ def test_over_turn_rollouts_leave_the_loss_but_stay_in_their_groups(tiny_kit, tr
         return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
     kept = (~torch.tensor(over)).float()
-    reference = dict(batch, over_turn=None, advantages=batch["advantages"] * kept)
+    reference = dict(batch, kept_row_scale=None, advantages=batch["advantages"] * kept)
     reference["tool_mask"] = torch.where(kept.bool().unsqueeze(1), batch["tool_mask"], batch["completion_mask"])
     masked, unmasked = gradient(batch), gradient(reference)
     assert unmasked.norm() > 0
