@@ -116,7 +116,9 @@ def test_the_engines_logprob_offset_is_the_placeholder_ban_and_compounds_over_a_
     for step in colocate["logp_offsets_by_origin"]:
         assert abs(step["scripted_mean"]) < 1e-5 and step["scripted_tokens"] > 0
         assert -4e-3 < step["sampled_mean"] < -1e-3 and step["sampled_tokens"] > 0
-    assert colocate["logp_offset"] == pytest.approx([-m for m in colocate["sampling_logp_difference_mean"]], rel=1e-3)
+    assert colocate["logp_offset"] == pytest.approx(
+        [-m for m in colocate["sampling_logp_difference_mean"]], rel=1e-3, abs=0
+    )
     assert all(0.5 < ratio < 1.0 for ratio in colocate["sequence_ratio"])
     assert not [w for w in colocate["signal_warnings"] if "drift" in w]
 
@@ -134,13 +136,16 @@ def test_rollouts_whose_sequence_ratio_leaves_the_band_are_warned_of(tiny_kit, t
     argv += ["--signal_window_steps", "1"]
     result = launch(argv, tmp_path / "summary.json")
     (ratio,), (median,) = result["sequence_ratio"], result["sequence_ratio_median"]
+    print(f"sequence ratio: mean {ratio:.3g}, median {median:.3g}")
     assert ratio < 0.5 and median < 0.5, result["logp_offsets_by_origin"]
     (warning,) = [w for w in result["signal_warnings"] if "drift" in w]
     assert warning.startswith("step 1: vLLM's rollouts drift from the trained policy over step 1")
     assert (
         f"median sequence importance ratio {median:.3g}, outside [0.5, 2.0]" in warning and "placeholders" in warning
     )
-    assert not [w for w in result["signal_warnings"] if "not learning" in w]
+    # never among the reasons a run is "not learning" (here the random policy's outcome reward is 0 throughout, which
+    # a window of 1 step names as such)
+    assert not [w for w in result["signal_warnings"] if "not learning" in w and "importance ratio" in w]
 
 
 # ---------------------------------------------------------------------------------------------------- evaluation

@@ -69,7 +69,34 @@ def transformer_terms(hidden: int, intermediate: int, layers: int, sequence: int
     return layers * (6 * hidden + 2 * sequence + intermediate) + hidden + 2 * vocab
 
 
-# The tiny kit's policy (tiny/kit.py: Qwen2.5-VL text 64 wide, MLP 128, 2 layers, vocab 1,088; its vision tower 32
-# wide, MLP 64, 2 blocks) at the tests' longest sequence, 1,024 tokens (prompt with image, and the tool rounds' crops).
+# The tiny kit's policy (tiny/kit.py): a vision tower 32 wide, MLP 64, 2 blocks, over one image's patches (<= 64:
+# max_pixels 12,544 = 64 x 14^2), and a decoder 64 wide, MLP 128, 2 layers, vocab 1,088, over the tests' sequences,
+# under 1,024 tokens (prompts of ~150 with 16 image tokens, max_completion_length 320, crops of 16 tokens each).
 TINY_SEQUENCE = 1024
-TINY_POLICY_FORWARD = transformer_terms(32, 64, 2, TINY_SEQUENCE) + transformer_terms(64, 128, 2, TINY_SEQUENCE, 1088)
+TINY_POLICY_FORWARD = transformer_terms(32, 64, 2, 64) + transformer_terms(64, 128, 2, TINY_SEQUENCE, 1088)
+# The tiny CLIP (tiny/clip.py): a text tower 128 wide, MLP 512, 2 layers over 32 tokens; a ResNet-like image tower
+# 8 wide in 4 stages of 3 x 3 convolutions over <= 64 channels; the 64-wide projection.
+TINY_CLIP_FORWARD = transformer_terms(128, 512, 2, 32) + 4 * 9 * 64 + 64
+
+
+def deviation_condition(values, group: int) -> float:
+    """The condition number of group-normalised advantages' numerators (each value minus its group's mean, `group`
+    consecutive values a group): the largest over groups of sum |v| / sum |v - mean|. A group whose values are equal
+    counts 1: its deviations are exactly 0 in any order. NaN values (unscorable rows) are left out."""
+    values = torch.as_tensor(values, dtype=torch.float64).reshape(-1, group)
+    worst = 1.0
+    for row in values:
+        row = row[~torch.isnan(row)]
+        spread = float((row - row.mean()).abs().sum()) if row.numel() else 0.0
+        if spread > 0:
+            worst = max(worst, float(row.abs().sum()) / spread)
+    return worst
+
+
+# A group-normalised advantage (TRL's, `mapo.reference_advantages`): the weighted sum of a row's reward columns (<= 4),
+# the group's mean and its std (sum of squares, sqrt) over <= 4 values, the division by std + eps: about 16 roundings.
+ADVANTAGE_TERMS = 16
+
+# Hand-worked float64 examples (a memory estimate, a statistic of a dozen values): at most 64 rounded operations on
+# the chain, at the values' size (1) where they cancel to 0.
+HAND_TERMS = 64
