@@ -107,7 +107,8 @@ HPO_HINDSIGHT = ("online", "offline")
 HPO_FALLBACK = ("scaled", "unscaled")
 GRPO_FIELDS = {f.name for f in fields(GRPOConfig)}
 # TRL's losses that average over a micro-batch's rows (dr_grpo: rows x max_completion_length), so a row out of the loss
-# still counts; `MAPOTrainer._compute_loss` renormalises them over the rows left in (the others count tokens).
+# still counts; `MAPOTrainer._compute_loss` renormalises them over the generation batch's rows left in (the others
+# count tokens).
 ROW_MEAN_LOSSES = ("grpo", "sapo", "luspo", "dr_grpo")
 
 
@@ -230,6 +231,13 @@ class MAPOConfig(GRPOConfig):
     )
     freeze_vision_tower: bool = freeze_field("vision_tower", False, "RL")
     freeze_projector: bool = freeze_field("projector", False, "RL")
+    signal_window_steps: int = field(
+        default=10,
+        metadata={
+            "help": "Optimizer steps the warning of a run that cannot learn judges together (utils.diagnostics."
+            "LearningSignalCheck): no verdict on fewer, so one unlucky logging window does not warn."
+        },
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -241,13 +249,15 @@ class MAPOConfig(GRPOConfig):
                 raise ValueError(f"{f.name} must be one of {choices}; got {getattr(self, f.name)!r}")
         if not self.hpo_omega >= 0:
             raise ValueError(f"hpo_omega must be >= 0; got {self.hpo_omega}")
+        if self.signal_window_steps < 1:
+            raise ValueError(f"signal_window_steps must be >= 1; got {self.signal_window_steps}")
         if self.gradient_variance_batches == 1:
             raise ValueError("gradient_variance_batches needs at least 2 batches for a variance (0: off)")
         entropy = self.entropy_coef or self.use_adaptive_entropy
         if self.mask_over_turn and self.loss_type in ROW_MEAN_LOSSES and entropy:
             raise ValueError(
-                f"mask_over_turn under loss_type={self.loss_type!r} renormalises each micro-batch's loss over the "
-                "rollouts left in it, which would rescale the entropy bonus too: set entropy_coef: 0 and "
+                f"mask_over_turn under loss_type={self.loss_type!r} renormalises the loss over the generation "
+                "batch's rollouts left in it, which would rescale the entropy bonus too: set entropy_coef: 0 and "
                 "use_adaptive_entropy: false, or use a token-normalised loss_type (dapo, bnpo)."
             )
         if self.uses_semantic and self.multi_objective_aggregation != "sum_then_normalize":

@@ -35,6 +35,7 @@ from utils.diagnostics import (
     LearningSignalCheck,
     advantage_statistics,
     sampling_mismatch,
+    sharded_diagnostics,
 )
 from utils.models import context_length, pixel_budget
 
@@ -76,7 +77,8 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
     this list against the class hierarchy):
     - `__init__`: the datasets' prompts in `tool_config.box_convention` (`data.prompts_in_box_convention`), the
       token-budget check (before any engine or verifier loads), the zoom-in environment, the verifier, the R_sem reward column, the
-      warning of a run that cannot learn (`utils.diagnostics.LearningSignalCheck`), the gradient-variance callback (`gradient_variance_batches`: `utils.diagnostics.GradientVariance`); a
+      warning of a run that cannot learn (`utils.diagnostics.LearningSignalCheck`), the gradient-variance callback (`gradient_variance_batches`: `utils.diagnostics.GradientVariance`) and probe
+      (`variance_probe_steps`), both off with a warning under DeepSpeed or FSDP (`utils.diagnostics.sharded_diagnostics`); a
       colocated vLLM engine built with the recipe's pixel budget and `vllm_dtype` (`repairs.vllm_images`); generation
       in either backend kept from sampling image and video placeholders (`repairs.rollout.ban_placeholder_tokens`);
       every vLLM weight sync followed by a reset of vLLM's encoder cache
@@ -87,7 +89,7 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
     - `_generate_and_score_completions`: HPO's per-token advantages; with `mask_over_turn`, over-turn rollouts out of
       the loss (Mini-o3's `ignore_exceed`); advantage and gradient-variance diagnostics;
     - `_compute_loss`: with `mask_over_turn` under a loss that averages over rows (`ROW_MEAN_LOSSES`), the average
-      taken over the micro-batch's rows left in the loss;
+      taken over the generation batch's rows left in the loss, counted over every process;
     - `_tool_call_loop` (`repairs.tool_rounds.AgreedToolRounds`): with several processes, every one takes part in
       every generation round of the tool loop, so ZeRO-3/FSDP's synchronized generation and vLLM's gathers cannot
       hang or mismatch on unequal tool depth (trl#6673);
@@ -166,19 +168,22 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         )
         self._warned_unscorable = False
         self.hpo = HPOAdvantages(self.args, device=self.accelerator.device) if self.args.uses_hpo else None
-        self.probe = (
-            GradientVarianceProbe(self.args.variance_probe_steps, self.args.variance_probe_rows)
-            if self.args.variance_probe_steps > 0
-            else None
-        )
+        sharded = "DeepSpeed" if self.is_deepspeed_enabled else "FSDP" if self.is_fsdp_enabled else None
+        off = sharded_diagnostics(self.args.variance_probe_steps, self.args.gradient_variance_batches, sharded)
+        for reason in off:
+            warnings.warn(reason, stacklevel=2)
+        if self.args.variance_probe_steps > 0 and sharded is None:
+            self.add_callback(GradientVarianceProbe(self.args.variance_probe_steps, self.args.variance_probe_rows))
         self.add_callback(
             LearningSignalCheck(
                 self.args.max_completion_length,
                 self.args.max_tool_calling_iterations,
                 self.args.vllm_importance_sampling_mode,
+                window_steps=self.args.signal_window_steps,
+                mask_over_turn=self.args.mask_over_turn,
             )
         )
-        if self.args.gradient_variance_batches > 0:
+        if self.args.gradient_variance_batches > 0 and sharded is None:
             self.add_callback(GradientVariance(self.args.gradient_variance_batches, self._record_train_metrics))
         self._outcome: torch.Tensor | None = None  # the last batch's R_out, gathered: HPO's success signal
         self._over_turn: torch.Tensor | None = None  # this process's rollouts of the last batch that ended over-turn
@@ -261,6 +266,12 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
                 pass
         return out
 
+    @property
+    def probe(self) -> GradientVarianceProbe | None:
+        """The gradient-variance probe (`variance_probe_steps`), looked up among the callbacks: transformers'
+        `restore_callback_states_from_checkpoint` replaces a callback with a rebuilt one on resume."""
+        return next((c for c in self.callback_handler.callbacks if isinstance(c, GradientVarianceProbe)), None)
+
     def _record_train_metrics(self, metrics: dict[str, float]) -> None:
         """Figures for the next training log (TRL averages `_metrics` into each `log`)."""
         for name, value in metrics.items():
@@ -324,9 +335,10 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         reduce_sum = lambda t: self.accelerator.reduce(t, reduction="sum")  # noqa: E731
         metrics |= advantage_statistics(out, reduce_sum)
         if "sampling_per_token_logps" in out and "old_per_token_logps" in out:  # vLLM, with its logprobs
-            metrics |= sampling_mismatch(out, reduce_sum)
-        if mode == "train" and self.probe is not None:
-            metrics |= self.probe(self, out)
+            metrics |= sampling_mismatch(out, reduce_sum, self.accelerator.gather)
+        probe = self.probe
+        if mode == "train" and probe is not None:
+            metrics |= probe(self, out)
         for name, value in metrics.items():
             self._metrics[mode][name].append(value)
         return out
@@ -335,25 +347,32 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         """Take this process's over-turn rollouts (`_calculate_rewards`) out of the loss, as Mini-o3's `ignore_exceed`
         zeroes their response mask: their `tool_mask` rows (the loss mask is `completion_mask * tool_mask`; attention
         keeps `completion_mask`) and their tokens in `num_items_in_batch`, the normaliser TRL computed before. Their
-        rewards stay in their groups' statistics, and their advantages are computed, unused."""
+        rewards stay in their groups' statistics, and their advantages are computed, unused. Also `kept_row_scale`,
+        the generation batch's rows over its rows kept, both counted over every process: `_compute_loss`'s factor."""
         keep = (~self._over_turn).to(out["completion_mask"].dtype).unsqueeze(1)
         tool_mask = out.get("tool_mask")
         out["tool_mask"] = keep * (torch.ones_like(out["completion_mask"]) if tool_mask is None else tool_mask)
         loss_mask = out["completion_mask"] * out["tool_mask"]
         out["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-        out["over_turn"] = self._over_turn  # per row: TRL splits it into micro-batches with the rest, for the loss
+        counts = torch.tensor([len(keep), int(keep.sum())], dtype=torch.float64, device=keep.device)
+        rows, kept = self.accelerator.gather(counts).reshape(-1, 2).sum(0).tolist()
+        # 0-dim: TRL's shuffle and split hand it whole to every micro-batch of the generation batch (and to each of
+        # its num_iterations reuses), where a per-row tensor would be cut with the rows.
+        out["kept_row_scale"] = torch.tensor(rows / kept if kept else 1.0, device=keep.device)
 
     def _compute_loss(self, model, inputs):
-        """TRL's loss; with `mask_over_turn` under a loss that averages over the micro-batch's rows
-        (`ROW_MEAN_LOSSES`: `grpo`, eq. 3's 1/|tau_i| then the mean over rollouts), times rows / rows kept, so the
-        mean runs over the rollouts left in the loss, as Mini-o3's token mean leaves its masked rollouts out of its
-        normaliser. Without it, TRL's mean counts the masked rows (as terms of 0) and every step's gradient shrinks
-        by the fraction of over-turn rollouts in its micro-batch. Exact while the loss is the policy term alone
-        (`MAPOConfig` refuses an entropy bonus beside it; Qwen's VL models have no router loss)."""
+        """TRL's loss; with `mask_over_turn` under a loss that averages over rows (`ROW_MEAN_LOSSES`: `grpo`, eq. 3's
+        1/|tau_i| then the mean over rollouts), times the generation batch's rows / rows kept (`kept_row_scale`,
+        counted over every process), so each kept rollout weighs as if the masked ones had never been generated,
+        whatever the split. TRL means each micro-batch over its rows (the masked ones as terms of 0), weights it
+        1/gradient_accumulation_steps, and DDP/FSDP/DeepSpeed average the processes: a row of a generation batch of N
+        rows weighs 1/N (one optimizer step per generation batch, the default), a kept one N/K x 1/N = 1/K with the
+        factor. A factor per micro-batch (rows / kept in it) would weigh a lone survivor of its micro-batch 4 times a
+        row of an unmasked one (2 processes x 4 rows x GA 2) and leave a wholly masked micro-batch's weight unspent.
+        Without the mask's factor every step's gradient shrinks by the over-turn fraction. Exact while the loss is the
+        policy term alone (`MAPOConfig` refuses an entropy bonus beside it; Qwen's VL models have no router loss)."""
         loss = super()._compute_loss(model, inputs)
-        over = inputs.get("over_turn")
-        if over is not None and self.loss_type in ROW_MEAN_LOSSES:
-            kept = int((~over).sum())
-            if 0 < kept < over.numel():
-                loss = loss * (over.numel() / kept)
+        scale = inputs.get("kept_row_scale")
+        if scale is not None and self.loss_type in ROW_MEAN_LOSSES:
+            loss = loss * scale
         return loss

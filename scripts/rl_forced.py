@@ -50,10 +50,11 @@ def summary(trainer: ForcedMAPOTrainer) -> dict:
         # vLLM only: its logprobs of the sampled tokens against the trainer's, per step (TRL's metric), and its calls
         "sampling_logp_difference_mean": [e.get("sampling/sampling_logp_difference/mean") for e in logs],
         "sampling_logp_difference_max": [e.get("sampling/sampling_logp_difference/max") for e in logs],
-        # vLLM only: the signed offset (trainer minus vLLM), the mean sequence ratio, and the offset split by whether
-        # the tokens were scored without the placeholder ban (the scripted call) or sampled with it
+        # vLLM only: the signed offset (trainer minus vLLM), the mean and median sequence ratio, and the offset split by
+        # whether the tokens were scored without the placeholder ban (the scripted call) or sampled with it
         "logp_offset": [e.get("vllm/logp_offset") for e in logs],
         "sequence_ratio": [e.get("vllm/sequence_ratio") for e in logs],
+        "sequence_ratio_median": [e.get("vllm/sequence_ratio_median") for e in logs],
         "logp_offsets_by_origin": trainer.logp_offsets,
         "signal_warnings": [
             w for c in trainer.callback_handler.callbacks if isinstance(c, LearningSignalCheck) for w in c.warnings

@@ -21,8 +21,10 @@ OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 
 # One thread per core across pytest-xdist's workers (`make test` runs 2): OpenMP threads spin while they wait, so two
 # workers of 2 threads each on 2 cores run many times slower, not as fast. Processes the tests start inherit the count.
+# TEST_TORCH_THREADS overrides it: the thread count changes how torch blocks its reductions, so running a module with
+# 1 and with the default shows which comparisons depend on the summation order (docs/testing.md, "Tolerances").
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-THREADS = max(1, (os.cpu_count() or 2) // WORKERS)
+THREADS = int(os.environ.get("TEST_TORCH_THREADS") or max(1, (os.cpu_count() or 2) // WORKERS))
 torch.set_num_threads(THREADS)
 os.environ["OMP_NUM_THREADS"] = str(THREADS)
 

@@ -79,6 +79,8 @@ def test_the_converter_benchmark_writes_a_release_the_converter_reads_whole(tmp_
 
 @pytest.mark.process
 def test_peak_memory_sees_what_a_process_holds():
-    peak, seconds, out = bench.peak_memory([sys.executable, "-c", "import time; x = b'x' * 200_000_000; print('held'); time.sleep(0.5)"])
+    peak, seconds, out = bench.peak_memory(
+        [sys.executable, "-c", "import time; x = b'x' * 200_000_000; print('held'); time.sleep(0.5)"]
+    )
     assert out == "held\n" and seconds > 0
     assert peak["RssAnon"] >= 190 and peak["VmRSS"] >= peak["RssAnon"]  # MB: the 200 MB array, sampled live

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import tiny.clip
+from tests.tolerance import approx
 from tiny import stages
 from tiny.clip import METRICS_NAME, Referent, make_batch, multi_positive_loss, referents, train_clip
 from utils.models import load_clip
@@ -58,7 +59,8 @@ def test_multi_positive_loss_by_hand():
     logits = torch.tensor([[0.0, math.log(3.0), 0.0], [math.log(4.0), 0.0, 5.0]])
     positives = torch.tensor([[True, True, False], [False, False, False]])
     expected = (math.log(5 / 4) + (math.log(5) + math.log(4 / 3)) / 2) / 2
-    assert multi_positive_loss(logits, positives).item() == pytest.approx(expected, rel=1e-6)
+    # float32 log-sum-exps over <= 3 logits, their differences (log 5 - log 4 = 0.22: condition ~14), two means
+    assert multi_positive_loss(logits, positives).item() == approx(expected, terms=12, condition=14)
 
 
 def test_training_learns_the_labels_and_saves_a_loadable_clip(tiny_kit, tmp_path):

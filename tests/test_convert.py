@@ -64,6 +64,7 @@ from tests.release_fixtures import (
     write_thyme,
 )
 from tests.release_fixtures import thyme_clamp as release_thyme_clamp
+from tests.tolerance import FLOAT64, approx
 from tiny import stages
 from tools import ToolConfig, box_contains, make_environment_factory
 from utils.recipes import parse_args_and_record, real_recipe_budget
@@ -115,7 +116,9 @@ def assert_every_crop_shows_the_target(dataset):
 def test_relative_boxes_compose_into_the_original_and_overshoot_is_a_skip():
     assert relative_to_pixels([0.5, 0.2, 0.8, 0.6], (0, 0, 400, 300)) == (200.0, 60.0, 320.0, 180.0)
     # relative to a crop whose extent is (200, 60, 320, 180): 120 x 120
-    assert relative_to_pixels([0.25, 0.2, 0.9, 0.8], (200, 60, 320, 180)) == pytest.approx((230, 84, 308, 156))
+    assert relative_to_pixels([0.25, 0.2, 0.9, 0.8], (200, 60, 320, 180)) == approx(
+        (230, 84, 308, 156), FLOAT64, terms=3
+    )  # x extent + offset, in float64
     assert to_image_box((10.2, 20.7, 30.1, 40.9), SIZE) == (10, 20, 31, 41)  # rounded outwards
     assert to_image_box((-3, 0, 403, 300), SIZE) == (0, 0, 400, 300)  # within 1% of a side: cut to the image
     with pytest.raises(SkipRow, match="box_outside_image"):

@@ -7,13 +7,15 @@ with forced tool calls, 2 steps, 2 prompts x num_generations 2 per step: 2 proce
 1 process x per_device 4. The two groups of a step get opposite reward patterns, so a process training on another's
 slice of advantages would flip its loss gradient rather than go unnoticed.
 
-Tolerances: float32 on CPU. Rewards that are counts (format, outcome) and the completions must be equal exactly.
-R_sem comes from CLIP batches of 2 crops per process against 4 in one process, and the policy's forward runs on
-batches of 2 against 4 (other padding, other matmul blocking), and DDP all-reduces two half-batch gradients: the
-same sums in another order. Observed differences are <= 1.3e-6 relative; the bound is 1e-5 relative (1e-6 absolute,
-for the loss, which is ~5e-8: on-policy GRPO's loss is minus the mean advantage, ~0 by construction). The optimizer
-is SGD: Adam scales each gradient entry by its own magnitude, so float noise in near-zero entries would become full
-steps and make step 2 differ by ~1e-3 for no bug.
+Tolerances (`tests/tolerance.py`): float32 on CPU. Rewards that are counts (format, outcome) and the completions must
+be equal exactly. R_sem comes from CLIP batches of 2 crops per process against 4 in one process, and the policy's
+forward runs on batches of 2 against 4 (other padding, other matmul blocking), and DDP all-reduces two half-batch
+gradients: the same sums in another order. The bound is the worst case of the longest chain, 2 steps of a CLIP forward
+and the policy's forward and backward (`TOLERANCE`: 5.1e-3 relative, and absolute at the size of an advantage, 1, for
+the loss, which is ~5e-8: on-policy GRPO's loss is minus the mean advantage, ~0 by construction); observed
+differences are <= 1.3e-6 relative, and the bugs this module looks for (another process's slice, per-rank group
+statistics, a flipped sign) move values by 0.1 to 1. The optimizer is SGD: Adam scales each gradient entry by its own
+magnitude, so float noise in near-zero entries would become full steps and make step 2 differ by ~1e-3 for no bug.
 """
 
 import json
@@ -27,13 +29,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+from accelerate.utils.launch import prepare_multi_gpu_env
 
 from tests.scripts.two_process_mapo import run
+from tests.tolerance import TINY_CLIP_FORWARD, TINY_POLICY_FORWARD, approx, assert_norm_close, tolerance
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 
-TOLERANCE = {"rel": 1e-5, "abs": 1e-6}
+TOLERANCE = tolerance(terms=2 * (2 * TINY_POLICY_FORWARD + TINY_CLIP_FORWARD), scale=1.0)
 LAUNCH_TIMEOUT_S = 900  # the launch of all 4 runs takes ~2 min on 2 idle cores
 # Wall-clock metrics, not functions of the batch.
 TIMINGS = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
@@ -50,14 +56,23 @@ def without_addresses(texts: list[str]) -> list[str]:
     return [re.sub(r" at 0x[0-9a-fA-F]+", "", text) for text in texts]
 
 
-def launch_two(tmp: Path, runs: dict[str, dict]) -> dict[str, dict]:
+def fsdp_loading_env(config: str = "recipes/accelerate_configs/fsdp2.yaml") -> dict[str, str]:
+    """The FSDP variables `accelerate launch --config_file <config>` hands its processes (accelerate's own launch
+    code computes them; no GPU needed), fsdp_cpu_ram_efficient_loading among them."""
+    args, _, _ = _validate_launch_command(launch_command_parser().parse_args(["--config_file", config, "rl.py"]))
+    env = prepare_multi_gpu_env(args)
+    return {k: v for k, v in env.items() if k.startswith("FSDP_") or k == "ACCELERATE_USE_FSDP"}
+
+
+def launch_two(tmp: Path, runs: dict[str, dict], loading_env: dict[str, str] | None = None) -> dict[str, dict]:
     """`tests/scripts/two_process_mapo.py` under one `accelerate launch` with 2 gloo processes, training each of
-    `runs` in turn; what its main process logged, by run. A hang (the bug `AgreedToolRounds` prevents) fails at the
-    timeout instead of blocking the suite."""
+    `runs` in turn (after loading the frozen helper models under `loading_env`, if given); what its main process
+    logged, by run. A hang (the bug `AgreedToolRounds` prevents) fails at the timeout instead of blocking the suite."""
     result = tmp / "two.json"
     cmd = [sys.executable, "-m", "accelerate.commands.launch"]
     cmd += ["--config_file", "recipes/accelerate_configs/multi_cpu.yaml", "--main_process_port", str(free_port())]
     cmd += ["tests/scripts/two_process_mapo.py", str(result), "2", json.dumps(runs)]
+    cmd += [json.dumps(loading_env)] if loading_env is not None else []
     # Prepend: replacing PYTHONPATH would drop packages a machine installs on it (seen on a GPU machine).
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": pythonpath, "OMP_NUM_THREADS": "1"}
@@ -78,18 +93,24 @@ def launch_two(tmp: Path, runs: dict[str, dict]) -> dict[str, dict]:
 # - equal: the plain setup;
 # - synced / plain: rank 0's rollouts zoom in twice, rank 1's once, with synchronized generation (as ZeRO-3/FSDP turn
 #   it on) and without;
-# - split: groups of 4 rollouts, 2 on each process: every group is split across the ranks.
+# - split: groups of 4 rollouts, 2 on each process: every group is split across the ranks;
+# - masked / masked_reference: 1 step of gradient_accumulation_steps 2, 3 of rank 0's 4 rollouts over-turn (one of its
+#   micro-batches wholly), with mask_over_turn, and without it but with those rollouts' advantages zeroed.
+# Before them, the frozen helper models are loaded under the environment an FSDP launch sets (`fsdp_loading_env`).
+OVER_TURN = {"over_turn": True, "gradient_accumulation_steps": 2, "max_steps": 1, "max_grad_norm": 0.0}
 TWO_PROCESS_RUNS = {
     "equal": {},
     "synced": {"unequal_depth": True, "synced_gpus": True},
     "plain": {"unequal_depth": True},
     "split": {"num_generations": 4},
+    "masked": OVER_TURN | {"mask_over_turn": True, "loss_type": "grpo"},
+    "masked_reference": OVER_TURN | {"zero_over_turn_advantages": True, "loss_type": "grpo"},
 }
 
 
 @pytest.fixture(scope="module")
 def two_process(tmp_path_factory) -> dict[str, dict]:
-    return launch_two(tmp_path_factory.mktemp("two_process"), TWO_PROCESS_RUNS)
+    return launch_two(tmp_path_factory.mktemp("two_process"), TWO_PROCESS_RUNS, fsdp_loading_env())
 
 
 def one_process(tiny_kit, tmp_path_factory, name: str, **config) -> dict:
@@ -187,3 +208,48 @@ def test_unequal_tool_depth_under_synchronized_generation_finishes_and_changes_n
                 assert math.isnan(b[key]) and math.isnan(c[key]), key
             else:
                 assert c[key] == b[key] and b[key] == pytest.approx(a[key], **TOLERANCE), (a["step"], key)
+
+
+def test_masked_over_turn_rollouts_weigh_as_if_absent_whatever_the_split(two_process):
+    """Issue 49: `mask_over_turn` at 2 processes x gradient_accumulation_steps 2 x 2 rows. Rank 0's rollouts are 3 of
+    4 over-turn, so one of its micro-batches is wholly masked and the other has a lone survivor (whatever TRL's
+    shuffle), rank 1's none: 5 of 8 kept. TRL means each micro-batch over its rows, weights it 1/2 and DDP averages the
+    2 processes: each row weighs 1/8, a kept one 8/5 x 1/8 = 1/5 with the generation batch's factor, as if the 3 were
+    absent. The reference: the same rollouts, nothing masked, the over-turn rows' advantages zeroed (their terms 0):
+    its gradient is (1/8) x the kept rows' terms, so the masked run's must be 8/5 times it. The per-micro-batch factor
+    it replaces weighed the survivor 2/8 and rank 1's rows 1/8 each: 1.25 times too much in all, unevenly.
+
+    Tolerance: both runs go through the same micro-batches (same seed, same shuffle) and differ only in the factor 1.6
+    applied to the loss before the backward pass, whose every rounding it moves: normwise, the backward's reductions
+    (`TINY_POLICY_FORWARD`, about the forward's) plus DDP's sum over 2 processes and the 2 micro-batches."""
+    masked, reference = two_process["masked"], two_process["masked_reference"]
+    for result in (masked, reference):
+        assert [p["over_turn"] for p in result["processes"]] == [[[True, True, False, True]], [[False] * 4]]
+    assert [p["kept_row_scale"] for p in masked["processes"]] == [[approx(8 / 5, terms=1)]] * 2
+    assert [p["kept_row_scale"] for p in reference["processes"]] == [[], []]
+    (logged,) = masked["log"]
+    assert logged["tools/over_turn_frac"] == 3 / 8
+    kept = [not o for p in masked["processes"] for o in p["over_turn"][0]]
+    for a, b in zip(masked["steps"][0]["advantages"], reference["steps"][0]["advantages"]):
+        assert a == b  # the same rollouts, rewards and group statistics: the mask leaves advantages alone
+    assert any(abs(a) > 0.1 for a, k in zip(masked["steps"][0]["advantages"], kept) if k)
+    gradient = torch.load(masked["gradient"], weights_only=True)
+    unmasked = torch.load(reference["gradient"], weights_only=True)
+    assert unmasked.norm() > 0
+    assert_norm_close(gradient, 8 / 5 * unmasked, terms=2 * TINY_POLICY_FORWARD + 4)
+
+
+def test_fsdp_ram_efficient_loading_gives_every_rank_the_helper_models_whole(two_process):
+    """Issue 49: with the variables an FSDP launch sets (`fsdp_cpu_ram_efficient_loading: true`, fsdp2.yaml),
+    transformers' `from_pretrained` zeroes every parameter on local ranks other than 0, leaving FSDP to broadcast rank
+    0's, which it does only for the policy. The control, the text encoder loaded by plain `from_pretrained`, shows
+    the environment does that here; HPO's encoder and the CLIP verifier, loaded through `utils.models`, are the same
+    weights, byte for byte, on both ranks."""
+    env = fsdp_loading_env()
+    assert env["ACCELERATE_USE_FSDP"] == "true" and env["FSDP_CPU_RAM_EFFICIENT_LOADING"] == "true"
+    loaded = two_process["helper_weights"]
+    assert [(w["rank"], w["local_rank"]) for w in loaded] == [(0, "0"), (1, "1")]
+    assert loaded[0]["unguarded_encoder"]["abs_sum"] > 0 and loaded[1]["unguarded_encoder"]["abs_sum"] == 0.0
+    for name in ("encoder", "clip"):
+        assert loaded[0][name] == loaded[1][name] and loaded[0][name]["abs_sum"] > 0, name
+    assert loaded[0]["encoder"] == loaded[0]["unguarded_encoder"]  # rank 0 loads the checkpoint's weights either way

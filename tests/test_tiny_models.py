@@ -1,6 +1,7 @@
 """The tiny kit behaves like the real Qwen2.5-VL / Qwen3-VL + CLIP stack wherever the recipes touch it."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -98,7 +99,8 @@ def test_the_tiny_qwen3_vl_sees_images_through_its_deepstack(tiny_kit, tiny_qwen
         assert torch.isfinite(logits).all()
         for param in model.model.visual.deepstack_merger_list.parameters():
             param.zero_()
-        assert not torch.allclose(model(**inputs).logits, logits)
+        # the same forward on the same inputs is bitwise the same: any change is the zeroed mergers'
+        assert not torch.equal(model(**inputs).logits, logits)
     output = model.generate(**inputs, max_new_tokens=4, min_new_tokens=4, do_sample=False)
     assert output.shape == (1, inputs["input_ids"].shape[1] + 4)
 
@@ -270,3 +272,18 @@ def test_side_models_load_whole_when_a_zero3_config_is_registered(tiny_kit):
         hf_deepspeed.unset_hf_deepspeed_config()
     for model in (encoder, clip):
         assert all(p.numel() > 0 and not hasattr(p, "ds_id") for p in model.parameters())
+
+
+def test_a_side_model_with_an_all_zero_weight_matrix_is_refused(tiny_kit, monkeypatch):
+    """What a rank other than 0 gets from FSDP's RAM-efficient loading (tests/test_multiprocess.py shows it under a
+    real 2-process launch): every weight zeroed. `check_loaded` names the model, the count and the rank; the
+    environment variable is restored after a guarded load."""
+    monkeypatch.setenv("FSDP_CPU_RAM_EFFICIENT_LOADING", "true")
+    model, _ = models.load_text_encoder(tiny_kit["text_encoder"])
+    assert os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] == "true"
+    models.check_loaded(model, "encoder")  # loaded: passes
+    with torch.no_grad():
+        model.get_input_embeddings().weight.zero_()
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(RuntimeError, match=r"encoder: 1 weight matrices are all zeros on local rank 1 \(first: "):
+        models.check_loaded(model, "encoder")

@@ -35,19 +35,46 @@ CHAT_TEMPLATE_PATH = RECIPES_DIR / "chat_template.jinja"
 MODEL_CONFIGS_DIR = RECIPES_DIR / "model_configs"
 CLIP_CONFIG_NAME = "open_clip_config.json"
 CLIP_WEIGHTS_NAME = "open_clip_pytorch_model.bin"
+FSDP_RAM_EFFICIENT = "FSDP_CPU_RAM_EFFICIENT_LOADING"  # accelerate's variable for fsdp_cpu_ram_efficient_loading
 
 
 @contextmanager
-def outside_zero3() -> Iterator[None]:
-    """Build models beside the policy (the CLIP verifier, HPO's text encoder) whole on every process, even under
-    ZeRO-3: once a ZeRO-3 config is registered, transformers builds every model inside `deepspeed.zero.Init`, and a
-    side model no DeepSpeed engine wraps would compute with empty shards. The registration is lifted meanwhile."""
+def whole_on_every_process() -> Iterator[None]:
+    """Build models beside the policy (the CLIP verifier, HPO's text encoder) whole on every process, under any
+    launcher. Two of transformers' loading paths take every model for the policy a wrapper will shard or broadcast:
+    - ZeRO-3: once a ZeRO-3 config is registered, transformers builds every model inside `deepspeed.zero.Init`, and a
+      side model no DeepSpeed engine wraps would compute with empty shards. The registration is lifted meanwhile;
+    - FSDP's `fsdp_cpu_ram_efficient_loading` (`accelerate launch` exports ACCELERATE_USE_FSDP and
+      FSDP_CPU_RAM_EFFICIENT_LOADING=true): `from_pretrained` on every local rank but 0 replaces each parameter with
+      zeros, expecting FSDP to broadcast rank 0's, which it does only for the model it wraps (transformers 5.17,
+      `PreTrainedModel._move_missing_keys_from_meta_to_device`, when `is_fsdp_enabled()`, which reads both variables
+      at each call). FSDP_CPU_RAM_EFFICIENT_LOADING is set to false meanwhile.
+    `check_loaded` then confirms the weights are there."""
     saved = hf_deepspeed._hf_deepspeed_config_weak_ref
     hf_deepspeed.unset_hf_deepspeed_config()
+    ram_efficient = os.environ.get(FSDP_RAM_EFFICIENT)
+    os.environ[FSDP_RAM_EFFICIENT] = "false"
     try:
         yield
     finally:
         hf_deepspeed._hf_deepspeed_config_weak_ref = saved
+        if ram_efficient is None:
+            os.environ.pop(FSDP_RAM_EFFICIENT, None)
+        else:
+            os.environ[FSDP_RAM_EFFICIENT] = ram_efficient
+
+
+def check_loaded(model: torch.nn.Module, name: str | os.PathLike) -> None:
+    """Refuse a frozen helper model (`name`: what was loaded) with a weight matrix that is all zeros on this process: a
+    loader left it for a broadcast that never comes (`whole_on_every_process`), and it would score or embed silently wrong."""
+    zero = [key for key, param in model.named_parameters() if param.dim() >= 2 and not param.detach().any()]
+    if zero:
+        rank = os.environ.get("LOCAL_RANK", "0")
+        raise RuntimeError(
+            f"{name}: {len(zero)} weight matrices are all zeros on local rank {rank} (first: {zero[0]}): its weights "
+            "were not loaded on this process. Under FSDP with fsdp_cpu_ram_efficient_loading, load it through "
+            "utils.models (whole_on_every_process)."
+        )
 
 
 def load_chat_template() -> str:
@@ -127,11 +154,12 @@ def load_clip(
         name = f"local-dir:{name}"
     if name.startswith("local-dir:"):
         pretrained = None  # the directory carries its weights; recipes may still name a tag for hub models
-    with outside_zero3():
+    with whole_on_every_process():
         model, _, preprocess = open_clip.create_model_and_transforms(
             name, pretrained=pretrained, device=device, image_resize_mode=resize_mode
         )
     model.eval().requires_grad_(False)
+    check_loaded(model, name)
     return model, preprocess, open_clip.get_tokenizer(name)
 
 
@@ -148,9 +176,10 @@ def save_clip(model: torch.nn.Module, output_dir: str | os.PathLike, model_cfg: 
 
 def load_text_encoder(name_or_path: str | os.PathLike) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A frozen text encoder (`AutoModel`, `AutoTokenizer`) whose hidden states embed reasoning steps; whole on every
-    process, never sharded by ZeRO-3 (`outside_zero3`)."""
-    with outside_zero3():
+    process, never sharded by ZeRO-3 nor zeroed by FSDP's RAM-efficient loading (`whole_on_every_process`, `check_loaded`)."""
+    with whole_on_every_process():
         model = AutoModel.from_pretrained(name_or_path).eval().requires_grad_(False)
+    check_loaded(model, name_or_path)
     return model, AutoTokenizer.from_pretrained(name_or_path)
 
 

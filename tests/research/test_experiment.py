@@ -13,6 +13,7 @@ from transformers.trainer_utils import SchedulerType
 from evaluation.verifier_check import GateResult
 from research import experiment
 from research.experiment import Spread
+from tests.tolerance import FLOAT64, HAND_TERMS, approx
 from tiny import stages
 
 
@@ -27,7 +28,9 @@ def _run(seed: int, **series) -> dict:
 def test_across_seeds_is_mean_and_population_std_of_the_seeds_with_a_value():
     assert experiment.across_seeds([1.0, 3.0, None]) == Spread(mean=2.0, std=1.0, low=1.0, high=3.0, n=2, of=3)
     spread = experiment.across_seeds([0.2, 0.4, 0.9])  # mean 0.5; deviations -0.3, -0.1, 0.4: var 0.26 / 3
-    assert spread.mean == pytest.approx(0.5) and spread.std == pytest.approx(math.sqrt(0.26 / 3))
+    assert spread.mean == approx(0.5, FLOAT64, terms=HAND_TERMS, scale=1.0) and spread.std == approx(
+        math.sqrt(0.26 / 3), FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
     assert experiment.across_seeds([None, float("nan")]) is None
     assert experiment.across_seeds([]) is None
 
@@ -37,7 +40,11 @@ def test_curves_match_steps_by_number_and_leave_missing_steps_missing():
     b = [{"step": 1, "z_mean": 0.4}, {"step": 2, "z_mean": None}]  # a shorter run
     steps, spreads = experiment.curve([a, b], "z_mean")
     assert steps == [1, 2, 3]
-    assert spreads[0].mean == pytest.approx(0.3) and spreads[0].std == pytest.approx(0.1) and spreads[0].n == 2
+    assert (
+        spreads[0].mean == approx(0.3, FLOAT64, terms=HAND_TERMS, scale=1.0)
+        and spreads[0].std == approx(0.1, FLOAT64, terms=HAND_TERMS, scale=1.0)
+        and spreads[0].n == 2
+    )
     assert spreads[1] is None
     assert (spreads[2].mean, spreads[2].n, spreads[2].of) == (0.6, 1, 2)
 
@@ -85,16 +92,20 @@ def test_plots_are_pngs_even_for_a_method_with_no_value(tmp_path):
 
 # ---------------------------------------------------------------------------------------------------- statistics
 def test_binomial_and_difference_standard_errors():
-    assert experiment.binomial_se(0.5, 100) == pytest.approx(0.05)
+    assert experiment.binomial_se(0.5, 100) == approx(0.05, FLOAT64, terms=HAND_TERMS, scale=1.0)
     assert experiment.binomial_se(0.0, 10) == 0.0
-    assert experiment.difference_se(0.5, 0.5, 100) == pytest.approx(math.sqrt(0.05**2 * 2))
+    assert experiment.difference_se(0.5, 0.5, 100) == approx(
+        math.sqrt(0.05**2 * 2), FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
 
 
 def test_paired_differences_and_their_standard_error():
     pair = experiment.paired({0: 0.5, 1: 0.6, 2: 0.9, 3: 0.2}, {0: 0.3, 1: 0.3, 2: 0.4})  # seed 3 has no partner
     # diffs 0.2, 0.3, 0.5: mean 1/3; sample var ((-2/15)^2 + (-1/30)^2 + (1/6)^2) / 2 = 0.02333; se sqrt(var / 3)
-    assert pair.diffs == pytest.approx((0.2, 0.3, 0.5)) and pair.mean == pytest.approx(1 / 3)
-    assert pair.se == pytest.approx(math.sqrt(0.07 / 3 / 3))
+    assert pair.diffs == approx((0.2, 0.3, 0.5), FLOAT64, terms=HAND_TERMS, scale=1.0) and pair.mean == approx(
+        1 / 3, FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
+    assert pair.se == approx(math.sqrt(0.07 / 3 / 3), FLOAT64, terms=HAND_TERMS, scale=1.0)
     assert experiment.exceeds(pair, 2.0)  # 0.333 > 2 * 0.088
     assert not experiment.exceeds(pair, 2.0, floor=0.4)  # the evaluation's own noise is larger
     assert not experiment.exceeds(experiment.paired({0: 0.9}, {0: 0.1}), 2.0)  # one seed: no standard error
@@ -129,7 +140,7 @@ def test_the_verdict_needs_the_walk_arm_to_beat_grpo_and_its_shuffled_control_no
         _results(grpo=grpo, mapo_walk=[0.50, 0.52, 0.61], mapo_shuffled=[0.31, 0.33, 0.42]), eval_se=0.05
     )
     assert acted["walk_beats_grpo"] and not acted["shuffled_beats_grpo"] and acted["acted"]
-    assert acted["pairs"]["mapo_walk"]["diffs"] == pytest.approx([0.20, 0.17, 0.21])
+    assert acted["pairs"]["mapo_walk"]["diffs"] == approx([0.20, 0.17, 0.21], FLOAT64, terms=HAND_TERMS, scale=1.0)
     assert acted["clip_beats_grpo"] is None and acted["exact_beats_grpo"] is None  # neither arm ran
     both = experiment.verdict(
         _results(grpo=grpo, mapo_walk=[0.50, 0.52, 0.61], mapo_shuffled=[0.50, 0.55, 0.58]), eval_se=0.05
@@ -170,8 +181,13 @@ def test_the_control_passes_on_its_mean_rise_over_seeds_and_one_lucky_seed_does_
     steady = experiment.control_verdict(
         sft, {0: {"target_seen": 0.15}, 1: {"target_seen": 0.17}, 2: {"target_seen": 0.19}}
     )
-    assert steady["rise"] == pytest.approx(0.12) and steady["after"] == pytest.approx(0.17)
-    assert steady["se"] == pytest.approx(math.sqrt(0.05 * 0.95 / 100 + 0.17 * 0.83 / 100)) and steady["passed"]
+    assert steady["rise"] == approx(0.12, FLOAT64, terms=HAND_TERMS, scale=1.0) and steady["after"] == approx(
+        0.17, FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
+    assert (
+        steady["se"] == approx(math.sqrt(0.05 * 0.95 / 100 + 0.17 * 0.83 / 100), FLOAT64, terms=HAND_TERMS, scale=1.0)
+        and steady["passed"]
+    )
     assert steady["per_seed"] == {0: 0.15, 1: 0.17, 2: 0.19}
     # On 400 rows, one seed rising 0.33 and two falling 0.05 and 0.04: a mean rise of 0.08 is 4 of one evaluation's
     # standard errors (sqrt(0.05 * 0.95 / 400 + 0.13 * 0.87 / 400) = 0.02004), but the seeds' is 0.12503 (sample std
@@ -179,11 +195,16 @@ def test_the_control_passes_on_its_mean_rise_over_seeds_and_one_lucky_seed_does_
     lucky = experiment.control_verdict(
         {"target_seen": 0.05, "n": 400}, {0: {"target_seen": 0.38}, 1: {"target_seen": 0.0}, 2: {"target_seen": 0.01}}
     )
-    assert lucky["rise"] == pytest.approx(0.08) and experiment.difference_se(0.05, 0.13, 400) < 0.08 / 2
+    assert (
+        lucky["rise"] == approx(0.08, FLOAT64, terms=HAND_TERMS, scale=1.0)
+        and experiment.difference_se(0.05, 0.13, 400) < 0.08 / 2
+    )
     assert lucky["se"] == lucky["seeds_se"] == pytest.approx(0.12503, abs=1e-5) and not lucky["passed"]
     # With one seed only one evaluation's noise can be judged, as before.
     one = experiment.control_verdict(sft, {0: {"target_seen": 0.38}})
-    assert math.isnan(one["seeds_se"]) and one["se"] == pytest.approx(experiment.difference_se(0.05, 0.38, 100))
+    assert math.isnan(one["seeds_se"]) and one["se"] == approx(
+        experiment.difference_se(0.05, 0.38, 100), FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
 
 
 def test_a_failed_control_is_reported_as_not_tested():

@@ -12,27 +12,32 @@ import torch
 from research import gradient_claims as gc
 from research import gradient_stats as gs
 from research.gradient_claims import step_advantages
+from tests.tolerance import FLOAT64, HAND_TERMS, approx
 from tiny import stages
 
 
 def test_leave_one_out_and_group_advantages():
     # group [1, 0, 0, 1]: r_0's others average (0 + 0 + 1) / 3 = 1/3, so 1 - 1/3 = 2/3; r_1: 0 - 2/3
-    assert gs.loo_advantages(np.array([1, 0, 0, 1]), 4) == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
-    assert gs.group_advantages(np.array([1, 0, 0, 1]), 4) == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    assert gs.loo_advantages(np.array([1, 0, 0, 1]), 4) == approx(
+        [2 / 3, -2 / 3, -2 / 3, 2 / 3], FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
+    assert gs.group_advantages(np.array([1, 0, 0, 1]), 4) == approx(
+        [0.5, -0.5, -0.5, 0.5], FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
 
 
 def test_the_reward_identity_of_proposition_1_on_a_constructed_batch():
     # groups [1, 1, 0, 0] and [1, 0, 0, 0]: mu 3/8, sigma^2 = 3/8 * 5/8 = 0.234375
     m = gs.reward_moments(np.array([1, 1, 0, 0, 1, 0, 0, 0]), 4)
-    assert m.mu == pytest.approx(0.375)
-    assert m.sigma2 == pytest.approx(0.234375)
+    assert m.mu == approx(0.375, FLOAT64, terms=HAND_TERMS, scale=1.0)
+    assert m.sigma2 == approx(0.234375, FLOAT64, terms=HAND_TERMS, scale=1.0)
     # deviations: group 1 sums to 0.5 with squares 1.0625, group 2 to -0.5 with squares 0.8125; pairs
     # (0.25 - 1.0625) + (0.25 - 0.8125) = -1.375 over 2 * 4 * 3 = 24 pairs, over sigma^2
-    assert m.rho == pytest.approx(-1.375 / 24 / 0.234375)
+    assert m.rho == approx(-1.375 / 24 / 0.234375, FLOAT64, terms=HAND_TERMS, scale=1.0)
     # (r - r-bar)^2: group 1 four times 0.25, group 2 0.5625 + 3 * 0.0625: 1.75 / 8
-    assert m.lhs == pytest.approx(0.21875)
-    assert m.rhs == pytest.approx(m.lhs)  # (3/4) (1 + 0.2444) 0.234375
-    assert m.predicted_ratio == pytest.approx(0.21875 / (0.234375 + 0.375**2))
+    assert m.lhs == approx(0.21875, FLOAT64, terms=HAND_TERMS, scale=1.0)
+    assert m.rhs == approx(m.lhs, FLOAT64, terms=HAND_TERMS, scale=1.0)  # (3/4) (1 + 0.2444) 0.234375
+    assert m.predicted_ratio == approx(0.21875 / (0.234375 + 0.375**2), FLOAT64, terms=HAND_TERMS, scale=1.0)
 
 
 def test_prompt_products_collapse_steps_to_prompts():
@@ -40,30 +45,38 @@ def test_prompt_products_collapse_steps_to_prompts():
     gram = np.diag([1.0, 1.0, 4.0])
     out = gs.prompt_products(gram, np.array([0, 0, 1]), np.array([1.0, 2.0, 1.0]), np.ones(3), 2)
     # <1 s0 + 2 s1, s0 + s1> = 1 + 2 = 3; prompts 0 and 1 orthogonal; <s2, s2> = 4
-    assert out == pytest.approx(np.array([[3.0, 0.0], [0.0, 4.0]]))
+    assert out == approx(np.array([[3.0, 0.0], [0.0, 4.0]]), FLOAT64, terms=HAND_TERMS, scale=1.0)
 
 
 def test_variance_trace():
     # four orthogonal prompt gradients of squared norms 1, 4, 9, 16, one prompt per batch, G = 1:
     # sum |g|^2 = 30, n |g-bar|^2 = 30 / 4, so the trace is (30 - 7.5) / 3
     own = np.diag([1.0, 4.0, 9.0, 16.0])
-    assert gs.variance_trace(own, gs.Draw.of(np.array([0, 0, 1, 1])), 1, 1) == pytest.approx(7.5)
+    assert gs.variance_trace(own, gs.Draw.of(np.array([0, 0, 1, 1])), 1, 1) == approx(
+        7.5, FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
 
 
 def test_unbiased_inner_products_and_squares_leave_each_unit_with_itself_out():
-    assert gs.pair_mean(np.array([[1.0, 2.0], [3.0, 4.0]])) == pytest.approx(2.5)  # (2 + 3) / 2
+    assert gs.pair_mean(np.array([[1.0, 2.0], [3.0, 4.0]])) == approx(
+        2.5, FLOAT64, terms=HAND_TERMS, scale=1.0
+    )  # (2 + 3) / 2
     # the closed form against its definition, the mean over ordered quadruples of distinct indices
     c = np.random.default_rng(0).normal(size=(6, 6))
     quads = list(itertools.permutations(range(6), 4))
-    assert gs.disjoint_product_mean(c) == pytest.approx(np.mean([c[a, b] * c[x, y] for a, b, x, y in quads]))
+    assert gs.disjoint_product_mean(c) == approx(
+        np.mean([c[a, b] * c[x, y] for a, b, x, y in quads]), FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
     # a bootstrap's repeats: unit 0 twice, unit 3 never; slots of one unit never pair (they are the same draw)
     w = np.array([2, 1, 1, 0, 1, 1])
     slots = np.repeat(np.arange(6), w)
     quads = [q for q in itertools.permutations(range(len(slots)), 4) if len(set(slots[list(q)])) == 4]
     want = np.mean([c[slots[a], slots[b]] * c[slots[x], slots[y]] for a, b, x, y in quads])
-    assert gs.disjoint_product_mean(c, w) == pytest.approx(want)
+    assert gs.disjoint_product_mean(c, w) == approx(want, FLOAT64, terms=HAND_TERMS, scale=1.0)
     pairs = [(a, b) for a, b in itertools.permutations(range(len(slots)), 2) if slots[a] != slots[b]]
-    assert gs.pair_mean(c, w) == pytest.approx(np.mean([c[slots[a], slots[b]] for a, b in pairs]))
+    assert gs.pair_mean(c, w) == approx(
+        np.mean([c[slots[a], slots[b]] for a, b in pairs]), FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
     with pytest.raises(ValueError, match="at least 4"):
         gs.disjoint_product_mean(np.ones((4, 4)), np.array([1, 1, 1, 0]))
 
@@ -84,10 +97,12 @@ def test_the_expected_gain_and_its_companions_on_one_dimension():
     # = 4 * ((1 + 3 + 1 + 3)^2 - (1 + 9 + 1 + 9)) / 12 = 4 * 44 / 12; E|g|^2 = 20 / 4 = 5; gain = (44 / 3) / (4 * 5)
     arm, ref, draw = one_prompt_folds([[1.0], [3.0], [1.0], [3.0]], [[2.0]] * 4)
     f = figures(arm, ref, draw)
-    assert f["gain"] == pytest.approx(11 / 15)
-    assert (f["with_gradient"], f["cosine"], f["cosine_given_gradient"]) == pytest.approx((1.0, 1.0, 1.0))
+    assert f["gain"] == approx(11 / 15, FLOAT64, terms=HAND_TERMS, scale=1.0)
+    assert (f["with_gradient"], f["cosine"], f["cosine_given_gradient"]) == approx(
+        (1.0, 1.0, 1.0), FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
     # noise: E|g|^2 - |E g|^2 = 5 - 44 / 12; projected signal (44 / 3) / 4
-    assert f["noise_over_signal"] == pytest.approx((5 - 11 / 3) / (11 / 3))
+    assert f["noise_over_signal"] == approx((5 - 11 / 3) / (11 / 3), FLOAT64, terms=HAND_TERMS, scale=1.0)
 
 
 def test_the_references_noise_inflates_no_denominator():
@@ -96,27 +111,27 @@ def test_the_references_noise_inflates_no_denominator():
     # the squared mean, 4, would count the noise; <grad J, E g>^2 is 11 / 3 as well.
     arm, ref, draw = one_prompt_folds([[1.0]] * 4, [[1.0], [3.0], [1.0], [3.0]])
     f = figures(arm, ref, draw)
-    assert f["gain"] == pytest.approx(1.0)
+    assert f["gain"] == approx(1.0, FLOAT64, terms=HAND_TERMS, scale=1.0)
     # each batch against the other three prompts' reference: 7 / 3 (twice) and 5 / 3 (twice), over |grad J|
-    assert f["cosine"] == pytest.approx(2 / math.sqrt(11 / 3))
+    assert f["cosine"] == approx(2 / math.sqrt(11 / 3), FLOAT64, terms=HAND_TERMS, scale=1.0)
 
 
 def test_the_gain_is_the_squared_cosine_without_noise_and_a_batch_without_gradient_counts_zero():
     # h = (1, 1) against r = (2, 0): cosine 1 / sqrt(2), gain 1 / 2 (no noise: E|g|^2 = |E g|^2)
     arm, ref, draw = one_prompt_folds([[1.0, 1.0]] * 4, [[2.0, 0.0]] * 4)
     f = figures(arm, ref, draw)
-    assert (f["gain"], f["cosine"]) == pytest.approx((0.5, 1 / math.sqrt(2)))
-    assert f["noise_over_signal"] == pytest.approx(0.0)
+    assert (f["gain"], f["cosine"]) == approx((0.5, 1 / math.sqrt(2)), FLOAT64, terms=HAND_TERMS, scale=1.0)
+    assert f["noise_over_signal"] == approx(0.0, FLOAT64, terms=HAND_TERMS, scale=1.0)
     # the fourth prompt's advantages all 0: its batch has no gradient; groups of 2 halve every g (the gain is
     # scale-free)
     arm, ref, draw = one_prompt_folds([[1.0, 1.0]] * 3 + [[0.0, 0.0]], [[2.0, 0.0]] * 4)
     f = figures(arm, ref, draw, 2)
-    assert f["with_gradient"] == pytest.approx(0.75)
-    assert f["cosine_given_gradient"] == pytest.approx(1 / math.sqrt(2))
-    assert f["cosine"] == pytest.approx(0.75 / math.sqrt(2))
+    assert f["with_gradient"] == approx(0.75, FLOAT64, terms=HAND_TERMS, scale=1.0)
+    assert f["cosine_given_gradient"] == approx(1 / math.sqrt(2), FLOAT64, terms=HAND_TERMS, scale=1.0)
+    assert f["cosine"] == approx(0.75 / math.sqrt(2), FLOAT64, terms=HAND_TERMS, scale=1.0)
     # <grad J, E g>^2 = mean over distinct a, c of h_a h_c in the first coordinate times 4: 6 / 12 * 4 = 2, over 4
     # (G = 2 twice); E|g|^2 = (3 * 2 + 0) / 4 / 4; |grad J|^2 = 4
-    assert f["gain"] == pytest.approx((2 / 4) / (4 * 0.375))
+    assert f["gain"] == approx((2 / 4) / (4 * 0.375), FLOAT64, terms=HAND_TERMS, scale=1.0)
 
 
 def test_the_framing_direction_projects_grad_v_out():
@@ -124,8 +139,10 @@ def test_the_framing_direction_projects_grad_v_out():
     q, v = np.array([[1.0, 1.0]] * 4), np.array([[0.0, 2.0]] * 4)
     draw = gs.Draw.of(np.arange(4))
     c = gs.projection_coefficient(q @ v.T, v @ v.T, gs.DrawWeights(draw, 4, 1, 1))
-    assert c == pytest.approx(0.5)
-    assert gs.framing_products(q @ q.T, q @ v.T, v @ v.T, c) == pytest.approx(np.ones((4, 4)))
+    assert c == approx(0.5, FLOAT64, terms=HAND_TERMS, scale=1.0)
+    assert gs.framing_products(q @ q.T, q @ v.T, v @ v.T, c) == approx(
+        np.ones((4, 4)), FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
 
 
 def test_the_trace_splits_into_per_rollout_and_cross_rollout_parts():
@@ -134,16 +151,22 @@ def test_the_trace_splits_into_per_rollout_and_cross_rollout_parts():
     draw = gs.Draw.of(np.array([0, 1]))
     # orthogonal unit scores: h_0 = e0 - e1 (|h_0|^2 = 2), h_1 = 2 e2 (4); |g|^2 = 0.5, 1; |g-bar|^2 = 6 / 16
     own, self_part = gs.rollout_split(a, np.eye(4), 2)
-    assert own == pytest.approx(np.diag([2.0, 4.0])) and self_part == pytest.approx([2.0, 4.0])
+    assert own == approx(np.diag([2.0, 4.0]), FLOAT64, terms=HAND_TERMS, scale=1.0) and self_part == approx(
+        [2.0, 4.0], FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
     trace, per_rollout, cross = gs.trace_split(own, self_part, draw, 1, 2)
-    assert (trace, per_rollout, cross) == pytest.approx((1.5 - 2 * 0.375, 1.5, -0.75))
+    assert (trace, per_rollout, cross) == approx((1.5 - 2 * 0.375, 1.5, -0.75), FLOAT64, terms=HAND_TERMS, scale=1.0)
     # rollouts 0 and 1 share their score: h_0 = 0, but the per-rollout part still counts 1 + 1; the cross part
     # holds the cancellation
     gram = np.eye(4)
     gram[0, 1] = gram[1, 0] = 1.0
     own, self_part = gs.rollout_split(a, gram, 2)
-    assert own == pytest.approx(np.diag([0.0, 4.0])) and self_part == pytest.approx([2.0, 4.0])
-    assert gs.trace_split(own, self_part, draw, 1, 2) == pytest.approx((1.0 - 2 * 0.25, 1.5, -1.0))
+    assert own == approx(np.diag([0.0, 4.0]), FLOAT64, terms=HAND_TERMS, scale=1.0) and self_part == approx(
+        [2.0, 4.0], FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
+    assert gs.trace_split(own, self_part, draw, 1, 2) == approx(
+        (1.0 - 2 * 0.25, 1.5, -1.0), FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
 
 
 # ---------------------------------------------------------------------------------------------- controls
@@ -157,7 +180,7 @@ def test_the_constant_controls_put_c_on_valid_zooms_or_valid_calls():
     assert gs.valid_constant_scores(VALID, 0.4) == [[0.4, 0.0, 0.4], [], [0.4]]
     # through eq. 2 at lambda 0.5: rollout 0 = (0.25 * 0.4 + 0 + 0) / 3, no calls = no_tool_semantic
     sem = gc.semantics(gs.zoom_constant_scores(VALID, ZOOM, 0.4), 0.5, -0.1)
-    assert sem == pytest.approx([0.1 / 3, -0.1, 0.4])
+    assert sem == approx([0.1 / 3, -0.1, 0.4], FLOAT64, terms=HAND_TERMS, scale=1.0)
 
 
 def test_the_randomised_controls():
@@ -199,7 +222,7 @@ def test_a_bootstrap_draw_stays_within_its_folds():
 def test_paired_standard_error_and_the_verdicts():
     # replicate differences 0.2, 0.3, 0.1: std (ddof 1) 0.1
     d = gs.paired_difference(0.3, 0.1, np.array([0.3, 0.5, 0.4]), np.array([0.1, 0.2, 0.3]))
-    assert (d.value, d.se) == pytest.approx((0.2, 0.1))
+    assert (d.value, d.se) == approx((0.2, 0.1), FLOAT64, terms=HAND_TERMS, scale=1.0)
     assert gs.better_verdict(gs.Difference(0.25, 0.1)) == gs.HOLDS
     assert gs.better_verdict(gs.Difference(-0.25, 0.1)) == gs.FAILS
     assert gs.better_verdict(gs.Difference(0.15, 0.1)) == gs.INCONCLUSIVE
@@ -211,7 +234,7 @@ def test_paired_standard_error_and_the_verdicts():
 
 
 def test_the_power_calculation():
-    assert gs.detectable(0.01) == pytest.approx(0.0284)  # (2 + 0.84) SE
+    assert gs.detectable(0.01) == approx(0.0284, FLOAT64, terms=HAND_TERMS, scale=1.0)  # (2 + 0.84) SE
     # (0.0284 / 0.0142)^2 = 4 times the prompts
     assert gs.prompts_needed(0.01, 100, 0.0142) == 400
     # the first version: 256 * (2.84 * 0.0101 / 0.0035)^2 = 17,194.3
@@ -220,7 +243,7 @@ def test_the_power_calculation():
 
 def test_break_even_finds_where_the_difference_reaches_zero():
     # -0.1 at q 0.5 to +0.1 at q 1: zero half-way, 0.75
-    assert gs.break_even([0.0, 0.5, 1.0], [-0.2, -0.1, 0.1]) == pytest.approx(0.75)
+    assert gs.break_even([0.0, 0.5, 1.0], [-0.2, -0.1, 0.1]) == approx(0.75, FLOAT64, terms=HAND_TERMS, scale=1.0)
     assert gs.break_even([0.0, 0.5, 1.0], [0.01, 0.2, 0.3]) == -math.inf  # no information already does as well
     assert gs.break_even([0.0, 0.5, 1.0], [-0.3, -0.2, -0.1]) == math.inf
 
@@ -229,7 +252,7 @@ def test_step_advantages_read_one_value_per_step():
     turns = torch.tensor([[1, 1, -1, 2, 2], [1, 1, 1, -1, -1]])
     assert step_advantages(torch.tensor([0.5, -1.0]), turns) == [0.5, 0.5, -1.0]
     per_token = torch.tensor([[0.3, 0.3, 9.0, -0.2, -0.2], [1.0, 1.0, 1.0, 0.0, 0.0]])
-    assert step_advantages(per_token, turns) == pytest.approx([0.3, -0.2, 1.0])
+    assert step_advantages(per_token, turns) == approx([0.3, -0.2, 1.0], terms=1)  # float32 copies
     with pytest.raises(ValueError, match="vary within step 2"):
         step_advantages(torch.tensor([[0.3, 0.3, 0.0, -0.2, 0.1], [1.0, 1.0, 1.0, 0.0, 0.0]]), turns)
 
@@ -257,8 +280,14 @@ def test_an_episode_advantage_takes_the_rollouts_gram_and_agrees_with_the_steps(
     episode = rng.normal(size=8)[step_rollout]
     fast = d.arm(episode)
     q = gs.loo_advantages(r.q_star, 4)[step_rollout] * r.tokens[step_rollout]
-    assert fast.own == pytest.approx(gs.prompt_products(r.gram, r.step_prompt, episode, episode, 2))
-    assert fast.q == pytest.approx(gs.prompt_products(r.gram, r.step_prompt, episode, q, 2))
-    assert d.qq == pytest.approx(gs.prompt_products(r.gram, r.step_prompt, q, q, 2))
+    assert fast.own == approx(
+        gs.prompt_products(r.gram, r.step_prompt, episode, episode, 2), FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
+    assert fast.q == approx(
+        gs.prompt_products(r.gram, r.step_prompt, episode, q, 2), FLOAT64, terms=HAND_TERMS, scale=1.0
+    )
+    assert d.qq == approx(gs.prompt_products(r.gram, r.step_prompt, q, q, 2), FLOAT64, terms=HAND_TERMS, scale=1.0)
     per_step = episode + 0.1 * np.arange(len(episode))  # varies within a rollout: the steps' path
-    assert d.arm(per_step).own == pytest.approx(gs.prompt_products(r.gram, r.step_prompt, per_step, per_step, 2))
+    assert d.arm(per_step).own == approx(
+        gs.prompt_products(r.gram, r.step_prompt, per_step, per_step, 2), FLOAT64, terms=HAND_TERMS, scale=1.0
+    )

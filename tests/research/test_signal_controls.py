@@ -22,6 +22,7 @@ from research.rewards import (
 from research.verifiers import CentredVerifier, ExactVerifier, ShuffledVerifier, WalkVerifier
 from rewards import check_columns
 from rewards.verifiers import Scene, build_verifier
+from tests.tolerance import approx
 from tools import ToolConfig, ZoomCall
 
 IMAGE = Image.new("RGB", (100, 200))  # 20,000 px: a box may cover at most 5,000 of them
@@ -155,12 +156,14 @@ class Fixed:
 def test_the_centred_verifier_subtracts_the_batch_mean_of_scored_calls():
     centred = CentredVerifier(Fixed([0.2, float("nan"), 0.6]))
     out = centred.score([None] * 3, [None] * 3)
-    assert out[0].item() == pytest.approx(-0.2) and out[2].item() == pytest.approx(0.2) and out[1].isnan()
+    # float32: a mean of 2, a subtraction, at the scores' size (<= 1)
+    assert out[0].item() == approx(-0.2, terms=4, scale=1.0) and out[2].item() == approx(0.2, terms=4, scale=1.0)
+    assert out[1].isnan()
     # contrastive scores crops, then whole images: centred crops [0.1, -0.1] minus centred wholes [-0.1, 0.1]
     # = the centred difference, (0.5 - 0.2, 0.3 - 0.4) - 0.1
     centred = CentredVerifier(Fixed([0.5, 0.3], [0.2, 0.4]))
     crops, wholes = centred.score([None] * 2, [None] * 2), centred.score([None] * 2, [None] * 2)
-    assert (crops - wholes).tolist() == pytest.approx([0.2, -0.2])
+    assert (crops - wholes).tolist() == approx([0.2, -0.2], terms=9, scale=1.0)  # two centrings, a difference
 
 
 def test_a_zoom_covers_at_most_a_quarter_of_the_image():
