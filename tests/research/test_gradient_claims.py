@@ -123,25 +123,31 @@ def test_the_score_vectors_are_the_trainers_compute_loss_gradients(shrunk, tiny_
 
 def test_the_analysis_and_report_run_on_the_shrunk_measurement(shrunk, tmp_path):
     start, measurement, _ = shrunk
-    results = gc.analyse(measurement, folds=4, bootstrap=3, seed=0, log=lambda *_: None)
+    results = gc.analyse([measurement], folds=4, bootstrap=3, log=lambda *_: None)
     assert results["rollouts"] == 32 and results["prompts"] == 8
+    assert results["runs"][0]["prompt_range"] == [0, 7]
     for entry in results["table"].values():
         for direction in gc.DIRECTIONS:
             figures = entry[direction]
             assert 0 <= figures["with_gradient"] <= 1
             assert np.isnan(figures["cosine"]) or -1 - 1e-9 <= figures["cosine"] * figures["with_gradient"] <= 1
     assert set(results["chain"]) == {f"{a} - {b}" for a, b in zip(gc.CHAIN, gc.CHAIN[1:])}
-    assert results["prop2"]["a"]["verdict"] in ("holds", "fails", "inconclusive")
+    for n in results["batch_sizes"]:
+        assert results["prop2"]["a"]["group"][f"b{n}"]["verdict"] in ("holds", "fails", "inconclusive")
     assert results["prop1"]["mixed"]["moments"]["lhs"] == pytest.approx(results["prop1"]["mixed"]["moments"]["rhs"])
-    replication = gc.analyse_replication(measurement, folds=4, bootstrap=3, seed=0)
-    # the same rollouts give the replication the primary's walk-minus-control point estimate
-    assert replication["walk_minus_zoom"]["value"] == pytest.approx(results["prop2"]["a"]["walk_minus_zoom"]["value"])
+    replication = gc.analyse_replication(measurement, folds=4, bootstrap=3, batches=results["batch_sizes"])
+    # the same rollouts give the replication the primary's point estimates of Proposition 2 (a)'s contrasts
+    for key in ("information", "density"):
+        assert replication["prop2a"]["group"]["b2"][key]["value"] == pytest.approx(
+            results["prop2"]["a"]["group"]["b2"][key]["value"], nan_ok=True
+        )
     setup = {
         "date": "today", "command": "test", "start": str(start), "sft_steps": 0, "parameters": 1,
-        "timings": {"all": 1.0}, "minutes": 0.1, "cores": 1, "gate": None, "curves_verdict": None,
+        "timings": {"all": 1.0}, "minutes": 0.1, "cpu_minutes": 0.1, "load": 1.0, "cores": 1, "gate": None,
+        "curves_verdict": None,
     }  # fmt: skip
     report = gc.write_report(tmp_path / "experiment.md", results, [replication], setup)
     text = report.read_text()
-    assert "## What it shows" in text and "Proposition 2 (a)" in text and "## Replication" in text
+    assert "## What it shows" in text and "Proposition 2 (a)" in text and "## Runs" in text
     assert (tmp_path / "experiment" / "results.json").exists()
-    assert sorted(p.name for p in (tmp_path / "experiment").glob("*.png")) == ["quality.png"]
+    assert sorted(p.name for p in (tmp_path / "experiment").glob("*.png")) == ["gain_vs_batch.png", "quality.png"]
