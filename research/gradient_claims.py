@@ -1293,10 +1293,10 @@ def what_it_shows(results: dict, replications: list[dict], gate: dict | None) ->
         )
     lines.append(
         f"- **Proposition 2 (b), any B, `scale_rewards: {scaling}`: {b['verdict']}.** log(GRPO's noise over projected "
-        f"signal / `mapo_walk`'s) is {fmt_signed(b['log_ratio'], 3)} (interval {interval(b['interval'], 3)}; "
-        f"{b['infinite']} of {results['bootstrap']} replicates infinite, {b['undefined']} undefined: an arm's step "
-        "there does not climb J* measurably). Reported on a log scale because the ratio's replicates reach infinity: "
-        "its SE is meaningless."
+        f"signal / `mapo_walk`'s) is {fmt_signed(b['log_ratio'], 3)} (interval {interval(b['interval'], 3)}); of "
+        f"{results['bootstrap']} replicates, {b['infinite']} put one arm's step at no measurable climb of J* (an infinite "
+        f"ratio) and {b['undefined']} both (undefined). On a log scale because such replicates make an SE of the "
+        "ratio meaningless."
     )
     lo, hi = CHECKPOINT_RATE
     inside = "inside" if lo <= results["rate"] <= hi else "outside"
@@ -1364,23 +1364,32 @@ def what_it_shows(results: dict, replications: list[dict], gate: dict | None) ->
 
 
 def summary(results: dict) -> str:
-    """The verdicts in one paragraph with their qualifiers (batch size, scaling, world, SE), from results.json: what
+    """The verdicts in one paragraph with their qualifiers (world, batch size, scaling, SE), from results.json: what
     the README and docs/demo.md quote (a test holds them to it)."""
     s = results["scaling"]
     a, p1, b = results["prop2"]["a"][s], results["prop1"], results["prop2"]["b"]
-    contrasts = "; ".join(
-        f"at B = {n}, {a[f'b{n}']['verdict']}: information {pm_z(a[f'b{n}']['information'])}, density "
-        f"{pm_z(a[f'b{n}']['density'])}"
-        for n in results["batch_sizes"]
-    )
+
+    def world(e: dict) -> str:
+        return (
+            f"rho {e['moments']['rho']:.3f}: the group baseline's variance is {e['trace_ratio']:.3f} ± "
+            f"{e['trace_ratio_se']:.3f} of REINFORCE's, {e['below_one_z']:.1f} SE below 1 and {e['prediction_z']:+.1f} "
+            f"SE from its prediction {e['moments']['predicted_ratio']:.3f}"
+        )
+
+    def at(n: int) -> str:
+        x = a[f"b{n}"]
+        return (
+            f"{x['verdict']} at B = {n} (the walk verdicts' framing information {pm_z(x['information'])}, the bonus's "
+            f"density {pm_z(x['density'])}, the walk arm minus GRPO {pm_z(x['walk_minus_grpo'])})"
+        )
+
     mixed, recipe = p1["mixed"], p1["recipe"]
     return (
-        f"Proposition 1 {mixed['verdict']} in a world of mixed difficulty (variance ratio {mixed['trace_ratio']:.3f} ± "
-        f"{mixed['trace_ratio_se']:.3f}, {mixed['prediction_z']:+.1f} SE from its prediction) and is "
-        f"{recipe['verdict']} in the recipe's own world (rho {recipe['moments']['rho']:.3f}; ratio "
-        f"{recipe['trace_ratio']:.3f} ± {recipe['trace_ratio_se']:.3f}, {recipe['prediction_z']:+.1f} SE from its "
-        f"prediction {recipe['moments']['predicted_ratio']:.3f}); Proposition 2 (a), signed expected gain under "
-        f"`scale_rewards: {s}`, {contrasts}; Proposition 2 (b) {b['verdict']} (log ratio "
+        f"Proposition 1 {mixed['verdict']} in a world of mixed difficulty ({world(mixed)}) and is {recipe['verdict']} "
+        f"in the recipe's own world ({world(recipe)}); Proposition 2 (a), the signed expected gain towards Q* under "
+        f"`scale_rewards: {s}` on {results['prompts']:,} prompts, is "
+        + " and ".join(at(n) for n in results["batch_sizes"])
+        + f"; Proposition 2 (b) {b['verdict']} (log of GRPO's noise over signal over the walk arm's "
         f"{fmt_signed(b['log_ratio'], 3)}, interval {interval(b['interval'], 3)})."
     )
 
@@ -1428,7 +1437,7 @@ def plot_batch(path: Path, results: dict) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("prompts a batch (B)")
     ax.set_ylabel("signed expected gain towards grad Q*")
-    ax.set_title(f"Signed expected gain against the batch size (`scale_rewards: {s}`, point estimates)", fontsize=9)
+    ax.set_title(f"Signed expected gain against the batch size (scale_rewards: {s}, point estimates)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -1565,8 +1574,12 @@ def write_report(report: Path, results: dict, replications: list[dict], setup: d
         "is measured on its own) and states what it can detect.",
         f"- Time: {setup['minutes']:.1f} min wall on {setup['cores']} cores ("
         + ", ".join(f"{k} {v / 60:.1f} min" for k, v in setup["timings"].items())
-        + f"), {setup['cpu_minutes']:.1f} min of CPU; the load average was {setup['load']:.1f} at the end (the machine "
-        "was shared with other jobs, which inflates the wall time).",
+        + f"), {setup['cpu_minutes']:.1f} min of CPU; the load average was {setup['load']:.1f} at the end"
+        + (
+            " (the machine was shared with other jobs, which inflates the wall time)."
+            if setup["load"] > setup["cores"]
+            else "."
+        ),
         "- Recipe: `research/recipes/config_experiment.yaml`; each arm overrides only `advantage_estimator`, "
         f"`semantic_verifier`, `semantic_score`, `reward_funcs` (oracle) and `scale_rewards` (recipe: `{scaling}`).",
         "",
@@ -1608,7 +1621,7 @@ def write_report(report: Path, results: dict, replications: list[dict], setup: d
         f"`mapo_walk` {fmt(b['walk'], 1)}; log ratio {fmt_signed(b['log_ratio'], 3)}, interval "
         f"{interval(b['interval'], 3)}. It carries the information of Proposition 2 (a)'s walk - GRPO on a reciprocal "
         "scale (1 / gain less the squared cosine of E g with grad J*), where a replicate with no measurable signal sends "
-        "it to infinity: the second version's ± SE on the raw ratio (±1,474) measured that, not the arms.",
+        "it to infinity: an SE of the raw ratio measures those replicates, not the arms.",
         "",
         "## The walk arm, decomposed",
         "",
@@ -1793,6 +1806,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--report", type=Path, default=REPORT, help="the PNG and results.json go in <report>/")
     add("--curves_report", type=Path, default=Path("research/reports/experiment_curves.md"))
     add("--reuse", action="store_true", help="reuse <start>/measurement-*.pt instead of measuring again")
+    add(
+        "--render", action="store_true", help="rewrite the report from its results.json alone (its words, not figures)"
+    )
     args = parser.parse_args(argv)
     if args.folds < 4 or args.bootstrap < 2:
         parser.error("--folds needs at least 4 and --bootstrap at least 2")
@@ -1802,6 +1818,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    if args.render:
+        record = json.loads((args.report.with_suffix("") / "results.json").read_text(encoding="utf-8"))
+        replications, setup = record.pop("replications"), record.pop("setup")
+        print(f"report: {write_report(args.report, record, replications, setup)} (rewritten from its results.json)")
+        return record
     prepare_start(args.start, args.sft_steps, max(args.checkpoints), args.image_side)
     started, cpu = time.time(), resource.getrusage(resource.RUSAGE_SELF)
     measurements, timings = [], {}

@@ -158,7 +158,9 @@ def test_the_committed_report_headline_is_results_json():
 def test_the_readme_and_the_demo_page_quote_the_reports_verdicts():
     """The README's research paragraph and docs/demo.md word each verdict with its qualifier (batch size, scaling,
     world, SE) as `gc.summary` writes it from the committed results.json."""
-    summary = gc.summary(json.loads(RESULTS.read_text(encoding="utf-8")))
+    record = json.loads(RESULTS.read_text(encoding="utf-8"))
+    summary = gc.summary(record)
+    assert unbacked_numbers(summary, record) == []
     for page in ("README.md", "docs/demo.md"):
         text = " ".join((stages.REPO / page).read_text(encoding="utf-8").split())
         assert summary in text, f"{page} does not quote: {summary}"
