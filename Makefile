@@ -83,7 +83,7 @@ tiny: $(TINY)/.built ## Build the tiny offline models (Qwen2.5-VL, Qwen3-VL, tok
 demo: tiny ## The main job on tiny models, CPU: train CLIP verifier, SFT, MAPO RL, evaluate before/after (outputs/demo)
 	$(PY) -m scripts.demo $(ARGS)
 
-experiment: tiny ## Research (research/): MAPO's gradient claims at fixed tiny policies, ~25 min CPU (+~20 min SFT of 4 checkpoints, cached, on first use) (research/reports/experiment.md)
+experiment: tiny ## Research (research/): MAPO's gradient claims at fixed tiny policies, ~31 min on 2 cores (+~20 min SFT of 4 checkpoints, cached, on first use) (research/reports/experiment.md)
 	$(PY) -m research.gradient_claims $(ARGS)
 
 experiment-curves: tiny ## Research: the learning-curve route, RL arms vs GRPO over seeds (research/reports/experiment_curves.md)

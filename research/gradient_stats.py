@@ -176,7 +176,7 @@ def disjoint_product_mean(c: np.ndarray, w: np.ndarray | None = None) -> float:
 class Arm:
     """One estimator's prompt-level products (`prompt_products`): `own` = H_gg and `cross` = H_g,ref against a
     reference's coefficients. For a randomised control, their mean over its draws, which are independent from prompt
-    to prompt: `gain` and `noise_over_signal` are linear in `own` and `cross` for one prompt and multiply different
+    to prompt: every statistic of `moments` is linear in `own` and `cross` for one prompt and multiplies different
     prompts', so the mean products give them for the control's expected gradient and second moment exactly."""
 
     own: np.ndarray
@@ -189,7 +189,7 @@ def counts(draw: Draw, prompts: int) -> np.ndarray:
 
 
 class DrawWeights:
-    """What `figures` needs of one draw, computed once for every arm: the prompts' counts `w` and the normalisers of
+    """What `moments` and `batch_figures` need of one draw, computed once for every arm: the prompts' counts `w` and the normalisers of
     `pair_mean` and `disjoint_product_mean` under them; every batch's weights over prompts (`batches`: its prompts
     over its rollouts' number, the loss's mean over sequences) and its fold's reference weights (`references`: the
     other folds' prompts)."""
@@ -218,42 +218,110 @@ class DrawWeights:
         return _disjoint_sum(np.outer(self.w, self.w) * c) / self.quads
 
 
-def figures(arm: Arm, ref: np.ndarray, weights: DrawWeights) -> dict[str, float]:
-    """How a batch gradient g (the trainer's loss: a batch's prompts' contributions over its rollouts' number) serves
-    the direction grad J that the reference contributions estimate (`ref` = H_ref,ref), on one draw (`weights`):
+def moments(arm: Arm, ref: np.ndarray, weights: DrawWeights) -> dict[str, float]:
+    """The U-statistics every figure of an arm is formed from, on one draw (`weights`), for the direction grad J that
+    the reference contributions estimate (`ref` = H_ref,ref). g_1 is one prompt's gradient (its contribution over its
+    `group` rollouts: the loss's mean over sequences); a batch of B prompts averages B independent ones, so
+    E|g_B|^2 = |E g|^2 + tr Cov_1 / B and every batch size's figures come from the same statistics:
 
-    - `gain`: <grad J, E g>^2 / (|grad J|^2 E|g|^2), the fraction of |grad J|^2 / 2L that one normalised SGD step at
-      its best size gains on J (the step eta g gains eta <grad J, g> - L eta^2 |g|^2 / 2 in expectation). Its
-      numerator is `disjoint_product_mean` of the prompts' products and |grad J|^2 is `pair_mean`: every product pairs
-      different prompts (cross-fitting at its finest), so neither is inflated by noise. E|g|^2 is the mean over
-      batches.
+    - `inner`: <grad J, E g> by `pair_mean` (unbiased); its sign says whether the step climbs J at all.
+    - `along`: <grad J, E g>^2 by `disjoint_product_mean` (unbiased: the square of `inner` would add its variance).
+    - `ref2`: |grad J|^2 by `pair_mean`, so the reference's own noise inflates no denominator.
+    - `mean2`: |E g|^2 by `pair_mean`; `single2`: E|g_1|^2, the mean of the prompts' own products.
+    """
+    g2 = weights.group**2
+    w = weights.w
+    return {
+        "inner": weights.pair_mean(arm.cross) / weights.group,
+        "along": weights.disjoint_product_mean(arm.cross) / g2,
+        "ref2": weights.pair_mean(ref),
+        "mean2": weights.pair_mean(arm.own) / g2,
+        "single2": float(w @ np.diag(arm.own) / w.sum()) / g2,
+    }
+
+
+def batch_figures(arm: Arm, ref: np.ndarray, weights: DrawWeights) -> dict[str, float]:
+    """Descriptive figures of the draw's own batches (`weights.batches`, the run's batch size):
+
     - `with_gradient`: the fraction of batches whose gradient is not zero (a batch whose groups all tie has none).
     - `cosine_given_gradient` and `cosine` (0 for a batch without one): each batch's <g_b, r_f> / (|g_b| |grad J|),
       r_f the reference on the other folds' prompts and |grad J| from `pair_mean`. Dividing by |r_f| instead would
       shrink every cosine by |grad J| / |r_f|, the reference's noise.
-    - `noise_over_signal`: tr Cov(g) = E|g|^2 - |E g|^2 (|E g|^2 by `pair_mean`) over the signal projected on
-      grad J, <grad J, E g>^2 / |grad J|^2.
     """
-    g2 = weights.group**2
     ref2 = weights.pair_mean(ref)
-    along = weights.disjoint_product_mean(arm.cross) / g2
-    mean2 = weights.pair_mean(arm.own) / g2
     u = weights.batches
     norms2 = ((u @ arm.own) * u).sum(axis=1)
     dots = ((u @ arm.cross) * weights.references).sum(axis=1)
-    second = float(norms2.mean())
     has = norms2 > 1e-12 * max(float(norms2.max()), 1e-300)
     cos = np.zeros_like(dots)
     if ref2 > 0:
         cos[has] = dots[has] / np.sqrt(norms2[has] * ref2)
-    projected = along / ref2 if ref2 > 0 else math.nan
     return {
-        "gain": along / (ref2 * second) if ref2 > 0 and second > 0 else math.nan,
         "with_gradient": float(has.mean()),
         "cosine_given_gradient": float(cos[has].mean()) if has.any() and ref2 > 0 else math.nan,
         "cosine": float(cos.mean()) if ref2 > 0 else math.nan,
-        "noise_over_signal": (second - mean2) / projected if projected > 0 else math.nan,
     }
+
+
+def pool(parts: Sequence[dict], weights: Sequence[float]) -> dict:
+    """Independent runs' statistics of the same quantities (`moments`, `batch_figures`: floats or arrays of bootstrap
+    replicates), weighted by `weights` (their prompts): each unbiased statistic stays unbiased, and the figures are
+    then formed from the pooled ones, as from one run's."""
+    total = float(sum(weights))
+    return {k: sum(w * np.asarray(p[k], dtype=np.float64) for p, w in zip(parts, weights)) / total for k in parts[0]}
+
+
+def _signal(m: dict):
+    """The signed projected signal sign(<grad J, E g>) <grad J, E g>^2 / |grad J|^2 (NaN where |grad J|^2 <= 0: the
+    reference is not measurable)."""
+    ref2 = np.asarray(m["ref2"], dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ref2 > 0, np.sign(m["inner"]) * np.asarray(m["along"]) / ref2, np.nan)
+
+
+def expected_gain(m: dict, batch: float):
+    """The signed expected gain of one normalised SGD step on a batch of `batch` prompts, from `moments` `m`:
+    sign(<grad J, E g>) <grad J, E g>^2 / (|grad J|^2 E|g_B|^2), E|g_B|^2 = |E g|^2 + tr Cov_1 / B. Unsigned, it is
+    the fraction of |grad J|^2 / 2L that the step eta g at its best size gains on J (E[eta <grad J, g> - L eta^2
+    |g|^2 / 2]); the sign of the pair sum says whether the step climbs J or descends it, which the square loses.
+    NaN where |grad J|^2 or E|g_B|^2 is not positive."""
+    second = np.asarray(m["mean2"]) + (np.asarray(m["single2"]) - np.asarray(m["mean2"])) / batch
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(second > 0, _signal(m) / second, np.nan)
+    return float(out) if out.ndim == 0 else out
+
+
+def noise_over_signal(m: dict):
+    """tr Cov_1 over the signed projected signal (one prompt's noise over its signal along grad J): +inf where the
+    signal is not positive (the step does not climb J measurably), NaN where grad J is not measurable. A batch of B
+    prompts divides it by B, so a ratio of two arms' is free of the batch size."""
+    noise = np.asarray(m["single2"]) - np.asarray(m["mean2"])
+    s = _signal(m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(np.isnan(s), np.nan, np.where(s > 0, noise / np.where(s > 0, s, 1.0), np.inf))
+    return float(out) if out.ndim == 0 else out
+
+
+def log_ratio(a, b):
+    """log(a / b) of two positive figures that may be +inf (`noise_over_signal`): +-inf where one is, NaN where both
+    are or where either is not positive."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where((a > 0) & (b > 0), np.log(np.where(a > 0, a, 1.0)) - np.log(np.where(b > 0, b, 1.0)), np.nan)
+    return float(out) if out.ndim == 0 else out
+
+
+def crossing(a: dict, b: dict) -> float:
+    """The batch size B* (prompts) where arms a and b (`moments`) gain the same: with S the signed projected signal,
+    m = |E g|^2 and v = tr Cov_1, gain(B) = S B / (m B + v), so S_a (m_b B + v_b) = S_b (m_a B + v_a) at
+    B* = (S_b v_a - S_a v_b) / (S_a m_b - S_b m_a). NaN when no positive B* exists (one arm gains more at every B)."""
+    sa, sb = float(_signal(a)), float(_signal(b))
+    va, vb = a["single2"] - a["mean2"], b["single2"] - b["mean2"]
+    den = sa * b["mean2"] - sb * a["mean2"]
+    if not den or math.isnan(den):
+        return math.nan
+    out = (sb * va - sa * vb) / den
+    return float(out) if out > 0 and math.isfinite(out) else math.nan
 
 
 def projection_coefficient(qv: np.ndarray, vv: np.ndarray, weights: DrawWeights) -> float:
@@ -335,13 +403,30 @@ def garbled_scores(
 
 
 # --------------------------------------------------------------------------------------------------- verdicts
+def percentile_interval(values: np.ndarray, sigmas: float = SIGMAS) -> tuple[float, float]:
+    """The bootstrap percentile interval of `values` (replicates; NaN ones left out) whose coverage is a normal's
+    within `sigmas` SE (95.4% at 2), so it stands beside the SE bar; order statistics, so +-inf replicates (a figure
+    without signal) keep their place."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    if v.size < 2:
+        return math.nan, math.nan
+    tail = (1 - math.erf(sigmas / math.sqrt(2))) / 2
+    lo, hi = np.quantile(v, [tail, 1 - tail], method="inverted_cdf")
+    return float(lo), float(hi)
+
+
 @dataclass(frozen=True)
 class Difference:
-    """A paired difference (estimator minus the reference arm, on the same batches) and its bootstrap standard
-    error."""
+    """A paired difference (estimator minus the reference arm, on the same batches), its bootstrap standard error,
+    its percentile interval (`percentile_interval`: `lo`, `hi`) and how many replicates defined neither side
+    (`undefined`: the reference not measurable there)."""
 
     value: float
     se: float
+    lo: float = math.nan
+    hi: float = math.nan
+    undefined: int = 0
 
     def above(self, sigmas: float = SIGMAS) -> bool:
         return self.value > sigmas * self.se
@@ -351,12 +436,14 @@ class Difference:
 
 
 def paired_difference(value: float, reference: float, replicates: np.ndarray, reference_replicates: np.ndarray):
-    """`Difference` of `value - reference`, its SE the std (ddof 1) of the same difference over bootstrap
-    replicates (each replicate computes both on the same draw, so the pairing is kept)."""
-    diffs = np.asarray(replicates) - np.asarray(reference_replicates)
-    diffs = diffs[~np.isnan(diffs)]  # a replicate without a measurable reference (|grad J|^2 <= 0) defines neither
+    """`Difference` of `value - reference`, its SE the std (ddof 1) and its interval the percentiles of the same
+    difference over bootstrap replicates (each replicate computes both on the same draw, so the pairing is kept)."""
+    diffs = np.asarray(replicates, dtype=np.float64) - np.asarray(reference_replicates, dtype=np.float64)
+    undefined = int(np.isnan(diffs).sum())  # a replicate without a measurable reference defines neither side
+    diffs = diffs[~np.isnan(diffs)]
     se = float(diffs.std(ddof=1)) if diffs.size > 1 else float("nan")
-    return Difference(value - reference, se)
+    lo, hi = percentile_interval(diffs)
+    return Difference(value - reference, se, lo, hi, undefined)
 
 
 def better_verdict(difference: Difference, sigmas: float = SIGMAS) -> str:
@@ -384,15 +471,28 @@ def prompts_needed(se: float, prompts: int, effect: float, sigmas: float = SIGMA
     return math.ceil(prompts * (detectable(se, sigmas) / abs(effect)) ** 2) if effect else math.inf
 
 
-def prop2a_verdict(walk_minus_zoom: Difference, walk_minus_grpo: Difference, sigmas: float = SIGMAS) -> str:
-    """Proposition 2 (a), stated before the numbers, on the expected gain towards grad Q*: `HOLDS` when the walk
-    verifier beats its zoom control `C_zoom` (a constant z on every valid zoom call: the same bonus for zooming,
-    no word on which crop framed the target) by more than `sigmas` SE, and beats GRPO by more than `sigmas` SE;
-    `FAILS` when it is below `C_zoom` by more than `sigmas` SE (the framing information hurts); else `INCONCLUSIVE`,
-    reported with `detectable` of the walk-minus-`C_zoom` SE."""
-    if walk_minus_zoom.above(sigmas) and walk_minus_grpo.above(sigmas):
+def prop2a_verdict(
+    information: Difference, walk_minus_grpo: Difference, walk_gain: float, sigmas: float = SIGMAS
+) -> str:
+    """Proposition 2 (a), stated before the numbers, on signed expected gains towards grad Q* at one batch size:
+    `HOLDS` when the walk verifier's framing information (its gain minus that of the same verifier with its verdicts
+    drawn at random at their own rate, `garbled_scores` at q = 0: the same density of bonus, no information) is above
+    `sigmas` SE, the walk arm beats GRPO by more than `sigmas` SE, and its own step climbs J* (`walk_gain` > 0);
+    `FAILS` when the information is below -`sigmas` SE or the walk arm is below GRPO by more than `sigmas` SE; else
+    `INCONCLUSIVE`, reported with `detectable` of the information's SE."""
+    if information.above(sigmas) and walk_minus_grpo.above(sigmas) and walk_gain > 0:
         return HOLDS
-    if walk_minus_zoom.below(sigmas):
+    if information.below(sigmas) or walk_minus_grpo.below(sigmas):
+        return FAILS
+    return INCONCLUSIVE
+
+
+def interval_verdict(lo: float, hi: float) -> str:
+    """Three-valued from a `percentile_interval` of a figure that should be above 0: `HOLDS` when it lies above 0,
+    `FAILS` below, else `INCONCLUSIVE` (for figures whose replicates reach +-inf, where an SE means nothing)."""
+    if lo > 0:
+        return HOLDS
+    if hi < 0:
         return FAILS
     return INCONCLUSIVE
 

@@ -12,7 +12,7 @@ from transformers import set_seed
 
 from mapo_trainer import MAPOTrainer
 from research import gradient_claims as gc
-from tests.tolerance import ADVANTAGE_TERMS, FLOAT64, TINY_POLICY_FORWARD, approx, tolerance
+from tests.tolerance import ADVANTAGE_TERMS, FLOAT64, HAND_TERMS, TINY_POLICY_FORWARD, approx, tolerance
 from tiny import stages
 from tiny.scripted import force_tool_calls, tool_call_turn
 from tools import seen_size
@@ -22,6 +22,10 @@ pytestmark = pytest.mark.slow
 
 SIDE = 768
 LIVE_BATCHES = 2  # batches each estimator is run live on (the replay path is the same for every batch)
+
+# Float64 figures worked by hand or by a short chain of sums: HAND_TERMS rounded operations on the longest chain
+# (tests/tolerance.py), of terms of order 1
+FLOAT64_HAND = tolerance(FLOAT64, terms=HAND_TERMS, scale=1.0)
 
 
 def quadrant_turn(row: int, label: str, seen: tuple[int, int]) -> str:
@@ -131,31 +135,33 @@ def test_the_score_vectors_are_the_trainers_compute_loss_gradients(shrunk, tiny_
 
 def test_the_analysis_and_report_run_on_the_shrunk_measurement(shrunk, tmp_path):
     start, measurement, _ = shrunk
-    results = gc.analyse(measurement, folds=4, bootstrap=3, seed=0, log=lambda *_: None)
+    results = gc.analyse([measurement], folds=4, bootstrap=3, log=lambda *_: None)
     assert results["rollouts"] == 32 and results["prompts"] == 8
+    assert results["runs"][0]["prompt_range"] == [0, 7]
     for entry in results["table"].values():
         for direction in gc.DIRECTIONS:
             figures = entry[direction]
             assert 0 <= figures["with_gradient"] <= 1
             assert np.isnan(figures["cosine"]) or -1 - 1e-9 <= figures["cosine"] * figures["with_gradient"] <= 1
     assert set(results["chain"]) == {f"{a} - {b}" for a, b in zip(gc.CHAIN, gc.CHAIN[1:])}
-    assert results["prop2"]["a"]["verdict"] in ("holds", "fails", "inconclusive")
-    # float64 plug-in moments of the 32 rollouts' rewards, two ways: a few passes (means, squares, pair sums) of 32
-    chain = 8 * results["rollouts"]
-    assert results["prop1"]["mixed"]["moments"]["lhs"] == approx(
-        results["prop1"]["mixed"]["moments"]["rhs"], FLOAT64, terms=chain, scale=1.0
+    for n in results["batch_sizes"]:
+        assert results["prop2"]["a"]["group"][f"b{n}"]["verdict"] in ("holds", "fails", "inconclusive")
+    assert results["prop1"]["mixed"]["moments"]["lhs"] == pytest.approx(
+        results["prop1"]["mixed"]["moments"]["rhs"], **FLOAT64_HAND
     )
-    replication = gc.analyse_replication(measurement, folds=4, bootstrap=3, seed=0)
-    # the same rollouts give the replication the primary's walk-minus-control point estimate
-    assert replication["walk_minus_zoom"]["value"] == approx(
-        results["prop2"]["a"]["walk_minus_zoom"]["value"], FLOAT64, terms=chain, scale=1.0
-    )
+    replication = gc.analyse_replication(measurement, folds=4, bootstrap=3, batches=results["batch_sizes"])
+    # the same rollouts give the replication the primary's point estimates of Proposition 2 (a)'s contrasts
+    for key in ("information", "density"):
+        assert replication["prop2a"]["group"]["b2"][key]["value"] == pytest.approx(
+            results["prop2"]["a"]["group"]["b2"][key]["value"], nan_ok=True, **FLOAT64_HAND
+        )
     setup = {
         "date": "today", "command": "test", "start": str(start), "sft_steps": 0, "parameters": 1,
-        "timings": {"all": 1.0}, "minutes": 0.1, "cores": 1, "gate": None, "curves_verdict": None,
+        "timings": {"all": 1.0}, "minutes": 0.1, "cpu_minutes": 0.1, "load": 1.0, "cores": 1, "gate": None,
+        "curves_verdict": None,
     }  # fmt: skip
     report = gc.write_report(tmp_path / "experiment.md", results, [replication], setup)
     text = report.read_text()
-    assert "## What it shows" in text and "Proposition 2 (a)" in text and "## Replication" in text
+    assert "## What it shows" in text and "Proposition 2 (a)" in text and "## Runs" in text
     assert (tmp_path / "experiment" / "results.json").exists()
-    assert sorted(p.name for p in (tmp_path / "experiment").glob("*.png")) == ["quality.png"]
+    assert sorted(p.name for p in (tmp_path / "experiment").glob("*.png")) == ["gain_vs_batch.png", "quality.png"]
