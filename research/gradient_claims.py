@@ -1394,6 +1394,24 @@ def summary(results: dict) -> str:
     )
 
 
+def short_summary(results: dict) -> str:
+    """The verdicts in one sentence, each with its qualifier (world, batch size, scaling, SE), for the README; the
+    figures behind them are `summary`'s (docs/demo.md, the report)."""
+    s = results["scaling"]
+    a, p1, b = results["prop2"]["a"][s], results["prop1"], results["prop2"]["b"]
+    mixed, recipe = p1["mixed"], p1["recipe"]
+    gains = " and ".join(
+        f"{a[f'b{n}']['verdict']} at B = {n} (framing information {a[f'b{n}']['information']['z']:+.1f} SE)"
+        for n in results["batch_sizes"]
+    )
+    return (
+        f"Proposition 1 {mixed['verdict']} in a world of mixed difficulty ({mixed['below_one_z']:.1f} SE below 1) and "
+        f"is {recipe['verdict']} in the recipe's own world; Proposition 2 (a), under `scale_rewards: {s}` on "
+        f"{results['prompts']:,} prompts, is {gains}; Proposition 2 (b) {b['verdict']} (interval "
+        f"{interval(b['interval'], 3)})."
+    )
+
+
 def plot_quality(path: Path, results: dict) -> None:
     """The quality sweep's signed gain minus GRPO's, with 2 SE bars, one panel per batch size, one curve per
     scaling."""
