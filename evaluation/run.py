@@ -2,7 +2,7 @@
 `report.html` in its output folder (`evaluate.py` is its command line).
 
 Data-parallel under `accelerate launch --num_processes N evaluate.py ...` (or `torchrun`): process r of N takes every
-N-th row still to do and appends its records to `samples.rank<r>.jsonl`, on GPU `cuda:<LOCAL_RANK>`; the first process
+N-th selected row from the r-th, less those already recorded, and appends its records to `samples.rank<r>.jsonl`, on GPU `cuda:<LOCAL_RANK>`; the first process
 waits until every selected row is recorded in some file, then merges the parts into `samples.jsonl` and writes the
 metrics and report. No process group is needed: the launcher stops every process when one fails. An interrupted run
 resumes with any number of processes (the rows done are those recorded in `samples.jsonl` or any part)."""
@@ -91,6 +91,13 @@ def merge_parts(out: Path) -> list[dict]:
     for part in out.glob(PART_GLOB):
         part.unlink()
     return records
+
+
+def process_share(selected: list[int], ids: Sequence[str], done: set[str], rank: int, world: int) -> list[int]:
+    """Process `rank`'s rows: every `world`-th of the selection from the `rank`-th, less those recorded. A share of
+    the selection, not of the rows left: the processes read what is done at different moments (one may have
+    recorded a row in between), and shares of what each saw left could leave a row to no one."""
+    return [i for i in selected[rank::world] if ids[i] not in done]
 
 
 def select_rows(n: int, limit: int | None, sample_seed: int | None) -> list[int]:
@@ -191,9 +198,7 @@ def run_evaluation(
     dataset = dataset.cast_column("image", datasets.Image(decode=False))
     ids = dataset["id"]
     selected = select_rows(len(dataset), args.limit, args.sample_seed)
-    done = recorded_ids(out)
-    todo = [i for i in selected if ids[i] not in done]
-    mine = todo[rank::world]
+    mine = process_share(selected, ids, recorded_ids(out), rank, world)
     samples_path = out / (SAMPLES_FILE if world == 1 else f"samples.rank{rank}.jsonl")
 
     judge = eval_judge_settings(args) if args.judge else None

@@ -28,7 +28,7 @@ from evaluate import parse_args
 from evaluation import run as evaluation_run
 from evaluation.agent import TransformersBackend, ZoomAgent
 from evaluation.metrics import SCORING_RULES, compute_metrics
-from evaluation.run import read_samples, run_evaluation, select_rows
+from evaluation.run import process_share, read_samples, run_evaluation, select_rows
 from mapo_trainer import MAPOTrainer
 from repairs.rollout import eos_token_ids, prompt_ids, tool_suffix_ids, until_eos
 from tests.fake_judge import DEEPEYES_LIKE_SOURCE, FakeJudge, prompt_fields
@@ -500,7 +500,7 @@ def test_resumed_run_gives_the_same_metrics(tiny_kit, synthetic_dir, tmp_path, w
 
 
 def test_a_data_parallel_run_records_every_row_once_as_one_process_does(
-    tiny_kit, synthetic_dir, tmp_path, whole_run, monkeypatch
+    tiny_kit, synthetic_dir, tmp_path, whole_run, judge, monkeypatch
 ):
     """Two processes' shares (here two threads, each the rank `accelerate launch` would give it): each generates
     only its own rows into its part, the first waits for the other's, merges them into samples.jsonl and scores
@@ -510,7 +510,7 @@ def test_a_data_parallel_run_records_every_row_once_as_one_process_does(
 
     def rank(r: int) -> None:
         try:
-            results[r] = run_evaluation(*eval_args(tiny_kit, synthetic_dir, tmp_path), shard=(r, 2, 0))
+            results[r] = run_evaluation(*eval_args(tiny_kit, synthetic_dir, tmp_path, **judge[1]), shard=(r, 2, 0))
         except Exception as err:  # noqa: BLE001 (a thread's failure is the test's)
             errors.append(err)
 
@@ -526,6 +526,15 @@ def test_a_data_parallel_run_records_every_row_once_as_one_process_does(
     assert sorted(r["id"] for r in records) == sorted(r["id"] for r in read_samples(whole_run[1] / "samples.jsonl"))
     assert [len(script) for script in scripts] == [4, 4]  # 2 rows each, two turns each: no row generated twice
     assert not list(tmp_path.glob("samples.rank*.jsonl"))
+
+
+def test_every_row_falls_to_one_process_whenever_each_looks():
+    """Rank 0 has recorded row "1" before rank 1 reads what is done, not before rank 0 read it: shares of what each saw
+    left (rank 0: 0, 2; rank 1: the 2nd of [0, 2, 3], 2) would leave row 3 to no one and rank 0 waiting for it."""
+    ids, selected = ["0", "1", "2", "3"], [0, 1, 2, 3]
+    first, second = process_share(selected, ids, set(), 0, 2), process_share(selected, ids, {"1"}, 1, 2)
+    assert first == [0, 2] and second == [3]
+    assert process_share(selected, ids, {"0", "1"}, 0, 2) == [2]  # a resume skips what any process recorded
 
 
 def test_rows_are_a_seeded_sample_the_same_on_every_process():
