@@ -179,7 +179,7 @@ def test_the_rollout_benchmark_alternates_both_backends(tmp_path):
     output = tmp_path / "bench.json"
     cmd = [sys.executable, "-m", "scripts.bench", "--pairs", "1", "--warmup", "0", "--clip_models", "--hpo_sizes"]
     cmd += ["--rollouts", "1", "--rollout_prompts", "2", "--rollout_tokens", "128", "--output", str(output)]
-    cmd += ["--vllm_enforce_eager"]
+    cmd += ["--vllm_enforce_eager", "--convert_rows"]  # the converter's benchmark: tests/test_bench.py
     proc = subprocess.run(cmd, cwd=REPO, env=vllm_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     result = json.loads(output.read_text())["rollouts"]
