@@ -1,10 +1,11 @@
 """`make demo`: the whole pipeline on the tiny offline models, on CPU, in a few minutes (docs/demo.md).
 
-Trains the tiny CLIP verifier, generates a synthetic split, evaluates the untrained policy, runs SFT and MAPO RL
-through the real entry points with the tiny recipes (`tiny.stages`, shared with `research/experiment.py`), evaluates
-after each, and writes `outputs/demo/summary.json`: accuracy beside chance, and a warning per stage with no signal.
+Trains the tiny CLIP verifier, generates a synthetic split, evaluates the untrained policy, runs SFT and RL (GRPO on
+the grounding reward, `recipes/tiny/rl/config_demo.yaml`) through the real entry points (`tiny.stages`, shared with
+`research/`), evaluates after each, and writes `outputs/demo/summary.json`: accuracy beside chance, RL's gain in
+box-hit with its standard error, and a warning per stage with no signal.
 
-    python -m scripts.demo [--rl_steps 16 ...]   (make demo)
+    python -m scripts.demo [--rl_steps 100 ...]   (make demo)
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def print_summary(summary: dict, path: Path) -> None:
     verdict = experiment_verdict()
     if verdict:
         print(
-            "\nDoes MAPO's signal act? The demo cannot tell (one run, 16 steps); `make experiment` tests it with controls:"
+            "\nDoes MAPO's signal act? The demo cannot tell (its RL is GRPO); `make experiment` tests it with controls:"
         )
         print("\n".join(verdict) + f"\n(from {EXPERIMENT_REPORT.relative_to(EXPERIMENT_REPORT.parents[2])})")
     print(f"\nsummary: {path}   reports: {path.parent / 'eval'}/*/report.html   total {summary['seconds']['total']} s")
