@@ -1,6 +1,8 @@
 """The experiment world's outcome rewards, named by import path in its recipes
 (`reward_funcs: [research.rewards:simulated_reader_reward]`): a simulated reader whose success depends only on where
-the policy looked, and its noise-free twin for positive controls. Both read the rows' `target_bbox`.
+the policy looked; its noise-free twin for positive controls is the production grounding reward
+(`rewards.grounding.target_in_view_reward`, `reward_funcs: [target_in_view]`), re-exported here. Both read the rows'
+`target_bbox`.
 """
 
 from __future__ import annotations
@@ -10,34 +12,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rewards.grounding import (  # noqa: F401 (the experiment's names for them)
+    MAX_ZOOM_AREA,
+    frames_target,
+    is_zoom,
+    target_in_view,
+    target_in_view_reward,
+    target_seen,
+)
 from rewards.outcome import format_reward
-from tools import ZoomCall, box_contains, executed_calls
 from utils.registry import reads_columns
 
 # The simulated reader: how often it reads the answer right, from a crop that frames the target and from anything else.
 READER_HIT_P = 0.7
 READER_MISS_P = 0.1
-READER_MAX_AREA = 0.25  # a box over a quarter of the image is no zoom: the target stays as small as in the prompt
-
-
-def is_zoom(box: Sequence[int] | None, image_size: tuple[int, int]) -> bool:
-    """Whether a crop `box` (original pixels; None: no crop) is a zoom: it covers at most `READER_MAX_AREA` of the
-    image."""
-    if box is None:
-        return False
-    x1, y1, x2, y2 = box
-    return (x2 - x1) * (y2 - y1) <= READER_MAX_AREA * image_size[0] * image_size[1]
-
-
-def frames_target(box: Sequence[int] | None, target_bbox: Sequence[int], image_size: tuple[int, int]) -> bool:
-    """Whether a crop `box` (original pixels; None: no crop) frames the target: it holds the whole `target_bbox` and
-    is a zoom (`is_zoom`), so zooming out to the whole image does not count."""
-    return is_zoom(box, image_size) and box_contains(box, target_bbox)
-
-
-def target_in_view(call: ZoomCall, target_bbox: Sequence[int], image_size: tuple[int, int]) -> bool:
-    """Whether a call returned a crop that `frames_target`."""
-    return call.ok and frames_target(call.box, target_bbox, image_size)
+READER_MAX_AREA = MAX_ZOOM_AREA  # what counts as a zoom: the production grounding reward's rule (`rewards.grounding`)
 
 
 def reader_draw(row_id: str, step: int, rollout: int) -> float:
@@ -45,14 +34,6 @@ def reader_draw(row_id: str, step: int, rollout: int) -> float:
     rollout position at the same step of a rerun reads alike, and different rows, steps and rollouts independently."""
     seed = [zlib.crc32(str(row_id).encode()), int(step), int(rollout)]
     return float(np.random.default_rng(seed).random())
-
-
-def target_seen(completions: list, environments: list, target_bbox: list) -> list[bool]:
-    """Per rollout, whether one of its calls `target_in_view`."""
-    return [
-        any(target_in_view(call, target, env.image.size) for call in executed_calls(env, completion))
-        for completion, env, target in zip(completions, environments, target_bbox)
-    ]
 
 
 def reader_outcome(
@@ -82,11 +63,3 @@ def simulated_reader_reward(
     step = trainer_state.global_step if trainer_state is not None else 0
     draws = [reader_draw(row_id, step, i) for i, row_id in enumerate(id)]
     return reader_outcome(format_reward(completions), target_seen(completions, environments, target_bbox), draws)
-
-
-@reads_columns("target_bbox")
-def target_in_view_reward(completions: list, environments: list, target_bbox: list, **kwargs) -> list[float]:
-    """The simulated reader without its noise, for positive controls: 1.0 when every turn is well formed and a valid
-    zoom-in call framed the target (`target_in_view`), else 0.0."""
-    seen = target_seen(completions, environments, target_bbox)
-    return [ok * float(hit) for ok, hit in zip(format_reward(completions), seen)]

@@ -1,6 +1,6 @@
 """Rewards by the name a recipe gives (`reward_funcs: [gated_outcome]`) or by import path (`package.module:name`), in
 TRL's signature `(completions, **kwargs) -> list[float | None]` (None: a row not scored, advantage 0): `outcome` (R_out,
-format, a tool bonus), `judge` (an LLM judge), `deepeyes` (DeepEyes' whole reward, judged). R_sem is `MAPOTrainer`'s,
+format, a tool bonus), `target_in_view` (grounding: a zoom that framed the row's target box), `judge` (an LLM judge), `deepeyes` (DeepEyes' whole reward, judged). R_sem is `MAPOTrainer`'s,
 from `verifiers`' z_t (eq. 2).
 """
 
@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from data.rl_sets import JUDGED_SOURCES
 from rewards.deepeyes import deepeyes_reward
+from rewards.grounding import target_in_view_reward
 from rewards.judge import judge_reward, judge_settings
 from rewards.outcome import format_reward, gated_outcome_reward, outcome_reward, tool_bonus_reward
 from rewards.verifiers import verifier_factory
@@ -23,6 +24,7 @@ REWARDS: dict[str, RewardFunc] = {
     "format": format_reward,
     "gated_outcome": gated_outcome_reward,
     "tool_bonus": tool_bonus_reward,
+    "target_in_view": target_in_view_reward,
     "judge": judge_reward,
     "deepeyes": deepeyes_reward,
 }
@@ -30,7 +32,7 @@ ASKS_JUDGE = (judge_reward, deepeyes_reward)  # the rewards that read the JUDGE_
 
 
 # Rewards that compare the answer by rule (`data.task.is_correct`), or do not read it: no judge behind any of them.
-RULE_REWARDS = ("outcome", "format", "gated_outcome", "tool_bonus")
+RULE_REWARDS = ("outcome", "format", "gated_outcome", "tool_bonus", "target_in_view")
 
 
 def get_reward_funcs(specs: Sequence[str]) -> list[RewardFunc]:

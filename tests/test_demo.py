@@ -133,9 +133,19 @@ def _summary() -> dict:
                         "calls_per_rollout_mean": 1.0},
         "rl_first_step": {"valid_call_rate": 0.5},
         "rl_last_step": {"valid_call_rate": 1.0},
+        "rl_gain": {"figure": "box_contains_target", "sft": 0.25, "rl": 0.5, "rise": 0.25, "se": 0.165},
         "warnings": ["RL: R_sem was zero"],
         "seconds": {"total": 61.0},
     }  # fmt: skip
+
+
+def test_the_rl_gain_is_the_rise_in_box_hit_with_the_standard_error_of_a_difference_by_hand():
+    gain = demo.rl_gain({"box_contains_target": 0.25}, {"box_contains_target": 0.5}, 16)
+    # sqrt(0.25 * 0.75 / 16 + 0.5 * 0.5 / 16) = sqrt(0.4375 / 16) = sqrt(0.02734375)
+    assert gain["rise"] == 0.25 and gain["se"] == approx(0.02734375**0.5, FLOAT64, terms=4)
+    assert gain["sft"] == 0.25 and gain["rl"] == 0.5 and gain["figure"] == "box_contains_target"
+    no_call = demo.rl_gain({"box_contains_target": None}, {"box_contains_target": 0.5}, 16)
+    assert no_call["rise"] is None and no_call["se"] is None  # a stage with no valid call has no box-hit
 
 
 def test_the_page_quotes_the_run_and_keeps_its_prose(tmp_path):
@@ -148,6 +158,7 @@ def test_the_page_quotes_the_run_and_keeps_its_prose(tmp_path):
     assert "| base | 0.125 | 0.500 |" in text  # accuracy, then tool_call_rate
     assert "| base | 0.125 / 0.250 | 0.500 / 0.200 |" in text  # all, then count: accuracy / chance
     assert "R_sem mean 0.095, non-zero in 2" in text and "`valid_call_rate` 0.500 -> 1.000" in text
+    assert "`box_contains_target` on the held-out rows: SFT 0.250 -> RL 0.500 (+0.250 ± 0.165" in text
     assert "- WARNING: RL: R_sem was zero" in text and "label retrieval: colour 0.900." in text
     page.write_text("no markers\n")
     with pytest.raises(SystemExit, match="needs one"):
@@ -163,7 +174,8 @@ def test_demo_runs_every_stage_and_writes_the_summary(tiny_kit, tmp_path, monkey
     demo.main()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary) == {
-        "clip_verifier", "eval", "rl_steps", "rl_first_step", "rl_last_step", "rl_overview", "warnings", "seconds",
+        "clip_verifier", "eval", "rl_steps", "rl_first_step", "rl_last_step", "rl_overview", "rl_gain", "warnings",
+        "seconds",
     }  # fmt: skip
     assert set(summary["eval"]) == {"base", "sft", "rl"}
     assert summary["clip_verifier"]["steps"] == 3
@@ -183,6 +195,11 @@ def test_demo_runs_every_stage_and_writes_the_summary(tiny_kit, tmp_path, monkey
     assert "accuracy / chance" in printed
     assert all(f"WARNING: {warning}" in printed for warning in summary["warnings"])
     assert (tmp_path / "rl" / "model.safetensors").exists()
-    assert set(summary["seconds"]) >= {"SFT cold start", "MAPO RL", "total"}
+    assert set(summary["seconds"]) >= {"SFT cold start (what was left of it)", "RL", "total"}
+    gain = summary["rl_gain"]  # what RL trains, from the two evaluations it compares
+    assert (
+        gain == demo.rl_gain(summary["eval"]["sft"], summary["eval"]["rl"], 2)
+        and gain["figure"] == "box_contains_target"
+    )
     page = (tmp_path / "demo.md").read_text()  # the page quotes this run
     assert "| rl |" in page and f"{summary['seconds']['total']} s in all" in page and "--rl_steps 1" in page

@@ -31,6 +31,7 @@ RUNNABLE_RESEARCH = {
     "research.zoom_necessity",
     "research.hpo_solvers",
     "research.gradient_claims",
+    "research.positive_control",
 }
 # The runnables that import an entry script: each builds `rl.py`'s trainer unchanged but for its trainer class.
 ALLOWED_RUNNABLE_IMPORTS = {("scripts.rl_forced", "rl"), ("research.gradient_claims", "rl")}

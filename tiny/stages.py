@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 KIT_DIR = Path("outputs/tiny")
 SFT_RECIPE = "recipes/tiny/sft/config_sft.yaml"
 RL_RECIPE = "recipes/tiny/rl/config_mapo.yaml"
+DEMO_RL_RECIPE = "recipes/tiny/rl/config_demo.yaml"  # the demo's RL: a reward the tiny policy can earn
 SFT_TYPES = (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig)  # what sft.py parses
 RL_TYPES = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)  # what rl.py parses
 TRAINER_STATE = "trainer_state.json"  # `Trainer.save_state`'s file, which `utils.policy.save_outputs` writes
@@ -102,17 +104,41 @@ def make_data(data_dir: Path, train_rows: int, test_rows: int, seed: int = 0, **
     return data_dir
 
 
+# One thread a process: on the shared 2-core machine a second torch thread costs more in synchronisation than it
+# gains. 60 SFT steps took 26.4 s on 1 thread and 71.7 s on 2 beside one other 1-thread job; beside the test suite, 0.46
+# against 5.2 s a step (2026-12-04). Idle cores were not measured (the earlier demo's SFT suggests 2 threads are then
+# ~1.5x faster). One thread a process also lets two stages share the 2 cores (`start_entry`).
+THREADS = {"OMP_NUM_THREADS": "1"}
+
+
+def start_entry(script: str, argv: Sequence[str]) -> subprocess.Popen:
+    """Start an entry script (`sft.py`, `rl.py`) in a process of its own, as `make sft` / `make rl` does (one process,
+    no accelerate config: the tiny recipes' `cpu`), on one thread (`THREADS`); `wait_entry` collects it."""
+    env = os.environ | THREADS
+    return subprocess.Popen([sys.executable, str(REPO / script), *map(str, argv)], cwd=REPO, env=env)
+
+
+def wait_entry(process: subprocess.Popen) -> None:
+    """Wait for a `start_entry` process; fails with its exit status."""
+    if process.wait() != 0:
+        raise subprocess.CalledProcessError(process.returncode, process.args)
+
+
 def run_entry(script: str, argv: Sequence[str]) -> None:
-    """Run an entry script (`sft.py`, `rl.py`) in a process of its own, as `make sft` / `make rl` does (one process,
-    no accelerate config: the tiny recipes' `cpu`); fails with the script's exit status."""
-    subprocess.run([sys.executable, str(REPO / script), *map(str, argv)], check=True, cwd=REPO)
+    """`start_entry`, then `wait_entry`."""
+    wait_entry(start_entry(script, argv))
+
+
+def sft_argv(model: str | Path, data_dir: Path, output_dir: Path, steps: int, **overrides) -> list[str]:
+    """`sft.py`'s command line: `make sft` (the tiny recipe, `--key value` overrides) from `model` on `data_dir`'s
+    train split, into `output_dir`."""
+    fields = dict(model_name_or_path=model, dataset_name=data_dir, output_dir=output_dir, max_steps=steps)
+    return ["--config", SFT_RECIPE, *flags(**fields, **overrides)]
 
 
 def run_sft(model: str | Path, data_dir: Path, output_dir: Path, steps: int, **overrides) -> None:
-    """`make sft` (the tiny recipe, `--key value` overrides) from `model` on `data_dir`'s train split, into
-    `output_dir`."""
-    fields = dict(model_name_or_path=model, dataset_name=data_dir, output_dir=output_dir, max_steps=steps)
-    run_entry("sft.py", ["--config", SFT_RECIPE, *flags(**fields, **overrides)])
+    """`make sft` (`sft_argv`), waited for."""
+    run_entry("sft.py", sft_argv(model, data_dir, output_dir, steps, **overrides))
 
 
 def rl_argv(

@@ -20,7 +20,7 @@ from research.rewards import (
     target_in_view_reward,
 )
 from research.verifiers import CentredVerifier, ExactVerifier, ShuffledVerifier, WalkVerifier
-from rewards import check_columns
+from rewards import check_columns, get_reward_funcs
 from rewards.verifiers import Scene, build_verifier
 from tests.tolerance import approx
 from tools import ToolConfig, ZoomCall
@@ -81,6 +81,14 @@ def test_a_failed_call_or_a_broken_format_earns_the_reader_nothing():
     broken[-1]["content"] = "A"  # no <think>, no <answer>
     envs = [Env([call((0, 0, 50, 50), error="bad box")]), Env([call((0, 0, 50, 50))])]
     assert target_in_view_reward([completion_with_calls(1), broken], envs, [TARGET] * 2) == [0.0, 0.0]
+
+
+def test_the_grounding_reward_is_registered_and_leaves_a_row_without_a_target_box_unscored():
+    envs = [Env([call((0, 0, 50, 50))]), Env([call((0, 0, 50, 50))])]
+    reward = get_reward_funcs(["target_in_view"])[0]
+    assert reward is target_in_view_reward  # production's, which the research package re-exports
+    # A row with no target box is not a miss: None, advantage 0 (TRL leaves it out of the group statistics).
+    assert reward([completion_with_calls(1)] * 2, envs, [TARGET, None]) == [1.0, None]
 
 
 # --------------------------------------------------------------------------------------------------- verifiers

@@ -1,0 +1,225 @@
+"""What the learning-curve runs share (`research/experiment.py`, `research/positive_control.py`): where the runs start,
+one RL run and the greedy evaluations of its checkpoints, per-row rates, statistics across seeds, and the curves'
+plots. Not a runnable: the runnables import it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import shutil
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from data.task import normalize
+from evaluation.run import read_samples
+from research.rewards import frames_target, simulated_reader_reward, target_in_view_reward
+from tiny import stages
+
+VARIED = (
+    "advantage_estimator",
+    "semantic_verifier",
+    "semantic_score",
+    "seed",
+    "output_dir",
+)  # what the experiment's runs may differ in (`shared_fields`)
+
+# The step figures of `stages.STEP_METRICS`, and the experiment world's rewards.
+STEP_METRICS: stages.StepMetrics = stages.STEP_METRICS | {
+    "reader_success": (f"rewards/{simulated_reader_reward.__name__}/mean", None),
+    "target_in_view": (f"rewards/{target_in_view_reward.__name__}/mean", None),
+}
+
+
+def binomial_se(p: float, n: int) -> float:
+    """Standard error of a rate `p` measured on `n` independent rows: sqrt(p (1 - p) / n)."""
+    return math.sqrt(p * (1 - p) / n) if n else float("nan")
+
+
+def difference_se(p: float, q: float, n: int) -> float:
+    """Standard error of the difference of two rates each measured on `n` rows (treated as independent)."""
+    return math.sqrt(binomial_se(p, n) ** 2 + binomial_se(q, n) ** 2)
+
+
+def row_metrics(records: Sequence[dict]) -> dict[str, float | int]:
+    """Per-row rates of one evaluation (`samples.jsonl` records): `target_seen`, the rows where some valid call's box
+    framed the target (`research.rewards.frames_target`: what the simulated reader rewards), and `named_and_seen`, those where
+    such a call also named the target (what the exact verifier scores 1), over `n` rows."""
+    seen, named = [], []
+    for record in records:
+        frames = [
+            call
+            for call in record["calls"]
+            if frames_target(call["box"], record["target_bbox"], tuple(record["image_size"]))
+        ]
+        seen.append(bool(frames))
+        target = normalize(record.get("target_label") or "")
+        named.append(any(normalize(str(call["label"])) == target for call in frames))
+    n = len(records)
+    return {
+        "n": n,
+        "target_seen": sum(seen) / n if n else float("nan"),
+        "named_and_seen": sum(named) / n if n else float("nan"),
+    }
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One figure across seeds: the mean, population std (ddof 0), min and max of the seeds that have a value, and
+    how many do (`n`) out of how many there were (`of`)."""
+
+    mean: float
+    std: float
+    low: float
+    high: float
+    n: int
+    of: int
+
+
+def across_seeds(values: Sequence[float | None]) -> Spread | None:
+    """The `Spread` of one figure over seeds, ignoring missing ones (None, NaN); None when no seed has a value."""
+    present = [v for v in values if v is not None and not math.isnan(v)]
+    if not present:
+        return None
+    return Spread(
+        statistics.fmean(present), statistics.pstdev(present), min(present), max(present), len(present), len(values)
+    )
+
+
+def curve(runs: Sequence[Sequence[dict]], metric: str) -> tuple[list[int], list[Spread | None]]:
+    """`metric` per step across runs (one `stages.rl_step_log` per seed), steps matched by number: every step any run
+    logged, and its `Spread` (None where no run has a value)."""
+    by_step = [{row["step"]: row.get(metric) for row in run} for run in runs]
+    steps = sorted({step for run in by_step for step in run})
+    return steps, [across_seeds([run.get(step) for run in by_step]) for step in steps]
+
+
+def format_spread(spread: Spread | None) -> str:
+    """`mean ± std`, with `(n/of seeds)` when some seeds had no value, and `—` when none had."""
+    if spread is None:
+        return "— (no value)"
+    text = f"{spread.mean:.3f} ± {spread.std:.3f}"
+    return text if spread.n == spread.of else f"{text} ({spread.n}/{spread.of} seeds)"
+
+
+def plot_curves(
+    curves: dict[str, tuple[list[int], list[Spread | None]]], title: str, path: Path, xlabel: str = "RL step"
+) -> Path:
+    """One PNG: per arm, the mean across seeds (line and points) and the min-max band; a step where no seed
+    logged the figure is a gap, and an arm with no value at all says so in the legend."""
+    fig = Figure(figsize=(6.4, 3.6), dpi=100)  # the object API: no pyplot, no display backend, nothing to close
+    ax = fig.subplots()
+    every_step = sorted({step for steps, _ in curves.values() for step in steps})
+    for method, (steps, spreads) in curves.items():
+        nan = float("nan")
+        mean = [s.mean if s else nan for s in spreads]
+        low = [s.low if s else nan for s in spreads]
+        high = [s.high if s else nan for s in spreads]
+        seeds = max((s.of for s in spreads if s), default=0)
+        label = f"{method} ({seeds} seeds)" if any(spreads) else f"{method} (no value logged)"
+        (line,) = ax.plot(steps, mean, marker="o", markersize=3, label=label)
+        ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    if not any(spread for _, spreads in curves.values() for spread in spreads):
+        ax.text(0.5, 0.5, "no run logged this figure", transform=ax.transAxes, ha="center", va="center")
+    if every_step:
+        ax.set_xlim(every_step[0] - 0.5, every_step[-1] + 0.5)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+@dataclass(frozen=True)
+class Start:
+    """What every run starts from: the SFT checkpoint, the data it was trained on, and the verifier."""
+
+    sft: Path
+    data: Path
+    clip: Path
+
+
+def locate(args: argparse.Namespace) -> Start:
+    """Where the runs start: `--sft_model` with its data and verifier (beside it unless named), which must exist,
+    or the folders in `--output_dir` that `prepare` fills."""
+    if not args.sft_model:
+        return Start(args.output_dir / "sft", args.output_dir / "data", args.output_dir / "clip")
+    parent = args.sft_model.parent
+    start = Start(args.sft_model, args.data or parent / "data", args.clip or parent / "clip")
+    missing = [f"{name} {path}" for name, path in vars(start).items() if not path.exists()]
+    if missing:
+        raise FileNotFoundError(f"--sft_model: {', '.join(missing)} not found (name them with --data / --clip)")
+    return start
+
+
+def shared_fields(parsed: tuple) -> dict:
+    """Every parsed field of one run but those allowed to vary (`VARIED`); enum values as the recipe writes them
+    (`constant`, not `SchedulerType.CONSTANT`)."""
+    values = {}
+    for part in parsed:
+        values |= {k: getattr(v, "value", v) for k, v in dataclasses.asdict(part).items() if k not in VARIED}
+    return values
+
+
+def evaluate(model: Path, start: Start, eval_dir: Path, rows: int, budget: dict) -> dict:
+    """Greedy evaluation of `model` on the first `rows` test rows (`stages.evaluate`, CLIP's z_t): the summary the
+    demo reports, plus `row_metrics`."""
+    metrics = stages.evaluate(model, start.data, eval_dir, rows, clip_model=start.clip, **budget)
+    return stages.eval_summary(metrics, eval_dir) | row_metrics(read_samples(eval_dir / stages.SAMPLES_FILE))
+
+
+def train_and_evaluate(
+    argv: list[str], start: Start, eval_dir: Path, rows: int, stage: stages.Stages, name: str, eval_every: int
+) -> dict:
+    """One RL run and the evaluation of its model at every `eval_every` steps and at its end: its steps
+    (`stages.rl_step_log`), `{step: evaluation}` and the zero-signal warnings."""
+    training_args = stages.rl_args(argv)[1]
+    rl_dir = Path(training_args.output_dir)
+    shutil.rmtree(rl_dir, ignore_errors=True)  # a rerun never mixes with an earlier run's files
+    steps = stages.rl_step_log(stage(f"RL {name}", lambda: stages.run_rl(argv)), STEP_METRICS)
+    points = {}
+    if rows:
+        last = training_args.max_steps
+        for step in range(eval_every, last, eval_every) if eval_every else ():
+            checkpoint = rl_dir / f"checkpoint-{step}"
+            points[step] = stage(
+                f"evaluate {name} at step {step}",
+                lambda checkpoint=checkpoint, step=step: evaluate(
+                    checkpoint, start, eval_dir / f"step{step}", rows, {}
+                ),
+            )
+        points[last] = stage(f"evaluate {name}", lambda: evaluate(rl_dir, start, eval_dir / "final", rows, {}))
+    final = points[max(points)] if points else None
+    warnings = stages.signal_warnings({"eval": {"test": final} if final else {}, "rl_steps": steps})
+    return {"seed": training_args.seed, "steps": steps, "evals": points, "warnings": warnings}
+
+
+def results_hash(payload: dict) -> str:
+    """A short hash of everything the report's numbers come from, as `results.json` holds them (keys as strings)."""
+    as_saved = json.loads(json.dumps(payload))
+    return hashlib.sha256(json.dumps(as_saved, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def plot_evaluations(results: dict, sft: dict, path: Path) -> Path:
+    """Greedy target-seen per evaluation point (step 0 is the SFT checkpoint), mean across seeds per arm with the
+    min-max band: Figure 1's kind, on the held-out rows."""
+    curves = {}
+    for arm, runs in results.items():
+        by_step = [
+            {0: sft["target_seen"], **{int(k): e["target_seen"] for k, e in run["evals"].items()}} for run in runs
+        ]
+        steps = sorted({s for run in by_step for s in run})
+        curves[arm] = (steps, [across_seeds([run.get(s) for run in by_step]) for s in steps])
+    return plot_curves(curves, "greedy target-seen (held-out)", path, xlabel="RL step (0: SFT)")

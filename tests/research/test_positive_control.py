@@ -1,0 +1,18 @@
+"""The positive control's verdict, pure, on figures worked out by hand (the runs: `python -m research.positive_control`,
+research/reports/positive_control.md)."""
+
+from research.positive_control import RISE_FLOOR, SIGMAS, seed_verdict
+from tests.tolerance import FLOAT64, approx
+
+
+def test_a_seed_passes_only_above_the_floor_and_above_two_standard_errors():
+    # 0.25 -> 0.5 on 16 rows: SE sqrt(0.25 * 0.75 / 16 + 0.5 * 0.5 / 16) = sqrt(0.02734375) = 0.165: 0.25 < 2 SE.
+    small = seed_verdict(0.25, 0.5, 16)
+    assert small["rise"] == 0.25 and small["se"] == approx(0.02734375**0.5, FLOAT64, terms=4)
+    assert not small["passed"]
+    # The same rates on 128 rows: SE 0.0585, 2 SE 0.117 < 0.25 and 0.25 >= RISE_FLOOR: passes.
+    assert seed_verdict(0.25, 0.5, 128)["passed"]
+    # Above 2 SE but under the floor: 0.25 -> 0.35 on 10,000 rows (SE 0.0064) is a real move, not the control's.
+    near = seed_verdict(0.25, 0.35, 10_000)
+    assert near["rise"] > SIGMAS * near["se"] and near["rise"] < RISE_FLOOR and not near["passed"]
+    assert not seed_verdict(0.5, 0.25, 128)["passed"]  # a fall never passes
