@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 from filelock import FileLock
+from transformers import PreTrainedModel
+from transformers.initialization import TORCH_INIT_FUNCTIONS
 
 from tiny.kit import build_tiny_kit, kit_paths
 from utils import models
@@ -36,6 +38,37 @@ def pytest_configure(config):
             f"the test suite runs offline: {', '.join(missing)} must be 1 before Python starts. Run `make test`, or "
             f"`{' '.join(f'{name}=1' for name in OFFLINE)} .venv/bin/python -m pytest tests`."
         )
+
+
+# transformers' loaders swap these class and module attributes for empty functions while a model loads
+# (initialization.no_init_weights / no_tie_weights, docs/internals.md "loader-swaps") and put back what they found,
+# without a lock: two threads loading at once can leave the empty ones in place for the rest of the process. Seen once
+# (a whole run on one worker): every later model built untied (the 3B on meta counted 4.07B parameters, its head twice)
+# and, as silently, uninitialised. Each test must leave them as it found them; the guard names the test that did not.
+LOADER_SWAPPED = {
+    **{(PreTrainedModel, name): getattr(PreTrainedModel, name) for name in ("init_weights", "tie_weights")},
+    **{(torch.nn.init, name): getattr(torch.nn.init, name) for name in TORCH_INIT_FUNCTIONS},
+}
+
+
+def loader_swaps_left() -> list[str]:
+    """The attributes `LOADER_SWAPPED` names that no longer hold what they held when the suite started."""
+    return [
+        f"{owner.__name__}.{name}"
+        for (owner, name), value in LOADER_SWAPPED.items()
+        if getattr(owner, name) is not value
+    ]
+
+
+@pytest.fixture(autouse=True)
+def loader_left_as_found():
+    """Fails the test that leaves a loader swap in place, then puts the originals back so no later test inherits it."""
+    yield
+    left = loader_swaps_left()
+    if left:
+        for (owner, name), value in LOADER_SWAPPED.items():
+            setattr(owner, name, value)
+        pytest.fail(f"a model loader's swap was left in place (two loads at once in one process?): {', '.join(left)}")
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

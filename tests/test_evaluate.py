@@ -179,6 +179,7 @@ def call_text(box, label):
 # natively), the second one over it.
 SCRIPTED_BOXES = ([8, 8, 20, 18], [40, 40, 100, 90])
 CROP_FLOOR = 28 * 28 * 8  # the tiny SFT recipe's crop_min_pixels
+LOAD_LOCK = threading.Lock()  # scripted_model's loads, one at a time (conftest.LOADER_SWAPPED says why)
 
 
 def two_calls(i, label):
@@ -377,7 +378,8 @@ def scripted_model(first_turn=None):
     scripts, original = [], evaluation_run.load_model
 
     def load_model(name_or_path, **kwargs):
-        model = original(name_or_path, **kwargs)
+        with LOAD_LOCK:  # two ranks run as threads of one process here; transformers' loaders are not thread-safe
+            model = original(name_or_path, **kwargs)
         scripts.append(force_tool_calls(model, load_processor(name_or_path).tokenizer, first_turn=first_turn))
         return model
 
