@@ -107,6 +107,10 @@ def test_signal_warnings_name_every_zero_signal_stage():
     assert "R_sem was zero" in warnings[2] and "2 steps" in warnings[2]
     assert "no zoom-in call in any" in warnings[3]
     assert stages.signal_warnings({"rl_steps": []}) == ["RL: no training step was logged"]
+    flat = {"figure": "target_seen", "sft": 0.3, "rl": 0.35, "rise": 0.05, "se": 0.0625}  # 0.05 <= 1 SE
+    (warning,) = stages.signal_warnings({"rl_gain": flat})
+    assert warning.startswith("RL: target_seen rose +0.050 (0.300 -> 0.350), not more than its standard error")
+    assert stages.signal_warnings({"rl_gain": flat | {"rise": -0.05}})  # a fall is no rise
 
 
 def test_signal_warnings_stay_quiet_when_every_stage_has_signal():
@@ -119,6 +123,9 @@ def test_signal_warnings_stay_quiet_when_every_stage_has_signal():
     }
     assert stages.signal_warnings(summary) == []
     assert stages.signal_warnings({}) == []
+    risen = {"figure": "target_seen", "sft": 0.3, "rl": 0.4, "rise": 0.1, "se": 0.0625}  # 1.6 SE
+    unscored = {"figure": "target_seen", "sft": None, "rl": 0.4, "rise": None, "se": None}  # its own warning
+    assert stages.signal_warnings({"rl_gain": risen}) == stages.signal_warnings({"rl_gain": unscored}) == []
 
 
 def _summary() -> dict:
@@ -133,18 +140,22 @@ def _summary() -> dict:
                         "calls_per_rollout_mean": 1.0},
         "rl_first_step": {"valid_call_rate": 0.5},
         "rl_last_step": {"valid_call_rate": 1.0},
-        "rl_gain": {"figure": "box_contains_target", "sft": 0.25, "rl": 0.5, "rise": 0.25, "se": 0.165},
+        "rl_gain": {"figure": "target_seen", "decoding": "sampled at 1.0", "rows": 16, "sft": 0.25, "rl": 0.5,
+                    "rise": 0.25, "se": 0.165},
+        "rl_gain_greedy": {"figure": "target_seen", "decoding": "greedy", "rows": 8, "sft": None, "rl": 0.5,
+                           "rise": None, "se": None},
         "warnings": ["RL: R_sem was zero"],
         "seconds": {"total": 61.0},
     }  # fmt: skip
 
 
 def test_the_rl_gain_is_the_rise_in_box_hit_with_the_standard_error_of_a_difference_by_hand():
-    gain = demo.rl_gain({"box_contains_target": 0.25}, {"box_contains_target": 0.5}, 16)
+    gain = demo.rl_gain({"target_seen": 0.25}, {"target_seen": 0.5}, 16)
     # sqrt(0.25 * 0.75 / 16 + 0.5 * 0.5 / 16) = sqrt(0.4375 / 16) = sqrt(0.02734375)
     assert gain["rise"] == 0.25 and gain["se"] == approx(0.02734375**0.5, FLOAT64, terms=4)
-    assert gain["sft"] == 0.25 and gain["rl"] == 0.5 and gain["figure"] == "box_contains_target"
-    no_call = demo.rl_gain({"box_contains_target": None}, {"box_contains_target": 0.5}, 16)
+    assert gain["sft"] == 0.25 and gain["rl"] == 0.5 and gain["figure"] == "target_seen"
+    assert gain["decoding"] == "greedy" and gain["rows"] == 16
+    no_call = demo.rl_gain({"target_seen": None}, {"target_seen": 0.5}, 16)
     assert no_call["rise"] is None and no_call["se"] is None  # a stage with no valid call has no box-hit
 
 
@@ -158,7 +169,8 @@ def test_the_page_quotes_the_run_and_keeps_its_prose(tmp_path):
     assert "| base | 0.125 | 0.500 |" in text  # accuracy, then tool_call_rate
     assert "| base | 0.125 / 0.250 | 0.500 / 0.200 |" in text  # all, then count: accuracy / chance
     assert "R_sem mean 0.095, non-zero in 2" in text and "`valid_call_rate` 0.500 -> 1.000" in text
-    assert "`box_contains_target` on the held-out rows: SFT 0.250 -> RL 0.500 (+0.250 ± 0.165" in text
+    assert "`target_seen` on held-out rows, sampled at 1.0, 16 rows: SFT 0.250 -> RL 0.500 (+0.250 ± 0.165)" in text
+    assert "; greedy, 8 rows: SFT - -> RL 0.500 (-) (± the binomial standard error of the difference)." in text
     assert "- WARNING: RL: R_sem was zero" in text and "label retrieval: colour 0.900." in text
     page.write_text("no markers\n")
     with pytest.raises(SystemExit, match="needs one"):
@@ -168,21 +180,31 @@ def test_the_page_quotes_the_run_and_keeps_its_prose(tmp_path):
 @pytest.mark.slow
 def test_demo_runs_every_stage_and_writes_the_summary(tiny_kit, tmp_path, monkeypatch, capsys):
     argv = ["demo.py", "--output_dir", str(tmp_path), "--train_rows", "4", "--test_rows", "2"]
-    argv += ["--clip_steps", "3", "--sft_steps", "2", "--rl_steps", "1", "--page", str(tmp_path / "demo.md")]
+    argv += ["--clip_steps", "3", "--sft_steps", "2", "--rl_steps", "1", "--sampled_rows", "3"]
+    argv += ["--page", str(tmp_path / "demo.md")]
     (tmp_path / "demo.md").write_text(f"{demo.PAGE_START}\n{demo.PAGE_END}\n")
     monkeypatch.setattr(sys, "argv", argv)
     demo.main()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary) == {
-        "clip_verifier", "eval", "rl_steps", "rl_first_step", "rl_last_step", "rl_overview", "rl_gain", "warnings",
-        "seconds",
+        "clip_verifier", "eval", "rl_steps", "rl_first_step", "rl_last_step", "rl_overview", "eval_sampled",
+        "rl_gain", "rl_gain_greedy", "warnings", "seconds",
     }  # fmt: skip
-    assert set(summary["eval"]) == {"base", "sft", "rl"}
+    assert set(summary["eval"]) == {"base", "sft", "rl"} and set(summary["eval_sampled"]) == {"sft", "rl"}
+    sampled_args = json.loads((tmp_path / "eval" / "rl_sampled" / "eval_args.json").read_text())
+    assert sampled_args["temperature"] == 1.0 and sampled_args["limit"] == 3  # as RL samples (config_demo.yaml)
+    assert json.loads((tmp_path / "eval" / "rl_sampled" / "metrics.json").read_text())["n"] == 3
     assert summary["clip_verifier"]["steps"] == 3
     for stage, metrics in summary["eval"].items():
         assert (tmp_path / "eval" / stage / "report.html").exists()
         assert json.loads((tmp_path / "eval" / stage / "metrics.json").read_text())["n"] == 2
-        assert set(metrics) == {*stages.SUMMARY_KEYS, "chance", "accuracy_by_source", "chance_by_source"}
+        assert set(metrics) == {
+            *stages.SUMMARY_KEYS,
+            "target_seen",
+            "chance",
+            "accuracy_by_source",
+            "chance_by_source",
+        }
         assert set(metrics["chance_by_source"]) == set(metrics["accuracy_by_source"])
         assert all(0 < chance <= 1 for chance in metrics["chance_by_source"].values())
     assert [step["step"] for step in summary["rl_steps"]] == [1]
@@ -195,11 +217,26 @@ def test_demo_runs_every_stage_and_writes_the_summary(tiny_kit, tmp_path, monkey
     assert "accuracy / chance" in printed
     assert all(f"WARNING: {warning}" in printed for warning in summary["warnings"])
     assert (tmp_path / "rl" / "model.safetensors").exists()
-    assert set(summary["seconds"]) >= {"SFT cold start (what was left of it)", "RL", "total"}
-    gain = summary["rl_gain"]  # what RL trains, from the two evaluations it compares
-    assert (
-        gain == demo.rl_gain(summary["eval"]["sft"], summary["eval"]["rl"], 2)
-        and gain["figure"] == "box_contains_target"
-    )
+    assert set(summary["seconds"]) >= {"SFT cold start", "RL", "total"}
+    gain = summary["rl_gain"]  # what RL trains, from the two sampled evaluations it compares
+    sampled = summary["eval_sampled"]
+    assert gain == demo.rl_gain(sampled["sft"], sampled["rl"], 3, decoding="sampled at 1.0")
+    assert summary["rl_gain_greedy"] == demo.rl_gain(summary["eval"]["sft"], summary["eval"]["rl"], 2)
     page = (tmp_path / "demo.md").read_text()  # the page quotes this run
     assert "| rl |" in page and f"{summary['seconds']['total']} s in all" in page and "--rl_steps 1" in page
+
+
+def test_target_seen_is_per_row_as_the_grounding_reward_pays_it_by_hand(tmp_path):
+    """A row counts when one of its valid calls framed its target (`frames_target`); a row without a call is a miss, a
+    whole-image "zoom" frames nothing, and a row without a target box is not counted: 1 of 4 rows."""
+    size, target = [900, 600], [100, 100, 150, 150]
+    row = {"source": "synthetic/colour", "options": ["red", "blue", "green", "orange"], "image_size": size}
+    calls = [
+        [{"box": [90, 90, 200, 200]}],  # frames it
+        [{"box": [0, 0, 900, 600]}],  # holds it, but is the whole image
+        [],  # no call
+        [{"box": None}, {"box": [300, 300, 400, 400]}],  # an invalid call, then a miss
+    ]
+    records = [row | {"target_bbox": target, "calls": c} for c in calls] + [row | {"target_bbox": None, "calls": []}]
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert stages.eval_summary({}, tmp_path)["target_seen"] == 0.25

@@ -27,6 +27,7 @@ from data.synthetic import build_synthetic, chance_accuracy
 from evaluation.metrics import mean
 from evaluation.run import ROLLOUT_FIELDS, SAMPLES_FILE, read_samples, run_evaluation
 from rewards import REWARDS
+from rewards.grounding import frames_target
 from tiny.clip import train_clip
 from tiny.kit import build_tiny_kit, kit_paths
 from utils.recipes import load_recipe, parse_args_and_record
@@ -104,17 +105,21 @@ def make_data(data_dir: Path, train_rows: int, test_rows: int, seed: int = 0, **
     return data_dir
 
 
-# One thread a process: on the shared 2-core machine a second torch thread costs more in synchronisation than it
-# gains. 60 SFT steps took 26.4 s on 1 thread and 71.7 s on 2 beside one other 1-thread job; beside the test suite, 0.46
-# against 5.2 s a step (2026-12-04). Idle cores were not measured (the earlier demo's SFT suggests 2 threads are then
-# ~1.5x faster). One thread a process also lets two stages share the 2 cores (`start_entry`).
-THREADS = {"OMP_NUM_THREADS": "1"}
+# A stage's process runs on `threads` torch threads, one by default: two stages side by side, or a stage beside another
+# job (the test suite's other worker), lose more to a second thread's synchronisation than they gain (60 SFT steps took
+# 26.4 s on 1 thread and 71.7 s on 2 beside one other 1-thread job, 2026-12-04). A stage alone on idle cores gains from
+# the second: `alone_threads`.
+def alone_threads() -> int:
+    """Threads for a stage that runs alone: `OMP_NUM_THREADS` when set (the test suite's workers set it to their share),
+    else 2, or 1 on a 1-core machine. On the idle 2-core machine 2 threads ran the demo's SFT steps 1.55x and its RL
+    steps 1.4x as fast as 1 (60 SFT steps, 12 RL steps, 2026-12-04); more threads were not measured."""
+    return int(os.environ.get("OMP_NUM_THREADS") or min(2, os.cpu_count() or 1))
 
 
-def start_entry(script: str, argv: Sequence[str]) -> subprocess.Popen:
+def start_entry(script: str, argv: Sequence[str], threads: int = 1) -> subprocess.Popen:
     """Start an entry script (`sft.py`, `rl.py`) in a process of its own, as `make sft` / `make rl` does (one process,
-    no accelerate config: the tiny recipes' `cpu`), on one thread (`THREADS`); `wait_entry` collects it."""
-    env = os.environ | THREADS
+    no accelerate config: the tiny recipes' `cpu`), on `threads` torch threads; `wait_entry` collects it."""
+    env = os.environ | {"OMP_NUM_THREADS": str(threads)}
     return subprocess.Popen([sys.executable, str(REPO / script), *map(str, argv)], cwd=REPO, env=env)
 
 
@@ -124,9 +129,9 @@ def wait_entry(process: subprocess.Popen) -> None:
         raise subprocess.CalledProcessError(process.returncode, process.args)
 
 
-def run_entry(script: str, argv: Sequence[str]) -> None:
+def run_entry(script: str, argv: Sequence[str], threads: int = 1) -> None:
     """`start_entry`, then `wait_entry`."""
-    wait_entry(start_entry(script, argv))
+    wait_entry(start_entry(script, argv, threads))
 
 
 def sft_argv(model: str | Path, data_dir: Path, output_dir: Path, steps: int, **overrides) -> list[str]:
@@ -157,10 +162,11 @@ def rl_args(argv: Sequence[str]) -> tuple:
     return parse_args_and_record(RL_TYPES, list(map(str, argv)))
 
 
-def run_rl(argv: Sequence[str]) -> list[dict]:
-    """`make rl` on `argv` (from `rl_argv`); returns the run's `log_history` (its `trainer_state.json`)."""
+def run_rl(argv: Sequence[str], threads: int = 1) -> list[dict]:
+    """`make rl` on `argv` (from `rl_argv`) on `threads` torch threads; returns the run's `log_history` (its
+    `trainer_state.json`)."""
     output_dir = Path(rl_args(argv)[1].output_dir)
-    run_entry("rl.py", argv)
+    run_entry("rl.py", argv, threads)
     return json.loads((output_dir / TRAINER_STATE).read_text(encoding="utf-8"))["log_history"]
 
 
@@ -213,11 +219,19 @@ def chance_by_source(records: Iterable[dict]) -> tuple[float | None, dict[str, f
 
 
 def eval_summary(metrics: dict, eval_dir: Path) -> dict:
-    """One evaluated stage: `SUMMARY_KEYS`, accuracy per source, and the chance levels of the same rows (read from
-    the run's `samples.jsonl`)."""
-    chance, chance_by = chance_by_source(read_samples(Path(eval_dir) / SAMPLES_FILE))
+    """One evaluated stage: `SUMMARY_KEYS`, accuracy per source, the chance levels of the same rows, and `target_seen`,
+    the fraction of its rows where a valid call framed the target (`rewards.grounding.frames_target`: what the grounding
+    reward pays a rollout; a row without a call is a miss), all read from the run's `samples.jsonl`."""
+    records = read_samples(Path(eval_dir) / SAMPLES_FILE)
+    chance, chance_by = chance_by_source(records)
+    seen = [
+        any(frames_target(call["box"], record["target_bbox"], tuple(record["image_size"])) for call in record["calls"])
+        for record in records
+        if record.get("target_bbox")
+    ]
     return {
         **{key: metrics.get(key) for key in SUMMARY_KEYS},
+        "target_seen": mean([float(hit) for hit in seen]) if seen else None,
         "chance": chance,
         "accuracy_by_source": metrics.get("accuracy_by_source", {}),
         "chance_by_source": chance_by,
@@ -264,8 +278,9 @@ def rl_overview(steps: Sequence[dict]) -> dict:
 
 def signal_warnings(summary: dict) -> list[str]:
     """The stages of `summary` whose signal was zero, one sentence each: an evaluated stage with no valid zoom-in call
-    (no z_t), RL whose R_sem was zero or unscored at every step, RL with no zoom-in call at all. Reads
-    `summary["eval"]` (stage -> `eval_summary`) and `summary["rl_steps"]` (`rl_step_log`), either may be absent."""
+    (no z_t), RL whose R_sem was zero or unscored at every step, RL with no zoom-in call at all, RL that did not raise
+    what it trains by more than its standard error. Reads `summary["eval"]` (stage -> `eval_summary`),
+    `summary["rl_steps"]` (`rl_step_log`) and `summary["rl_gain"]` (the demo's `rl_gain`), any of them may be absent."""
     warnings = []
     for stage, metrics in summary.get("eval", {}).items():
         if not metrics.get("valid_call_rate"):
@@ -279,6 +294,12 @@ def signal_warnings(summary: dict) -> list[str]:
             warnings.append(f"RL: R_sem was zero (or no call was scored) at every one of its {len(steps)} steps")
         if steps and not any(step.get("calls_per_rollout") for step in steps):
             warnings.append(f"RL: no zoom-in call in any of its {len(steps)} steps")
+    gain = summary.get("rl_gain") or {}
+    if gain.get("rise") is not None and gain["rise"] <= gain["se"]:
+        warnings.append(
+            f"RL: {gain['figure']} rose {gain['rise']:+.3f} ({gain['sft']:.3f} -> {gain['rl']:.3f}), not more than its "
+            f"standard error {gain['se']:.3f}: RL did not measurably raise what it trains"
+        )
     return warnings
 
 
