@@ -21,7 +21,7 @@ from matplotlib.ticker import MaxNLocator
 
 from data.task import normalize
 from evaluation.run import read_samples
-from research.rewards import frames_target, simulated_reader_reward, target_in_view_reward
+from research.rewards import simulated_reader_reward, target_in_view_reward
 from tiny import stages
 
 VARIED = (
@@ -51,15 +51,11 @@ def difference_se(p: float, q: float, n: int) -> float:
 
 def row_metrics(records: Sequence[dict]) -> dict[str, float | int]:
     """Per-row rates of one evaluation (`samples.jsonl` records): `target_seen`, the rows where some valid call's box
-    framed the target (`research.rewards.frames_target`: what the simulated reader rewards), and `named_and_seen`, those where
+    framed the target (`tiny.stages.framing_calls`: what the simulated reader rewards), and `named_and_seen`, those where
     such a call also named the target (what the exact verifier scores 1), over `n` rows."""
     seen, named = [], []
     for record in records:
-        frames = [
-            call
-            for call in record["calls"]
-            if frames_target(call["box"], record["target_bbox"], tuple(record["image_size"]))
-        ]
+        frames = stages.framing_calls(record)
         seen.append(bool(frames))
         target = normalize(record.get("target_label") or "")
         named.append(any(normalize(str(call["label"])) == target for call in frames))

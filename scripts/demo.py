@@ -195,14 +195,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     # RL raises the reward of what it samples; greedy decoding changes only where that moves a row's most likely box,
     # so the figure RL trains is box-hit sampled as RL samples (docs/demo.md, "What to expect").
     temperature = load_recipe(DEMO_RL_RECIPE).values["temperature"]
+    sampled_at = dict(limit=args.sampled_rows, temperature=temperature)
     sampled = {
-        name: stage(
-            f"evaluate after {name.upper()}, sampled",
-            lambda name=name, model=model, overrides=overrides: evaluate_stage(
-                f"{name}_sampled", model, args.sampled_rows, temperature=temperature, **overrides
-            ),
-        )
-        for name, model, overrides in (("sft", sft_dir, before_rl), ("rl", rl_dir, {}))
+        "sft": stage(
+            "evaluate after SFT, sampled", lambda: evaluate_stage("sft_sampled", sft_dir, **sampled_at, **before_rl)
+        ),
+        "rl": stage("evaluate after RL, sampled", lambda: evaluate_stage("rl_sampled", rl_dir, **sampled_at)),
     }
 
     steps = rl_step_log(log_history)

@@ -218,20 +218,22 @@ def chance_by_source(records: Iterable[dict]) -> tuple[float | None, dict[str, f
     return mean(everything), {source: mean(values) for source, values in sorted(by_source.items())}
 
 
+def framing_calls(record: dict) -> list[dict]:
+    """The calls of one evaluated row (a `samples.jsonl` record with a `target_bbox`) whose crop framed its target
+    (`rewards.grounding.frames_target`), in order."""
+    size = tuple(record["image_size"])
+    return [call for call in record["calls"] if frames_target(call["box"], record["target_bbox"], size)]
+
+
 def eval_summary(metrics: dict, eval_dir: Path) -> dict:
     """One evaluated stage: `SUMMARY_KEYS`, accuracy per source, the chance levels of the same rows, and `target_seen`,
     the fraction of its rows where a valid call framed the target (`rewards.grounding.frames_target`: what the grounding
     reward pays a rollout; a row without a call is a miss), all read from the run's `samples.jsonl`."""
     records = read_samples(Path(eval_dir) / SAMPLES_FILE)
     chance, chance_by = chance_by_source(records)
-    seen = [
-        any(frames_target(call["box"], record["target_bbox"], tuple(record["image_size"])) for call in record["calls"])
-        for record in records
-        if record.get("target_bbox")
-    ]
     return {
         **{key: metrics.get(key) for key in SUMMARY_KEYS},
-        "target_seen": mean([float(hit) for hit in seen]) if seen else None,
+        "target_seen": mean([float(bool(framing_calls(r))) for r in records if r.get("target_bbox")]),
         "chance": chance,
         "accuracy_by_source": metrics.get("accuracy_by_source", {}),
         "chance_by_source": chance_by,
