@@ -23,6 +23,7 @@ from data.task import normalize
 from evaluation.run import read_samples
 from research.rewards import simulated_reader_reward, target_in_view_reward
 from tiny import stages
+from tiny.stages import binomial_se, difference_se  # noqa: F401 (research's names for them)
 
 VARIED = (
     "advantage_estimator",
@@ -37,16 +38,6 @@ STEP_METRICS: stages.StepMetrics = stages.STEP_METRICS | {
     "reader_success": (f"rewards/{simulated_reader_reward.__name__}/mean", None),
     "target_in_view": (f"rewards/{target_in_view_reward.__name__}/mean", None),
 }
-
-
-def binomial_se(p: float, n: int) -> float:
-    """Standard error of a rate `p` measured on `n` independent rows: sqrt(p (1 - p) / n)."""
-    return math.sqrt(p * (1 - p) / n) if n else float("nan")
-
-
-def difference_se(p: float, q: float, n: int) -> float:
-    """Standard error of the difference of two rates each measured on `n` rows (treated as independent)."""
-    return math.sqrt(binomial_se(p, n) ** 2 + binomial_se(q, n) ** 2)
 
 
 def row_metrics(records: Sequence[dict]) -> dict[str, float | int]:

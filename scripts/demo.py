@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -28,6 +27,7 @@ from tiny.stages import (
     Stages,
     add_stage_arguments,
     alone_threads,
+    difference_se,
     eval_summary,
     evaluate,
     experiment_verdict,
@@ -113,7 +113,7 @@ def rl_gain(sft: dict, rl: dict, rows: int, key: str = "target_seen", decoding: 
     before, after = sft.get(key), rl.get(key)
     gain = {"figure": key, "decoding": decoding, "rows": rows, "sft": before, "rl": after, "rise": None, "se": None}
     if before is not None and after is not None and rows:
-        gain |= {"rise": after - before, "se": math.sqrt(before * (1 - before) / rows + after * (1 - after) / rows)}
+        gain |= {"rise": after - before, "se": difference_se(before, after, rows)}
     return gain
 
 

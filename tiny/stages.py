@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -216,6 +217,16 @@ def chance_by_source(records: Iterable[dict]) -> tuple[float | None, dict[str, f
         by_source[record["source"]].append(chance_accuracy(record["source"], record["options"]))
     everything = [value for values in by_source.values() for value in values]
     return mean(everything), {source: mean(values) for source, values in sorted(by_source.items())}
+
+
+def binomial_se(p: float, n: int) -> float:
+    """Standard error of a rate `p` measured on `n` independent rows: sqrt(p (1 - p) / n)."""
+    return math.sqrt(p * (1 - p) / n) if n else float("nan")
+
+
+def difference_se(p: float, q: float, n: int) -> float:
+    """Standard error of the difference of two rates each measured on `n` rows (treated as independent)."""
+    return math.sqrt(binomial_se(p, n) ** 2 + binomial_se(q, n) ** 2)
 
 
 def framing_calls(record: dict) -> list[dict]:
