@@ -240,3 +240,15 @@ def test_target_seen_is_per_row_as_the_grounding_reward_pays_it_by_hand(tmp_path
     records = [row | {"target_bbox": target, "calls": c} for c in calls] + [row | {"target_bbox": None, "calls": []}]
     (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     assert stages.eval_summary({}, tmp_path)["target_seen"] == 0.25
+
+
+def test_a_stage_alone_takes_the_threads_it_is_given_else_two(monkeypatch):
+    """`OMP_NUM_THREADS` when set (a pytest worker's share), else 2 threads, or 1 on a 1-core machine: more were not
+    measured."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert stages.alone_threads() == 3
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(stages.os, "cpu_count", lambda: 16)
+    assert stages.alone_threads() == 2
+    monkeypatch.setattr(stages.os, "cpu_count", lambda: 1)
+    assert stages.alone_threads() == 1
