@@ -88,18 +88,26 @@ def run_argv(args: argparse.Namespace, start: Start, name: str, seed: int, **ove
     return stages.rl_argv(start.sft, start.data, start.clip, out, args.rl_steps, recipe=RECIPE, **(shared | overrides))
 
 
+def world(args: argparse.Namespace) -> dict:
+    """`build_synthetic`'s keywords over the SFT recipe's world: square images of `--image_size` (0: none)."""
+    return {"min_size": args.image_size, "max_size": args.image_size} if args.image_size else {}
+
+
 def prepare(args: argparse.Namespace, start: Start, stage: stages.Stages) -> None:
-    """The demo's stages in the demo's world: verifier, data, SFT checkpoint."""
+    """The demo's stages in the control's world (`world`): verifier, data, SFT checkpoint."""
     kit = stages.tiny_kit()
+    threads = stages.alone_threads()
     stage("train the CLIP verifier", lambda: stages.train_verifier(start.clip, kit, args.clip_steps))
-    stage("generate synthetic data", lambda: stages.make_data(start.data, args.train_rows, args.test_rows))
-    stage("SFT cold start", lambda: stages.run_sft(kit["policy"], start.data, start.sft, args.sft_steps))
+    stage("generate synthetic data", lambda: stages.make_data(start.data, args.train_rows, args.test_rows,
+                                                              **world(args)))  # fmt: skip
+    stage("SFT cold start", lambda: stages.run_sft(kit["policy"], start.data, start.sft, args.sft_steps, threads))
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add = parser.add_argument
     add("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    add("--image_size", type=int, default=0, help="square images of this side (0: the SFT recipe's world)")
     add("--rl_steps", type=int, default=None, help="RL steps of every run (default: the recipe's max_steps)")
     add("--eval_every", type=int, default=25, help="evaluate every K steps as well as at the end (0: at the end)")
     add("--eval_rows", type=int, default=None, help="held-out rows per evaluation (default: all)")
@@ -129,15 +137,18 @@ def main(argv: Sequence[str] | None = None) -> dict:
     start = locate(args)
     if not args.sft_model:
         prepare(args, start, stage)
-    test_rows = len(load_saved_split(str(start.data), "test"))
-    rows = test_rows if args.eval_rows is None else min(args.eval_rows, test_rows)
+    test = load_saved_split(str(start.data), "test")
+    rows = len(test) if args.eval_rows is None else min(args.eval_rows, len(test))
+    sizes = [image.size for image in test.select(range(rows))["image"]]
     budget = stages.rollout_budget(RECIPE)
     sft = stage("evaluate SFT", lambda: evaluate(start.sft, start, args.output_dir / "eval" / "sft", rows, budget))
 
     def run(name: str, seed: int, **overrides) -> dict:
         argv_ = run_argv(args, start, name, seed, **overrides)
         eval_dir = args.output_dir / "eval" / f"{name}-seed{seed}"
-        result = train_and_evaluate(argv_, start, eval_dir, rows, stage, f"{name} seed {seed}", args.eval_every)
+        result = train_and_evaluate(
+            argv_, start, eval_dir, rows, stage, f"{name} seed {seed}", args.eval_every, stages.alone_threads()
+        )
         return result | {"seconds": stage.seconds[f"RL {name} seed {seed}"]}
 
     runs = [run("control", seed) for seed in args.seeds]
@@ -156,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             for lever, r in levers.items()
         },
         "rows": rows,
+        "images": {"sides": [min(map(min, sizes)), max(map(max, sizes))], "square": all(w == h for w, h in sizes)},
         "rl_steps": args.rl_steps,
         "fields": {k: v for k, v in shared_fields(stages.rl_args(run_argv(args, start, "control", 0))).items()
                    if k in FIELDS} | {"seeds": args.seeds},
@@ -182,6 +194,17 @@ def what_it_shows(results: dict) -> list[str]:
     ]
     verdict = "**passes**: RL on this budget moves the tiny policy" if results["passed"] else "**fails**"
     return [*lines, f"- The positive control {verdict} ({len(results['per_seed'])} seeds, {results['rows']} rows)."]
+
+
+def images(results: dict) -> str:
+    """The evaluated images' world in words: one frame (squares of one side) or the recipe's range of sides."""
+    sides = results.get("images")  # absent from results written before it was recorded
+    if sides is None:
+        return "images of the SFT recipe's world"
+    low, high = sides["sides"]
+    if sides["square"] and low == high:
+        return f"{low} px squares (one frame)"
+    return f"images with sides of {low}-{high} px" + (" (squares)" if sides["square"] else "")
 
 
 def write_report(report: Path, results: dict) -> Path:
@@ -216,7 +239,7 @@ def write_report(report: Path, results: dict) -> Path:
         *verdict_sections(CRITERION, what_it_shows(results), results["command"]),
         "",
         f"- Start: SFT checkpoint `{results['start']['sft']}`, data `{results['start']['data']}`; evaluations greedy on "
-        f"the first {n} held-out rows.",
+        f"the first {n} held-out rows, {images(results)}.",
         f"- RL: `{RECIPE}`, {results['rl_steps']} steps; wall time {results['minutes']} min in all "
         f"(RL per seed {seconds} s).",
         "",

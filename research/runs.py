@@ -168,14 +168,21 @@ def evaluate(model: Path, start: Start, eval_dir: Path, rows: int, budget: dict)
 
 
 def train_and_evaluate(
-    argv: list[str], start: Start, eval_dir: Path, rows: int, stage: stages.Stages, name: str, eval_every: int
+    argv: list[str],
+    start: Start,
+    eval_dir: Path,
+    rows: int,
+    stage: stages.Stages,
+    name: str,
+    eval_every: int,
+    threads: int = 1,
 ) -> dict:
-    """One RL run and the evaluation of its model at every `eval_every` steps and at its end: its steps
-    (`stages.rl_step_log`), `{step: evaluation}` and the zero-signal warnings."""
+    """One RL run on `threads` torch threads and the evaluation of its model at every `eval_every` steps and at its
+    end: its steps (`stages.rl_step_log`), `{step: evaluation}` and the zero-signal warnings."""
     training_args = stages.rl_args(argv)[1]
     rl_dir = Path(training_args.output_dir)
     shutil.rmtree(rl_dir, ignore_errors=True)  # a rerun never mixes with an earlier run's files
-    steps = stages.rl_step_log(stage(f"RL {name}", lambda: stages.run_rl(argv)), STEP_METRICS)
+    steps = stages.rl_step_log(stage(f"RL {name}", lambda: stages.run_rl(argv, threads)), STEP_METRICS)
     points = {}
     if rows:
         last = training_args.max_steps

@@ -32,6 +32,8 @@ RUNNABLE_RESEARCH = {
     "research.hpo_solvers",
     "research.gradient_claims",
     "research.positive_control",
+    "research.frame_ceiling",
+    "research.vision_tokens",
 }
 # The runnables that import an entry script: each builds `rl.py`'s trainer unchanged but for its trainer class.
 ALLOWED_RUNNABLE_IMPORTS = {("scripts.rl_forced", "rl"), ("research.gradient_claims", "rl")}

@@ -142,9 +142,9 @@ def sft_argv(model: str | Path, data_dir: Path, output_dir: Path, steps: int, **
     return ["--config", SFT_RECIPE, *flags(**fields, **overrides)]
 
 
-def run_sft(model: str | Path, data_dir: Path, output_dir: Path, steps: int, **overrides) -> None:
-    """`make sft` (`sft_argv`), waited for."""
-    run_entry("sft.py", sft_argv(model, data_dir, output_dir, steps, **overrides))
+def run_sft(model: str | Path, data_dir: Path, output_dir: Path, steps: int, threads: int = 1, **overrides) -> None:
+    """`make sft` (`sft_argv`) on `threads` torch threads, waited for."""
+    run_entry("sft.py", sft_argv(model, data_dir, output_dir, steps, **overrides), threads)
 
 
 def rl_argv(

@@ -1,7 +1,9 @@
 """The positive control's verdict, pure, on figures worked out by hand (the runs: `python -m research.positive_control`,
 research/reports/positive_control.md)."""
 
-from research.positive_control import RISE_FLOOR, SIGMAS, seed_verdict
+from argparse import Namespace
+
+from research.positive_control import RISE_FLOOR, SIGMAS, images, seed_verdict, world
 from tests.tolerance import FLOAT64, approx
 
 
@@ -16,3 +18,11 @@ def test_a_seed_passes_only_above_the_floor_and_above_two_standard_errors():
     near = seed_verdict(0.25, 0.35, 10_000)
     assert near["rise"] > SIGMAS * near["se"] and near["rise"] < RISE_FLOOR and not near["passed"]
     assert not seed_verdict(0.5, 0.25, 128)["passed"]  # a fall never passes
+
+
+def test_the_world_is_the_recipes_or_squares_of_one_side_and_the_report_names_it():
+    assert world(Namespace(image_size=0)) == {}
+    assert world(Namespace(image_size=768)) == {"min_size": 768, "max_size": 768}
+    assert images({"images": {"sides": [768, 768], "square": True}}) == "768 px squares (one frame)"
+    assert images({"images": {"sides": [600, 900], "square": False}}) == "images with sides of 600-900 px"
+    assert images({}) == "images of the SFT recipe's world"  # results written before the world was recorded
