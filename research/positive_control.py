@@ -6,9 +6,12 @@ that pays exactly what is measured. This runs that check on its own, in the word
 (`synthetic_region_hint`: each question names the cell that holds its target), with the demo's RL recipe
 (`recipes/tiny/rl/config_demo.yaml`: the same reward, budget and estimator):
 
-1. **Start**: the demo's stages (`tiny.stages`: verifier, data, SFT of `--sft_steps`), or `--sft_model` reused.
-2. **Runs**: per seed, GRPO on `target_in_view` for `--rl_steps`, its model evaluated greedily on `--eval_rows`
-   held-out rows every `--eval_every` steps and at the end: the curve.
+1. **Start**: the demo's stages (`tiny.stages`: verifier, data, SFT of `--sft_steps` at `--sft_learning_rate`), or
+   `--sft_model` reused. `--image_side` makes the data square images of one side, so the frame boxes are written in
+   never changes (`research/frame_ceiling.py`: in the recipe's world a policy that cannot tell its two frames apart
+   frames at most 0.77 of the rows).
+2. **Runs**: per seed, GRPO on `target_in_view` for `--rl_steps` (the recipe with `--rl_args FIELD=VALUE` on top),
+   its model evaluated greedily on `--eval_rows` held-out rows every `--eval_every` steps and at the end: the curve.
 3. **Verdict** per seed, stated before the runs (`CRITERION`): the final rise over SFT at least `RISE_FLOOR` and above
    `SIGMAS` standard errors of a difference of two evaluations on the same rows.
 4. **Levers** (`--levers`): one more run on the first seed per lever, with that one setting put back to the value of
@@ -17,6 +20,8 @@ that pays exactly what is measured. This runs that check on its own, in the word
 The report (`--report`, default research/reports/positive_control.md) is written from `results.json` beside its plots.
 
     python -m research.positive_control --sft_model outputs/demo/sft     # reuse make demo's checkpoint, data, verifier
+    python -m research.positive_control --image_side 768 --sft_learning_rate 1e-3 --rl_steps 150 --eval_every 50 \
+        --rl_args temperature=0.7 learning_rate=1e-4 --report research/reports/positive_control_square.md
 """
 
 from __future__ import annotations
@@ -80,8 +85,9 @@ def seed_verdict(before: float, after: float, n: int) -> dict:
 
 
 def run_argv(args: argparse.Namespace, start: Start, name: str, seed: int, **overrides) -> list[str]:
-    """One `rl.py` command line: the control's recipe from the start, saving a checkpoint every `--eval_every`."""
-    shared = {"seed": seed}
+    """One `rl.py` command line: the control's recipe with `--rl_args` on top, from the start, saving a checkpoint
+    every `--eval_every`."""
+    shared = dict(args.rl_args) | {"seed": seed}
     if args.eval_every:
         shared |= {"save_strategy": "steps", "save_steps": args.eval_every, "save_only_model": True}
     out = args.output_dir / "rl" / f"{name}-seed{seed}"
@@ -89,8 +95,8 @@ def run_argv(args: argparse.Namespace, start: Start, name: str, seed: int, **ove
 
 
 def world(args: argparse.Namespace) -> dict:
-    """`build_synthetic`'s keywords over the SFT recipe's world: square images of `--image_size` (0: none)."""
-    return {"min_size": args.image_size, "max_size": args.image_size} if args.image_size else {}
+    """`build_synthetic`'s keywords over the SFT recipe's world: square images of `--image_side` (0: none)."""
+    return {"min_size": args.image_side, "max_size": args.image_side} if args.image_side else {}
 
 
 def prepare(args: argparse.Namespace, start: Start, stage: stages.Stages) -> None:
@@ -100,14 +106,27 @@ def prepare(args: argparse.Namespace, start: Start, stage: stages.Stages) -> Non
     stage("train the CLIP verifier", lambda: stages.train_verifier(start.clip, kit, args.clip_steps))
     stage("generate synthetic data", lambda: stages.make_data(start.data, args.train_rows, args.test_rows,
                                                               **world(args)))  # fmt: skip
-    stage("SFT cold start", lambda: stages.run_sft(kit["policy"], start.data, start.sft, args.sft_steps, threads))
+    rate = {"learning_rate": args.sft_learning_rate} if args.sft_learning_rate else {}
+    stage(
+        "SFT cold start", lambda: stages.run_sft(kit["policy"], start.data, start.sft, args.sft_steps, threads, **rate)
+    )
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """`FIELD=VALUE` of `--rl_args`, split at the first `=`."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not FIELD=VALUE")
+    return key, value
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add = parser.add_argument
     add("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    add("--image_size", type=int, default=0, help="square images of this side (0: the SFT recipe's world)")
+    add("--image_side", type=int, default=0, help="square images of this side (0: the SFT recipe's world)")
+    add("--sft_learning_rate", type=float, default=None, help="the SFT's peak learning rate (default: the recipe's)")
+    add("--rl_args", nargs="*", type=key_value, default=[], metavar="FIELD=VALUE", help="over the recipe, every run")
     add("--rl_steps", type=int, default=None, help="RL steps of every run (default: the recipe's max_steps)")
     add("--eval_every", type=int, default=25, help="evaluate every K steps as well as at the end (0: at the end)")
     add("--eval_rows", type=int, default=None, help="held-out rows per evaluation (default: all)")

@@ -1,9 +1,11 @@
 """The positive control's verdict, pure, on figures worked out by hand (the runs: `python -m research.positive_control`,
 research/reports/positive_control.md)."""
 
-from argparse import Namespace
+import argparse
 
-from research.positive_control import RISE_FLOOR, SIGMAS, images, seed_verdict, world
+import pytest
+
+from research.positive_control import RISE_FLOOR, SIGMAS, images, key_value, seed_verdict, world
 from tests.tolerance import FLOAT64, approx
 
 
@@ -21,8 +23,16 @@ def test_a_seed_passes_only_above_the_floor_and_above_two_standard_errors():
 
 
 def test_the_world_is_the_recipes_or_squares_of_one_side_and_the_report_names_it():
-    assert world(Namespace(image_size=0)) == {}
-    assert world(Namespace(image_size=768)) == {"min_size": 768, "max_size": 768}
+    assert world(argparse.Namespace(image_side=0)) == {}
+    assert world(argparse.Namespace(image_side=768)) == {"min_size": 768, "max_size": 768}
     assert images({"images": {"sides": [768, 768], "square": True}}) == "768 px squares (one frame)"
     assert images({"images": {"sides": [600, 900], "square": False}}) == "images with sides of 600-900 px"
     assert images({}) == "images of the SFT recipe's world"  # results written before the world was recorded
+
+
+def test_rl_args_split_at_the_first_equals_sign_and_refuse_anything_else():
+    assert key_value("temperature=0.7") == ("temperature", "0.7")
+    assert key_value("run_name=a=b") == ("run_name", "a=b")
+    for bad in ("temperature", "=0.7"):
+        with pytest.raises(argparse.ArgumentTypeError, match="FIELD=VALUE"):
+            key_value(bad)
