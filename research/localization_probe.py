@@ -9,6 +9,9 @@ cards of different colours; the question asks for one card by colour. The policy
 - `words`: the same question, plus "Look in the top left of the image." (`data.synthetic.REGIONS`); the gold box
   is the named cell's `region_box` (what the tiny SFT recipe trains on now).
 
+`--readout cell` asks for the index (0-15) of the image token whose cell holds the card instead of four numbers: one
+word, the token the card reaches (`research/vision_tokens.py`), chance 1 in 16.
+
 `--tint A` adds a coordinate tint to the background (red rises left to right, blue top to bottom, A levels each), so
 every image token's pixels say where it is. Chance is the mean over test scenes of the fraction of the cue's
 candidate boxes (16 grid boxes, or 9 region boxes) that hold the card: what a policy that ignores the image scores.
@@ -98,8 +101,27 @@ def scenes(n: int, seed: int, cue: str, cards: tuple[int, int], tint: float) -> 
         else:
             gold = grid_box(seen, (VIEW, VIEW), GRID, GRID_BOX)
         image = Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
-        out.append({"image": image, "question": question, "gold": gold, "card": card})
+        out.append({"image": image, "question": question, "gold": gold, "card": card, "cell": token_cell(seen)})
     return out
+
+
+def token_cell(view_box: list[int]) -> int:
+    """The row-major index (0-15) of the 28 px image token's cell of the view that holds the centre of `view_box`."""
+    cx, cy = (view_box[0] + view_box[2]) / 2, (view_box[1] + view_box[3]) / 2
+    return int(cy // GRID) * (VIEW // GRID) + int(cx // GRID)
+
+
+def read_answer(text: str, readout: str) -> list | int | None:
+    """The generated answer: the first `[...]` as a box (with chat context the call's JSON goes on after it), or the
+    first whitespace-separated word as a cell index; None when it is neither."""
+    try:
+        if readout == "cell":
+            return int(text.split()[0])
+        box = json.loads(text[: text.index("]") + 1].strip())
+        numbers = isinstance(box, list) and len(box) == 4 and all(isinstance(v, (int, float)) for v in box)
+        return box if numbers else None
+    except (ValueError, TypeError, IndexError):
+        return None
 
 
 def holds(view_box: list[int], card: list[int]) -> bool:
@@ -140,6 +162,13 @@ def main() -> None:
         help="bare: the question alone, the box right after it; chat: the prompt as SFT renders it (system prompt, "
         "tool schema, instructions; ~550 tokens) and the gold thought and tool call up to the box",
     )
+    parser.add_argument(
+        "--readout",
+        choices=["box", "cell"],
+        default="box",
+        help="box: the four numbers of the gold box; cell: the index (0-15) of the image token's cell that holds the "
+        "card's centre, one word (bare context only)",
+    )
     parser.add_argument("--policy", default=str(kit_paths("outputs/tiny")["policy"]))
     parser.add_argument("--train_rows", type=int, default=1024)
     parser.add_argument("--test_rows", type=int, default=128)
@@ -150,6 +179,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=None, help="write the results here as JSON")
     args = parser.parse_args()
+    if args.readout == "cell" and (args.context != "bare" or args.cue != "pixels"):
+        parser.error("--readout cell: with --context bare and --cue pixels only (the cell is the card's token)")
 
     torch.manual_seed(args.seed)
     processor = load_processor(args.policy)
@@ -159,8 +190,13 @@ def main() -> None:
     model = load_model(args.policy, dtype=torch.float32)
     train = scenes(args.train_rows, args.seed, args.cue, tuple(args.cards), args.tint)
     test = scenes(args.test_rows, args.seed + 1, args.cue, tuple(args.cards), args.tint)
-    candidates = candidate_boxes(args.cue)
-    chance = float(np.mean([np.mean([holds(box, s["card"]) for box in candidates]) for s in test]))
+    if args.readout == "cell":  # the answer is the token's index, chance one in 16
+        for s in train + test:
+            s["gold"] = s["cell"]
+        chance = 1 / (VIEW // GRID) ** 2
+    else:
+        candidates = candidate_boxes(args.cue)
+        chance = float(np.mean([np.mean([holds(box, s["card"]) for box in candidates]) for s in test]))
 
     @torch.no_grad()
     def evaluate() -> float:
@@ -171,15 +207,15 @@ def main() -> None:
             enc = encode(processor, prompt, before_box, batch, with_answer=False)
             out = model.generate(**enc, max_new_tokens=24, do_sample=False)
             for s, ids in zip(batch, out[:, enc["input_ids"].shape[1] :]):
-                try:  # the box is the first [...] (with chat context, the call's JSON goes on after it)
-                    text = tokenizer.decode(ids, skip_special_tokens=True)
-                    box = json.loads(text[: text.index("]") + 1].strip())
-                    hits += len(box) == 4 and holds(box, s["card"])
-                except (ValueError, TypeError):
-                    pass  # not a box: a miss
+                answer = read_answer(tokenizer.decode(ids, skip_special_tokens=True), args.readout)
+                if args.readout == "cell":
+                    hits += answer == s["cell"]
+                elif answer is not None:  # not a box: a miss
+                    hits += holds(answer, s["card"])
         model.train()
         return hits / len(test)
 
+    figure = "box_holds_card" if args.readout == "box" else "cell_right"
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=0.0)
     rng, curve, start = np.random.default_rng(args.seed), [], time.perf_counter()
     for step in range(1, args.steps + 1):
@@ -192,11 +228,11 @@ def main() -> None:
         optimizer.step()
         optimizer.zero_grad()
         if step % args.eval_every == 0 or step == args.steps:
-            curve.append({"step": step, "loss": round(loss.item(), 4), "box_holds_card": evaluate()})
+            curve.append({"step": step, "loss": round(loss.item(), 4), figure: evaluate()})
             print(json.dumps(curve[-1] | {"seconds": round(time.perf_counter() - start)}), flush=True)
     result = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "chance": chance}
     result["curve"] = curve
-    print(json.dumps({"chance": round(chance, 3), "final": curve[-1]["box_holds_card"]}))
+    print(json.dumps({"chance": round(chance, 3), "final": curve[-1][figure]}))
     if args.output:
         args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 

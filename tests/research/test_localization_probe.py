@@ -33,3 +33,24 @@ def test_gold_boxes_hold_the_card_and_chance_counts_the_candidates():
                 assert REGIONS[region_of(scene["gold"], 112, 112)] == named
             else:
                 assert "Look in" not in scene["question"]
+
+
+def test_the_cell_readout_names_the_token_that_holds_the_card_centre_and_answers_are_read_strictly():
+    # 28 px cells of the 112 px view, row-major: centre (14, 14) -> 0; (70, 42) -> column 2, row 1 -> 6; a box
+    # at the view's far corner (centre 111) is the last.
+    assert probe.token_cell([0, 0, 28, 28]) == 0
+    assert probe.token_cell([60, 30, 80, 54]) == 6
+    assert probe.token_cell([110, 110, 112, 112]) == 15
+    assert probe.read_answer("6 the rest", "cell") == 6
+    assert probe.read_answer(' [1, 2, 3, 4], "label": "x"}', "box") == [1, 2, 3, 4]
+    for text, readout in (
+        ("", "cell"),
+        ("six", "cell"),
+        ("[1, 2, 3]", "box"),
+        ('["a", 2, 3, 4]', "box"),
+        ("no", "box"),
+    ):
+        assert probe.read_answer(text, readout) is None
+    for scene in probe.scenes(4, seed=2, cue="pixels", cards=(1, 1), tint=0.0):
+        x1, y1, x2, y2 = (v / 4 for v in scene["card"])  # 448 px scene, 112 px view
+        assert scene["cell"] == int((y1 + y2) / 2 // 28) * 4 + int((x1 + x2) / 2 // 28)
