@@ -284,7 +284,8 @@ def write_report(report: Path, results: dict) -> Path:
         "",
         "The learning rate (3e-3 and 1e-3 stopped the rollouts calling; 5e-4 decayed over 40 steps stayed flat), the "
         "temperature, a dense reward, MAPO with the tiny CLIP and the SFT checkpoint were measured one run each by hand: "
-        '`research/reports/tiny_world.md`, "Does RL move it?".',
+        '`research/reports/tiny_world.md`, "Does RL move it?"; the frame, the square world\'s SFT and its RL settings '
+        'in "Why greedy boxes do not move".',
         "",
     ]
     report.write_text("\n".join(lines), encoding="utf-8")
