@@ -6,7 +6,7 @@ given. On the probe's scenes (448 px, one card, seen as 112 x 112: 16 merged ima
 the policy's vision tower and merger (`get_image_features`, the language model's input) and reports:
 
 - `card_token_argmax`: how often the token that moved most from the same scene without its card is the token whose
-  28 px cell holds the card's centre: the card reaches the right token;
+  28 px cell holds the card's centre (`research.card_scenes.token_cell`): the card reaches the right token;
 - `covered_token_argmax`: how often that token is one whose cell the card overlaps at all;
 - `card_over_rest`: that token's change over the median change of the other 15;
 - `blank_spread`: on a blank scene, the largest distance between two image tokens over their mean norm: zero when
@@ -24,24 +24,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from data.synthetic import COLOURS
+from research.card_scenes import BACKGROUND, GRID, SCENE, VIEW, scenes
 from tiny.kit import kit_paths
 from utils.models import load_model, load_processor
-
-SCENE, VIEW, BACKGROUND = 448, 112, (215, 215, 215)  # `research.localization_probe`'s scenes, as the policy sees them
-CELL = 28  # one merged token covers 28 x 28 pixels of the view
-
-
-def one_card_scenes(n: int, seed: int) -> list[tuple[Image.Image, list[int]]]:
-    """`n` scenes of the localization probe's `pixels` cue with one card: (image, card box in scene pixels)."""
-    rng, colours, out = np.random.default_rng(seed), list(COLOURS), []
-    for _ in range(n):
-        side = int(rng.integers(24, 41))
-        x, y = (int(v) for v in rng.integers(0, SCENE - side, size=2))
-        image = Image.new("RGB", (SCENE, SCENE), BACKGROUND)
-        image.paste(COLOURS[colours[int(rng.integers(len(colours)))]], (x, y, x + side, y + side))
-        out.append((image, [x, y, x + side, y + side]))
-    return out
 
 
 @torch.no_grad()
@@ -53,18 +38,11 @@ def image_tokens(model, processor, image: Image.Image) -> torch.Tensor:
     return torch.cat(list(features), dim=0) if isinstance(features, (list, tuple)) else features
 
 
-def card_token(card: Sequence[int]) -> int:
-    """The row-major index of the token whose cell holds the centre of `card` (scene pixels)."""
-    scale = SCENE / VIEW
-    cx, cy = (card[0] + card[2]) / 2 / scale, (card[1] + card[3]) / 2 / scale
-    return int(cy // CELL) * (VIEW // CELL) + int(cx // CELL)
-
-
 def covered_tokens(card: Sequence[int]) -> set[int]:
     """The row-major indices of every token whose cell `card` (scene pixels) overlaps."""
-    scale, per_row = SCENE / VIEW, VIEW // CELL
-    cols = range(int(card[0] / scale // CELL), int((card[2] - 1) / scale // CELL) + 1)
-    rows = range(int(card[1] / scale // CELL), int((card[3] - 1) / scale // CELL) + 1)
+    scale, per_row = SCENE / VIEW, VIEW // GRID
+    cols = range(int(card[0] / scale // GRID), int((card[2] - 1) / scale // GRID) + 1)
+    rows = range(int(card[1] / scale // GRID), int((card[3] - 1) / scale // GRID) + 1)
     return {r * per_row + c for r in rows for c in cols}
 
 
@@ -76,14 +54,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     model = load_model(args.policy, dtype=torch.float32).eval()
     processor = load_processor(args.policy)
-    blank = image_tokens(model, processor, Image.new("RGB", (SCENE, SCENE), BACKGROUND))
+    blank = image_tokens(model, processor, Image.new("RGB", (SCENE, SCENE), (int(BACKGROUND),) * 3))
     spread = torch.cdist(blank, blank).max() / blank.norm(dim=-1).mean()
     hits, covered, ratios = 0, 0, []
-    for image, card in one_card_scenes(args.scenes, args.seed):
-        delta = (image_tokens(model, processor, image) - blank).norm(dim=-1)
-        k = card_token(card)
+    for scene in scenes(args.scenes, args.seed, "pixels", (1, 1), tint=0.0):
+        delta = (image_tokens(model, processor, scene["image"]) - blank).norm(dim=-1)
+        k = scene["cell"]  # the token whose cell holds the card's centre (`card_scenes.token_cell`)
         hits += int(delta.argmax()) == k
-        covered += int(delta.argmax()) in covered_tokens(card)
+        covered += int(delta.argmax()) in covered_tokens(scene["card"])
         rest = torch.cat([delta[:k], delta[k + 1 :]])
         ratios.append(float(delta[k] / rest.median()))
     result = {

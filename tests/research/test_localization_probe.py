@@ -7,6 +7,7 @@ import pytest
 
 from data.synthetic import REGIONS, region_of
 from research import localization_probe as probe
+from research.card_scenes import token_cell
 
 
 @pytest.mark.parametrize("context", ["bare", "chat"])
@@ -38,9 +39,11 @@ def test_gold_boxes_hold_the_card_and_chance_counts_the_candidates():
 def test_the_cell_readout_names_the_token_that_holds_the_card_centre_and_answers_are_read_strictly():
     # 28 px cells of the 112 px view, row-major: centre (14, 14) -> 0; (70, 42) -> column 2, row 1 -> 6; a box
     # at the view's far corner (centre 111) is the last.
-    assert probe.token_cell([0, 0, 28, 28]) == 0
-    assert probe.token_cell([60, 30, 80, 54]) == 6
-    assert probe.token_cell([110, 110, 112, 112]) == 15
+    assert token_cell([0, 0, 28, 28]) == 0
+    assert token_cell([60, 30, 80, 54]) == 6
+    assert token_cell([110, 110, 112, 112]) == 15
+    assert token_cell([50, 25, 60, 35]) == 5  # centre (55, 30): column 1, row 1
+    assert token_cell([75, 105, 85, 110]) == 14  # centre (80, 107.5): column 2, row 3
     assert probe.read_answer("6 the rest", "cell") == 6
     assert probe.read_answer(' [1, 2, 3, 4], "label": "x"}', "box") == [1, 2, 3, 4]
     for text, readout in (
