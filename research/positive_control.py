@@ -7,9 +7,12 @@ that pays exactly what is measured. This runs that check on its own, in the word
 (`recipes/tiny/rl/config_demo.yaml`: the same reward, budget and estimator):
 
 1. **Start**: the demo's stages (`tiny.stages`: verifier, data, SFT of `--sft_steps` at `--sft_learning_rate`), or
-   `--sft_model` reused. `--image_side` makes the data square images of one side, so the frame boxes are written in
-   never changes (`research/frame_ceiling.py`: in the recipe's world a policy that cannot tell its two frames apart
-   frames at most 0.77 of the rows).
+   `--sft_model` reused. `--image_side` makes the data square images of one side, so the frame the boxes are written
+   in never changes (`research/frame_ceiling.py`: in the recipe's world a policy that cannot tell its two frames apart
+   frames at most 0.77 of the rows). `--sft_start_step` starts RL from the SFT's checkpoint at that step: a policy
+   whose box already follows the cue's column word but not yet every cue. RL from an SFT run to its end at the
+   same target-seen does not rise: it writes the middle column's box for every cue (research/reports/tiny_world.md,
+   "Which start RL can improve").
 2. **Runs**: per seed, GRPO on `target_in_view` for `--rl_steps` (the recipe with `--rl_args FIELD=VALUE` on top),
    its model evaluated greedily on `--eval_rows` held-out rows every `--eval_every` steps and at the end: the curve.
 3. **Verdict** per seed, stated before the runs (`CRITERION`): the final rise over SFT at least `RISE_FLOOR` and above
@@ -19,14 +22,17 @@ that pays exactly what is measured. This runs that check on its own, in the word
 
 The report (`--report`, default research/reports/positive_control.md) is written from `results.json` beside its plots.
 
-    python -m research.positive_control --sft_model outputs/demo/sft     # reuse make demo's checkpoint, data, verifier
-    python -m research.positive_control --image_side 768 --sft_learning_rate 1e-3 --rl_steps 150 --eval_every 50 \
-        --rl_args temperature=0.7 learning_rate=1e-4 --report research/reports/positive_control_square.md
+    python -m research.positive_control --image_side 768 --sft_learning_rate 1e-3 --sft_steps 1200 \
+        --sft_start_step 800 --rl_steps 200 --eval_every 50 --eval_rows 128 \
+        --rl_args temperature=0.7 learning_rate=1e-4 --levers ...    # the report: research/reports/positive_control.md
+    python -m research.positive_control --sft_model outputs/demo/sft \
+        --report research/reports/positive_control_demo.md           # make demo's checkpoint, data and verifier
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import shlex
@@ -99,17 +105,34 @@ def world(args: argparse.Namespace) -> dict:
     return {"min_size": args.image_side, "max_size": args.image_side} if args.image_side else {}
 
 
-def prepare(args: argparse.Namespace, start: Start, stage: stages.Stages) -> None:
-    """The demo's stages in the control's world (`world`): verifier, data, SFT checkpoint."""
+def sft_overrides(args: argparse.Namespace) -> dict:
+    """The SFT recipe's fields the control sets: `--sft_learning_rate`, and with `--sft_start_step` a checkpoint saved
+    at that step (model only: RL starts from its weights, not its optimizer)."""
+    fields = {"learning_rate": args.sft_learning_rate} if args.sft_learning_rate else {}
+    if args.sft_start_step:
+        fields |= {"save_strategy": "steps", "save_steps": args.sft_start_step, "save_only_model": True}
+    return fields
+
+
+def sft_start(sft_dir: Path, step: int) -> Path:
+    """The checkpoint RL starts from: the SFT's end (`step` 0), or its checkpoint at `step` (`sft_overrides`)."""
+    return sft_dir / f"checkpoint-{step}" if step else sft_dir
+
+
+def prepare(args: argparse.Namespace, start: Start, stage: stages.Stages) -> Start:
+    """The demo's stages in the control's world (`world`): verifier, data, SFT; returns `start` with the SFT
+    checkpoint RL starts from (`sft_start`)."""
     kit = stages.tiny_kit()
     threads = stages.alone_threads()
     stage("train the CLIP verifier", lambda: stages.train_verifier(start.clip, kit, args.clip_steps))
     stage("generate synthetic data", lambda: stages.make_data(start.data, args.train_rows, args.test_rows,
                                                               **world(args)))  # fmt: skip
-    rate = {"learning_rate": args.sft_learning_rate} if args.sft_learning_rate else {}
+    fields = sft_overrides(args)
     stage(
-        "SFT cold start", lambda: stages.run_sft(kit["policy"], start.data, start.sft, args.sft_steps, threads, **rate)
+        "SFT cold start",
+        lambda: stages.run_sft(kit["policy"], start.data, start.sft, args.sft_steps, threads, **fields),
     )
+    return dataclasses.replace(start, sft=sft_start(start.sft, args.sft_start_step))
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -126,6 +149,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--seeds", nargs="+", type=int, default=[0, 1, 2])
     add("--image_side", type=int, default=0, help="square images of this side (0: the SFT recipe's world)")
     add("--sft_learning_rate", type=float, default=None, help="the SFT's peak learning rate (default: the recipe's)")
+    add("--sft_start_step", type=int, default=0, help="start RL from the SFT's checkpoint at this step (0: its end)")
     add("--rl_args", nargs="*", type=key_value, default=[], metavar="FIELD=VALUE", help="over the recipe, every run")
     add("--rl_steps", type=int, default=None, help="RL steps of every run (default: the recipe's max_steps)")
     add("--eval_every", type=int, default=25, help="evaluate every K steps as well as at the end (0: at the end)")
@@ -140,6 +164,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     stages.add_stage_arguments(parser)
     parser.set_defaults(test_rows=128)
     args = parser.parse_args(argv)
+    if args.sft_start_step and (args.sft_model or not 0 < args.sft_start_step < args.sft_steps):
+        parser.error(f"--sft_start_step {args.sft_start_step}: a step inside --sft_steps {args.sft_steps} of an SFT "
+                     "this run makes (with --sft_model, name the checkpoint itself)")  # fmt: skip
     args.rl_steps = args.rl_steps or stages.rl_args(["--config", RECIPE])[1].max_steps
     if args.eval_every >= args.rl_steps:
         args.eval_every = 0
@@ -155,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     stage = stages.Stages()
     start = locate(args)
     if not args.sft_model:
-        prepare(args, start, stage)
+        start = prepare(args, start, stage)
     test = load_saved_split(str(start.data), "test")
     rows = len(test) if args.eval_rows is None else min(args.eval_rows, len(test))
     sizes = [image.size for image in test.select(range(rows))["image"]]
@@ -282,10 +309,10 @@ def write_report(report: Path, results: dict) -> Path:
         "",
         markdown_table(["put back", "target-seen", "rise over SFT"], lever_rows) if lever_rows else "(none run here)",
         "",
-        "The learning rate (3e-3 and 1e-3 stopped the rollouts calling; 5e-4 decayed over 40 steps stayed flat), the "
-        "temperature, a dense reward, MAPO with the tiny CLIP and the SFT checkpoint were measured one run each by hand: "
-        '`research/reports/tiny_world.md`, "Does RL move it?"; the frame, the square world\'s SFT and its RL settings '
-        'in "Why greedy boxes do not move".',
+        "Settings measured one run each by hand (the learning rates that stop the rollouts calling, the temperature, "
+        "a dense reward, MAPO with the tiny CLIP, the frame, the SFT's learning rate and which SFT checkpoint RL can "
+        'improve): `research/reports/tiny_world.md`, "Does RL move it?", "Why greedy boxes do not move" and "Which '
+        'start RL can improve".',
         "",
     ]
     report.write_text("\n".join(lines), encoding="utf-8")

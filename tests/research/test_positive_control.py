@@ -2,10 +2,21 @@
 research/reports/positive_control.md)."""
 
 import argparse
+from pathlib import Path
 
 import pytest
 
-from research.positive_control import RISE_FLOOR, SIGMAS, images, key_value, seed_verdict, world
+from research.positive_control import (
+    RISE_FLOOR,
+    SIGMAS,
+    images,
+    key_value,
+    parse_args,
+    seed_verdict,
+    sft_overrides,
+    sft_start,
+    world,
+)
 from tests.tolerance import FLOAT64, approx
 
 
@@ -36,3 +47,21 @@ def test_rl_args_split_at_the_first_equals_sign_and_refuse_anything_else():
     for bad in ("temperature", "=0.7"):
         with pytest.raises(argparse.ArgumentTypeError, match="FIELD=VALUE"):
             key_value(bad)
+
+
+def test_the_start_step_saves_that_checkpoint_and_rl_starts_from_it():
+    at = argparse.Namespace(sft_learning_rate=1e-3, sft_start_step=800)
+    assert sft_overrides(at) == {
+        "learning_rate": 1e-3, "save_strategy": "steps", "save_steps": 800, "save_only_model": True
+    }  # fmt: skip
+    assert sft_overrides(argparse.Namespace(sft_learning_rate=None, sft_start_step=0)) == {}  # the recipe as it is
+    assert sft_start(Path("out/sft"), 800) == Path("out/sft/checkpoint-800")
+    assert sft_start(Path("out/sft"), 0) == Path("out/sft")
+
+
+@pytest.mark.parametrize("argv", [["--sft_start_step", "900"], ["--sft_start_step", "-1"],
+                                  ["--sft_start_step", "800", "--sft_model", "out/sft"]])  # fmt: skip
+def test_a_start_step_outside_the_sft_it_makes_is_refused_by_name(argv, capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--sft_steps", "900", *argv])
+    assert "--sft_start_step" in capsys.readouterr().err
