@@ -32,7 +32,6 @@ The report (`--report`, default research/reports/positive_control.md) is written
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import shlex
@@ -50,6 +49,7 @@ from research.runs import (
     locate,
     plot_curves,
     plot_evaluations,
+    prepare,
     results_hash,
     shared_fields,
     train_and_evaluate,
@@ -98,41 +98,6 @@ def run_argv(args: argparse.Namespace, start: Start, name: str, seed: int, **ove
         shared |= {"save_strategy": "steps", "save_steps": args.eval_every, "save_only_model": True}
     out = args.output_dir / "rl" / f"{name}-seed{seed}"
     return stages.rl_argv(start.sft, start.data, start.clip, out, args.rl_steps, recipe=RECIPE, **(shared | overrides))
-
-
-def world(args: argparse.Namespace) -> dict:
-    """`build_synthetic`'s keywords over the SFT recipe's world: square images of `--image_side` (0: none)."""
-    return {"min_size": args.image_side, "max_size": args.image_side} if args.image_side else {}
-
-
-def sft_overrides(args: argparse.Namespace) -> dict:
-    """The SFT recipe's fields the control sets: `--sft_learning_rate`, and with `--sft_start_step` a checkpoint saved
-    at that step (model only: RL starts from its weights, not its optimizer)."""
-    fields = {"learning_rate": args.sft_learning_rate} if args.sft_learning_rate else {}
-    if args.sft_start_step:
-        fields |= {"save_strategy": "steps", "save_steps": args.sft_start_step, "save_only_model": True}
-    return fields
-
-
-def sft_start(sft_dir: Path, step: int) -> Path:
-    """The checkpoint RL starts from: the SFT's end (`step` 0), or its checkpoint at `step` (`sft_overrides`)."""
-    return sft_dir / f"checkpoint-{step}" if step else sft_dir
-
-
-def prepare(args: argparse.Namespace, start: Start, stage: stages.Stages) -> Start:
-    """The demo's stages in the control's world (`world`): verifier, data, SFT; returns `start` with the SFT
-    checkpoint RL starts from (`sft_start`)."""
-    kit = stages.tiny_kit()
-    threads = stages.alone_threads()
-    stage("train the CLIP verifier", lambda: stages.train_verifier(start.clip, kit, args.clip_steps))
-    stage("generate synthetic data", lambda: stages.make_data(start.data, args.train_rows, args.test_rows,
-                                                              **world(args)))  # fmt: skip
-    fields = sft_overrides(args)
-    stage(
-        "SFT cold start",
-        lambda: stages.run_sft(kit["policy"], start.data, start.sft, args.sft_steps, threads, **fields),
-    )
-    return dataclasses.replace(start, sft=sft_start(start.sft, args.sft_start_step))
 
 
 def key_value(text: str) -> tuple[str, str]:

@@ -60,6 +60,21 @@ class ShuffledVerifier:
         return values[torch.from_numpy(order)]
 
 
+class MeanVerifier:
+    """The density control: every scored call gets the mean of another verifier's scores over the scored batch (the
+    valid calls of one generation batch; unscorable ones left out and kept NaN). The batch pays the same total bonus as
+    the base verifier would, spread as a constant over every valid call: a bonus for calling at all, of the walk
+    arm's density, with nothing about which call framed the target (`research.gradient_stats`' `C_valid`, per batch)."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def score(self, calls: Sequence[ZoomCall], scenes: Sequence[Scene]) -> torch.Tensor:
+        values = self.base.score(calls, scenes)
+        scored = ~torch.isnan(values)
+        return torch.where(scored, values[scored].mean(), values) if scored.any() else values
+
+
 class CentredVerifier:
     """Another verifier's scores minus their mean over the scored batch (the valid calls of one generation batch;
     unscorable ones left out): the same ranking of calls with no bonus or penalty for calling at all. Under
@@ -97,6 +112,12 @@ def exact_walk(config, device, seed) -> WalkVerifier:
 def shuffled_exact_walk(config, device, seed) -> ShuffledVerifier:
     """`exact_walk`'s scores permuted across each batch's calls: same sizes, no information."""
     return ShuffledVerifier(WalkVerifier(), seed)
+
+
+@reads_columns("target_bbox")
+def walk_density(config, device, seed) -> MeanVerifier:
+    """`exact_walk`'s batch mean on every valid call (`MeanVerifier`): the walk arm's density, no information."""
+    return MeanVerifier(WalkVerifier())
 
 
 def clip_centred(config, device, seed) -> CentredVerifier:

@@ -544,9 +544,10 @@ READER = "research.rewards:simulated_reader_reward"
 
 def test_the_experiment_controls_score_scripted_calls_from_the_scene(tiny_kit, tmp_path):
     """One row four times, every rollout zooming on the row's gold box, alternately with the right label and a wrong
-    one: the exact verifier gives z = 1, 0, 1, 0 and the walk verifier 1 throughout; the shuffled one a permutation
-    of the exact scores; contrastive CLIP the crop's cosine minus the whole image's; the simulated reader pays by its
-    seeded draws; the gradient variance is logged after its batches."""
+    one: the exact verifier gives z = 1, 0, 1, 0 and the walk verifier 1 throughout (so does its density control, the
+    walk's batch mean); the shuffled one a permutation of the exact scores; contrastive CLIP the crop's cosine minus
+    the whole image's; the simulated reader pays by its seeded draws; the gradient variance is logged after its
+    batches."""
     one = build_synthetic(1, seed=0, split="train")
     dataset = datasets.concatenate_datasets([one] * 4)
     row = one[0]
@@ -577,6 +578,8 @@ def test_the_experiment_controls_score_scripted_calls_from_the_scene(tiny_kit, t
 
     walk = train("walk", semantic_verifier="research.verifiers:exact_walk", max_steps=1)
     assert list(walk._logs["rewards"][SEMANTIC_REWARD_NAME]) == [1.0] * 4  # every crop framed it: labels unread
+    density = train("density", semantic_verifier="research.verifiers:walk_density", max_steps=1)
+    assert list(density._logs["rewards"][SEMANTIC_REWARD_NAME]) == [1.0] * 4  # the walk's batch mean, built by name
 
     shuffled = train("shuffled", semantic_verifier="research.verifiers:shuffled_exact", max_steps=1)
     order = np.random.default_rng([7, 0]).permutation(4)  # tiny_trainer's seed 7, the first scored batch

@@ -13,10 +13,8 @@ from research.positive_control import (
     key_value,
     parse_args,
     seed_verdict,
-    sft_overrides,
-    sft_start,
-    world,
 )
+from research.runs import sft_overrides, sft_start, world
 from tests.tolerance import FLOAT64, approx
 
 

@@ -19,7 +19,7 @@ from research.rewards import (
     simulated_reader_reward,
     target_in_view_reward,
 )
-from research.verifiers import CentredVerifier, ExactVerifier, ShuffledVerifier, WalkVerifier
+from research.verifiers import CentredVerifier, ExactVerifier, MeanVerifier, ShuffledVerifier, WalkVerifier
 from rewards import check_columns, get_reward_funcs
 from rewards.verifiers import Scene, build_verifier
 from tests.tolerance import approx
@@ -141,6 +141,8 @@ def test_the_controls_build_by_their_import_paths_with_the_seed():
     assert isinstance(build_verifier("research.verifiers:exact_walk", ToolConfig()), WalkVerifier)
     walk = build_verifier("research.verifiers:shuffled_exact_walk", ToolConfig(), seed=2)
     assert isinstance(walk, ShuffledVerifier) and walk.seed == 2 and isinstance(walk.base, WalkVerifier)
+    density = build_verifier("research.verifiers:walk_density", ToolConfig())
+    assert isinstance(density, MeanVerifier) and isinstance(density.base, WalkVerifier)
 
 
 def test_a_dataset_without_the_columns_the_controls_read_fails_naming_them():
@@ -177,3 +179,12 @@ def test_the_centred_verifier_subtracts_the_batch_mean_of_scored_calls():
 def test_a_zoom_covers_at_most_a_quarter_of_the_image():
     assert is_zoom((0, 0, 50, 100), IMAGE.size) and not is_zoom((0, 0, 51, 100), IMAGE.size)
     assert not is_zoom(None, IMAGE.size)
+
+
+def test_the_density_control_pays_every_scored_call_the_batch_mean():
+    # The walk's verdicts 1, 0, (unscorable), 0: their mean over the 3 scored calls, 1/3, on each of them.
+    out = MeanVerifier(Fixed([1.0, 0.0, float("nan"), 0.0])).score([None] * 4, [None] * 4)
+    third = approx(1 / 3, terms=3, scale=1.0)  # float32: a sum of 3 and a division
+    assert out[0].item() == third and out[1].item() == third and out[3].item() == third and out[2].isnan()
+    assert out.sum(0).isnan() and out[~out.isnan()].sum().item() == approx(1.0, terms=6, scale=1.0)  # same total
+    assert MeanVerifier(Fixed([float("nan")])).score([None], [None]).isnan().all()  # nothing scored: nothing paid
