@@ -50,7 +50,6 @@ import shlex
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from configs import ToolConfig
@@ -61,6 +60,7 @@ from research.rewards import simulated_reader_reward
 from research.runs import (  # noqa: F401 (the names the tests and the report read here)
     STEP_METRICS,
     VARIED,
+    Paired,
     Spread,
     Start,
     across_seeds,
@@ -69,8 +69,10 @@ from research.runs import (  # noqa: F401 (the names the tests and the report re
     curve,
     difference_se,
     evaluate,
+    exceeds,
     format_spread,
     locate,
+    paired,
     plot_curves,
     plot_evaluations,
     prepare,
@@ -155,47 +157,6 @@ CURVES = {
     "valid_call_rate": ("valid-call rate", "share of zoom-in calls that returned a crop (1 - tools/zoom_error_rate)"),
     "advantage_std": ("advantage std", "std of the episode advantages (mapo/advantage_std)"),
 }
-
-
-# ----------------------------------------------------------------------------------------------------- statistics
-
-
-@dataclass(frozen=True)
-class Paired:
-    """An arm against the reference on the same seeds: the per-seed differences, their mean and its standard error
-    (sample std with ddof 1 over sqrt(n); NaN with one seed)."""
-
-    diffs: tuple[float, ...]
-    mean: float
-    se: float
-
-    @property
-    def n(self) -> int:
-        return len(self.diffs)
-
-
-def paired(arm: dict[int, float], reference: dict[int, float]) -> Paired | None:
-    """`Paired` over the seeds both have a value for; None when they share none."""
-    seeds = sorted(set(arm) & set(reference))
-    diffs = tuple(arm[s] - reference[s] for s in seeds)
-    if not diffs:
-        return None
-    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
-    return Paired(diffs, statistics.fmean(diffs), se)
-
-
-def exceeds(pair: Paired | None, sigmas: float, floor: float = 0.0) -> bool:
-    """Whether the mean paired difference is above `sigmas` standard errors and above `floor`; False with one seed."""
-    return pair is not None and not math.isnan(pair.se) and pair.mean > max(sigmas * pair.se, floor)
-
-
-# ------------------------------------------------------------------------------------------------- row metrics
-
-
-# ----------------------------------------------------------------------------------------------------- aggregation
-
-
-# -------------------------------------------------------------------------------------------------------- plots
 
 
 # ----------------------------------------------------------------------------------------------------------- runs

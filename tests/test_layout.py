@@ -34,6 +34,7 @@ RUNNABLE_RESEARCH = {
     "research.positive_control",
     "research.frame_ceiling",
     "research.vision_tokens",
+    "research.training_tail",
 }
 # The runnables that import an entry script: each builds `rl.py`'s trainer unchanged but for its trainer class.
 ALLOWED_RUNNABLE_IMPORTS = {("scripts.rl_forced", "rl"), ("research.gradient_claims", "rl")}
