@@ -80,6 +80,14 @@ def test_a_crop_budget_over_the_image_budget_is_capped_at_it_and_warns():
         ({"max_pixels": 0}, "max_pixels"),
         ({"max_label_words": 0}, "label"),
         ({"box_convention": "relative"}, "box_convention"),
+        # Issue 59, item 1: a zero side floor let a 1-pixel box through; NaN passed every `<` check.
+        ({"min_side": 0}, "min_side"),
+        ({"min_side": -28}, "min_side"),
+        ({"max_aspect": 0.0}, "max_aspect"),
+        ({"max_aspect": -1.0}, "max_aspect"),
+        ({"max_aspect": 0.5}, "max_aspect"),
+        ({"max_aspect": float("nan")}, "max_aspect"),
+        ({"max_aspect": float("inf")}, "max_aspect"),
     ],
 )
 def test_bad_settings_name_the_field(kwargs, match):

@@ -208,7 +208,10 @@ def test_img_idx_zooms_into_an_image_shown_its_box_composed_into_the_original(co
     assert [call.box for call in env.calls] == [TARGET, MIDDLE, MIDDLE_LEFT, TARGET]
     assert env.calls[1].arguments == {"bbox_2d": middle, "label": "the middle", "img_idx": 1}
     for bad, says in ((5, "img_idx 5 names no image shown: use 0 (the original image) to 4"), (1.5, "whole number"),
-                      ("1", "whole number"), (True, "whole number")):  # fmt: skip
+                      ("1", "whole number"), (True, "whole number"),
+                      # issue 59, item 1: Python's JSON reads these; `int()` raised ValueError / OverflowError
+                      (float("nan"), "whole number"), (float("inf"), "whole number"), (-float("inf"), "whole number"),
+                      (10**400, "names no image shown")):  # fmt: skip
         reply = tool(bbox_2d=middle, label="the middle", img_idx=bad)
         assert says in reply[-1]["text"] and reply[-1]["text"].startswith("Error:") and not env.calls[-1].ok
     assert len(env.shown) == 5  # failed calls show no image

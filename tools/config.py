@@ -11,6 +11,7 @@ values: a policy evaluated with another pixel budget sees its coordinates in ano
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -152,6 +153,12 @@ class ToolConfig(VerifierConfig):
                     f"crop_min_pixels={self.crop_min_pixels} must be at most {name}={ceiling}: set crop_min_pixels "
                     "too (a run from a model with no record takes recipes/mapo_paper.yaml's) or raise the ceiling"
                 )
+        # A side floor of 0 lets a one-pixel box through, and NaN compares False against every bound, so each
+        # comparison below is written to fail for NaN as well.
+        if not self.min_side >= 1:
+            raise ValueError(f"min_side must be a whole number of pixels >= 1; got {self.min_side!r}")
+        if not 1.0 <= self.max_aspect < math.inf:
+            raise ValueError(f"max_aspect must be a finite ratio >= 1 (long side over short); got {self.max_aspect!r}")
         if self.max_label_words < 1 or self.max_label_chars < 1:
             raise ValueError(
                 f"max_label_words and max_label_chars must be >= 1; got {self.max_label_words}, {self.max_label_chars}"

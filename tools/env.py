@@ -7,6 +7,7 @@ count and score exactly the same calls.
 from __future__ import annotations
 
 import inspect
+import math
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -126,7 +127,10 @@ class ZoomInEnv:
         valid = (
             f"0 (the original image) to {len(self.shown) - 1} (the image the last zoom returned), or -1 for the last"
         )
-        if isinstance(img_idx, bool) or not isinstance(img_idx, Real) or img_idx != int(img_idx):
+        # Python's JSON reads NaN and Infinity, which `int` refuses with an error of its own: refused here first (an
+        # int is finite however long, and `math.isfinite` overflows on a long one).
+        number = isinstance(img_idx, Real) and not isinstance(img_idx, bool)
+        if not number or not (isinstance(img_idx, int) or math.isfinite(img_idx)) or img_idx != int(img_idx):
             raise ToolError(f"img_idx must be a whole number, {valid}; got {img_idx!r}.")
         if not -len(self.shown) <= int(img_idx) < len(self.shown):
             raise ToolError(f"img_idx {int(img_idx)} names no image shown: use {valid}.")
