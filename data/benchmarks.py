@@ -3,9 +3,11 @@
 reporting group (`vstar/direct_attributes`, `hrbench_4k/single`, ...). Layouts: docs/evaluation.md and docs/data.md.
 
 Every row is validated first: a missing or unreadable image (checked by its header only: one that fails to decode
-later is a scored failure), a missing question or answer, an answer that is not one of the options, or a duplicate id
-raises `BadRowError` naming the file, the row (0-based record index) and the field; with `skip_bad_rows=True` the row
-is skipped, logged and returned by `read_benchmark`."""
+later is a scored failure), a missing question or answer, an answer that is not one of the options, a duplicate id, a
+record that is not an object or a line that is not UTF-8 JSON raises `BadRowError` naming the file, the row (0-based
+record index) and the field; with `skip_bad_rows=True` the row is skipped, logged and returned by `read_benchmark`.
+A file that is not its format as a whole (MME-RealWorld's JSON not a list, not UTF-8) is a ValueError naming it.
+Messages show a row's values cut short (`preview`): a hostile row must not make its own error message huge."""
 
 from __future__ import annotations
 
@@ -14,13 +16,16 @@ import csv
 import io
 import json
 import logging
+import math
 import os
+import reprlib
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import datasets
+import pyarrow as pa
 from PIL import Image
 
 from data.questions import option_text, split_options
@@ -33,6 +38,24 @@ logger = logging.getLogger(__name__)
 
 BENCHMARKS = ("vstar", "hrbench", "mme_realworld", "synthetic", "deepeyes", "mini_o3", "cof_rl")
 SYNTHETIC_EVAL_ROWS = 32  # the test split generated when no synthetic folder is given (~0.35 s a row to draw)
+MESSAGE_CHARS = 160  # of a value, a path or an error quoted in a bad row's message
+INT32 = 2**31  # target_bbox is saved as int32 (`TASK_FEATURES`)
+_PREVIEW = reprlib.Repr()  # depth- and length-bounded: a 1,000-deep list must not reach repr's recursion
+_PREVIEW.maxlevel, _PREVIEW.maxstring, _PREVIEW.maxother = 3, MESSAGE_CHARS // 2, MESSAGE_CHARS // 2
+
+
+def preview(value: Any) -> str:
+    """`repr(value)` cut short, for a message about a row that holds it."""
+    return _PREVIEW.repr(value)
+
+
+def _cut(text: str, limit: int = MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} chars)"
+
+
+def _label(value: Any) -> str:
+    """A text field of a row as a part of its `source` (a reporting group): a string as is, anything else previewed."""
+    return value if isinstance(value, str) else preview(value)
 
 
 def _image_cell(value: Any) -> dict[str, Any]:
@@ -42,9 +65,12 @@ def _image_cell(value: Any) -> dict[str, Any]:
         value = value.get("bytes")
     if value is None or value == "":
         raise ValueError("missing")
+    if not isinstance(value, Path | str | bytes | bytearray | memoryview):
+        # bytes(n) of a number would allocate n bytes, not read an image
+        raise ValueError(f"not an image path, its bytes or base64: {preview(value)}")
     if isinstance(value, Path):
         if not value.is_file():
-            raise ValueError(f"image file not found: {value}")
+            raise ValueError(f"image file not found: {_cut(str(value))}")
         with Image.open(value):  # opening parses the header: enough to catch empty and non-image files
             pass
         return {"bytes": None, "path": str(value)}
@@ -62,23 +88,27 @@ def _validate(raw: RawRow, seen_ids: set[str]) -> dict[str, Any]:
         return BadRowError(raw.file, raw.row, raw.fields.get(column, column), reason)
 
     row_id = values.get("id")
-    if row_id in (None, ""):
+    if row_id is None or row_id == "":
         raise bad("id", "missing")
+    if not isinstance(row_id, str | int | float):  # str() of a 1,000-deep list is a RecursionError
+        raise bad("id", f"not a string or number: {preview(row_id)}")
     if str(row_id) in seen_ids:
-        raise bad("id", f"duplicate id {row_id!r}")
+        raise bad("id", f"duplicate id {preview(row_id)}")
     question, options, answer = values.get("question"), values.get("options") or [], values.get("answer")
     if not isinstance(question, str) or not question.strip():
         raise bad("question", "missing")
-    if answer is None or not str(answer).strip():
+    if answer is None or (isinstance(answer, str) and not answer.strip()):
         raise bad("answer", "missing")
+    if not isinstance(answer, str | int | float):
+        raise bad("answer", f"not a string or number: {preview(answer)}")
     if options and parse_choice(str(answer), options) is None:
-        raise bad("answer", f"{answer!r} is not one of the {len(options)} options")
+        raise bad("answer", f"{preview(answer)} is not one of the {len(options)} options")
     try:
         image = _image_cell(values.get("image"))
     except (ValueError, OSError, Image.DecompressionBombError) as err:
         # bad base64 is a ValueError and an unreadable image an OSError; an image over PIL's MAX_IMAGE_PIXELS is a
         # DecompressionBombError (raise that limit to read such a benchmark)
-        raise bad("image", str(err) or type(err).__name__) from err
+        raise bad("image", _cut(str(err)) or type(err).__name__) from err
     seen_ids.add(str(row_id))
     return {
         "id": str(row_id),
@@ -104,53 +134,141 @@ def _read_vstar(root: Path) -> Iterator[RawRow | BadRowError]:
         root / "test_questions.jsonl",
         "the V* folder holding direct_attributes/, relative_position/, test_questions.jsonl",
     )
-    with questions.open(encoding="utf-8") as lines:
+    with questions.open("rb") as lines:  # decoded line by line: one line that is not UTF-8 is one bad row
         for row, line in enumerate(lines):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                yield BadRowError(questions, row, "(line)", f"not JSON: {err}")
+            record = _json_line(questions, row, line)
+            if isinstance(record, BadRowError):
+                yield record
                 continue
             question, options = split_options(record["text"]) if isinstance(record.get("text"), str) else (None, [])
-            image = root / record["image"] if record.get("image") else None
+            image = record.get("image")  # not a string: `_image_cell` says what it is
+            image = root / image if isinstance(image, str) and image else image
             values = {
                 "id": record.get("question_id"),
-                "source": f"vstar/{record.get('category')}",
+                "source": f"vstar/{_label(record.get('category'))}",
                 "question": question,
                 "options": options,
                 "answer": record.get("label"),
                 "image": image,
             }
-            if image is not None and image.with_suffix(".json").is_file():
+            annotation = _annotation(image)
+            if annotation is not None:
                 try:
-                    values.update(_vstar_target(image.with_suffix(".json")))
-                except (ValueError, KeyError, TypeError) as err:
-                    yield BadRowError(image.with_suffix(".json"), 0, "bbox", f"unreadable target annotation: {err!r}")
+                    values.update(_vstar_target(annotation))
+                except (ValueError, KeyError, TypeError, RecursionError) as err:
+                    reason = f"unreadable target annotation of {questions.name} row {row}: {type(err).__name__}"
+                    yield BadRowError(annotation, 0, "bbox", f"{reason}: {_cut(str(err))}")
                     continue
             yield RawRow(questions, row, values, _VSTAR_FIELDS)
+
+
+def _json_line(file: Path, row: int, line: bytes) -> dict[str, Any] | BadRowError:
+    """The record on one line of a JSON-lines file, or the BadRowError saying why there is none."""
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        return BadRowError(file, row, "(line)", f"not UTF-8: byte {err.start} of the line is {line[err.start]:#04x}")
+    except RecursionError:
+        return BadRowError(file, row, "(line)", "not JSON: nested too deep to parse")
+    except ValueError as err:  # JSONDecodeError, or an integer past Python's digit limit
+        return BadRowError(file, row, "(line)", f"not JSON: {_cut(str(err))}")
+    if not isinstance(record, dict):
+        return BadRowError(file, row, "(row)", f"not a JSON object: {type(record).__name__}")
+    return record
+
+
+def _json_file(file: Path, expected: str) -> list:
+    """The JSON list `file` holds; a file that is not one is a ValueError naming it (it has no rows to skip)."""
+    try:
+        records = json.loads(file.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{file}: not UTF-8 (byte {err.start}); expected {expected}") from err
+    except RecursionError as err:
+        raise ValueError(f"{file}: not JSON: nested too deep to parse; expected {expected}") from err
+    except ValueError as err:
+        raise ValueError(f"{file}: not JSON ({_cut(str(err))}); expected {expected}") from err
+    if not isinstance(records, list):
+        raise ValueError(f"{file}: a JSON {type(records).__name__}, not {expected}")
+    return records
+
+
+def _annotation(image: Any) -> Path | None:
+    """V*'s annotation of `image`, the .json beside it, if there is one."""
+    if not isinstance(image, Path):
+        return None
+    try:
+        annotation = image.with_suffix(".json")
+        return annotation if annotation.is_file() else None
+    except (OSError, ValueError):  # a name too long for the file system, or none (`_image_cell` then says so)
+        return None
 
 
 def _vstar_target(annotation: Path) -> dict[str, Any]:
     """The target box (x1, y1, x2, y2 around all named objects) and label from V*'s per-image annotation."""
     record = json.loads(annotation.read_text(encoding="utf-8"))
-    boxes = [(x, y, x + w, y + h) for x, y, w, h in record["bbox"]]  # V* stores x, y, width, height
+    boxes = []
+    for box in record["bbox"]:  # V* stores x, y, width, height
+        if not (isinstance(box, list) and len(box) == 4 and all(_is_number(v) for v in box)):
+            raise ValueError(f"a box that is not 4 numbers: {preview(box)}")
+        x, y, w, h = box
+        boxes.append((x, y, x + w, y + h))
     union = [min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes)]
-    return {"target_bbox": [round(v) for v in union], "target_label": " and ".join(record["target_object"])}
+    if not all(math.isfinite(v) for v in union):
+        raise ValueError(f"a box that is not finite: {preview(union)}")
+    target = [round(v) for v in union]
+    if not all(-INT32 <= v < INT32 for v in target):  # the column is int32: saving it would fail after every row
+        raise ValueError(f"a box past the int32 range: {preview(target)}")
+    labels = record["target_object"]
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        raise ValueError(f"target_object is not a list of names: {preview(labels)}")
+    return {"target_bbox": target, "target_label": " and ".join(labels)}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _tsv_rows(file: Path) -> Iterator[dict[str, str]]:
     """Rows of a TSV file with a header line, as VLMEvalKit writes them (pandas' quoting), streamed."""
     csv.field_size_limit(sys.maxsize)  # a base64 8K image is far over csv's 128 kB default field limit
-    with file.open(encoding="utf-8", newline="") as lines:
-        yield from csv.DictReader(lines, delimiter="\t")
+    # bytes that are not UTF-8 are kept as lone surrogates: that row's error (`_not_utf8`), not the end of the file
+    with file.open(encoding="utf-8", errors="surrogateescape", newline="") as lines:
+        reader = csv.DictReader(lines, delimiter="\t")
+        try:
+            yield from reader
+        except csv.Error as err:
+            raise ValueError(f"{file}: line {reader.line_num}: not a TSV file: {_cut(str(err))}") from err
+
+
+def _not_utf8(record: dict[Any, Any]) -> str | None:
+    """The first column of a TSV row whose text was not UTF-8 (`_tsv_rows`), if any."""
+    for column, value in record.items():
+        if isinstance(value, str) and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return _cut(str(column).encode("utf-8", "backslashreplace").decode("utf-8"))
+    return None
+
+
+def _parquet_records(file: Path) -> Iterator[dict]:
+    """`parquet_records`, whose errors (a truncated or non-parquet file) otherwise do not say which file."""
+    try:
+        yield from parquet_records(file)
+    except (pa.ArrowException, OSError) as err:
+        raise ValueError(f"{file}: not a readable parquet file: {_cut(str(err))}") from err
 
 
 def _read_hrbench(file: Path) -> Iterator[RawRow]:
     expect_file(file, "an HR-Bench file: hr_bench_4k.tsv, hr_bench_8k.tsv or their .parquet versions")
     name = file.name.lower()
     variant = "hrbench_8k" if "8k" in name else "hrbench_4k" if "4k" in name else "hrbench"
-    records = parquet_records(file) if file.suffix == ".parquet" else _tsv_rows(file)
+    records = _parquet_records(file) if file.suffix == ".parquet" else _tsv_rows(file)
     for row, record in enumerate(records):
+        column = _not_utf8(record)
+        if column is not None:
+            yield BadRowError(file, row, column, "not UTF-8 text")
+            continue
         options = []
         for letter in OPTION_LETTERS:
             if record.get(letter) in (None, ""):
@@ -158,7 +276,7 @@ def _read_hrbench(file: Path) -> Iterator[RawRow]:
             options.append(str(record[letter]).strip())
         values = {
             "id": record.get("index"),
-            "source": f"{variant}/{record.get('category')}",
+            "source": f"{variant}/{_label(record.get('category'))}",
             "question": record.get("question"),
             "options": options,
             "answer": record.get("answer"),
@@ -175,16 +293,29 @@ def _read_mme_realworld(path: Path) -> Iterator[RawRow]:
     expect_file(
         file, "the MME-RealWorld folder holding MME_RealWorld.json and its images, or the Lite folder with data/"
     )
-    for row, record in enumerate(json.loads(file.read_text(encoding="utf-8"))):
+    for row, record in enumerate(_json_file(file, "a JSON list of MME-RealWorld questions")):
+        if not isinstance(record, dict):
+            yield BadRowError(file, row, "(row)", f"not a JSON object: {type(record).__name__}")
+            continue
+        choices = record.get("Answer choices") or []
+        if not _strings(choices):
+            yield BadRowError(file, row, "Answer choices", f"not a list of strings: {preview(choices)}")
+            continue
+        image = record.get("Image")  # not a string: `_image_cell` says what it is
+        parts = (_label(record.get(key)) for key in ("Task", "Subtask", "Category"))
         values = {
             "id": record.get("Question_id"),
-            "source": f"mme_realworld/{record.get('Task')}/{record.get('Subtask')}/{record.get('Category')}",
+            "source": "mme_realworld/" + "/".join(parts),
             "question": record.get("Text"),
-            "options": [option_text(c) for c in record.get("Answer choices") or []],
+            "options": [option_text(c) for c in choices],
             "answer": record.get("Ground truth"),
-            "image": file.parent / record["Image"] if record.get("Image") else None,
+            "image": file.parent / image if isinstance(image, str) and image else image,
         }
         yield RawRow(file, row, values, _MME_FIELDS)
+
+
+def _strings(values: Any) -> bool:
+    return isinstance(values, list) and all(isinstance(value, str) for value in values)
 
 
 def _read_mme_realworld_lite(data: Path) -> Iterator[RawRow]:
@@ -192,15 +323,19 @@ def _read_mme_realworld_lite(data: Path) -> Iterator[RawRow]:
     if not files:
         raise FileNotFoundError(f"no *.parquet in {data}; expected the MME-RealWorld-Lite folder's data/ files")
     for file in files:
-        for row, record in enumerate(parquet_records(file)):
-            category = str(record.get("category") or "")
+        for row, record in enumerate(_parquet_records(file)):
+            choices = record.get("multi-choice options") or []
+            if not _strings(choices):
+                yield BadRowError(file, row, "multi-choice options", f"not a list of strings: {preview(choices)}")
+                continue
+            category = _label(record.get("category") or "")
             # lmms-eval's split of the Lite `category`: the task from its text, the subtask after the last "/"
             task = "Perception" if "perception" in category.lower() else "Reasoning"
             values = {
                 "id": record.get("index"),
-                "source": f"mme_realworld_lite/{task}/{category.split('/')[-1]}/{record.get('l2-category')}",
+                "source": f"mme_realworld_lite/{task}/{category.split('/')[-1]}/{_label(record.get('l2-category'))}",
                 "question": record.get("question"),
-                "options": [option_text(c) for c in record.get("multi-choice options") or []],
+                "options": [option_text(c) for c in choices],
                 "answer": record.get("answer"),
                 "image": record.get("bytes"),
             }
@@ -259,19 +394,46 @@ def read_benchmark(
     if not paths or paths[0] is None:
         raise ValueError(f"benchmark {name!r} reads local files: pass the path you downloaded it to (data_path)")
     rows, skipped, seen_ids = [], [], set()
-    for raw in (raw for path in paths for raw in _READERS[name](Path(path))):
+    for raw in (raw for path in paths for raw in _named(_READERS[name](Path(path)), path)):
         try:
             if isinstance(raw, BadRowError):
                 raise raw
-            rows.append(_validate(raw, seen_ids))
-        except BadRowError as err:
+            try:
+                rows.append(_validate(raw, seen_ids))
+            except (TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as err:
+                # a value no check above foresaw: still this row's fault, so skippable
+                raise BadRowError(raw.file, raw.row, "(row)", f"{type(err).__name__}: {_cut(str(err))}") from err
+        except BadRowError as caught:
+            err = _bounded(caught)
             if not skip_bad_rows:
-                raise
+                if err is caught:
+                    raise
+                raise err from None  # the original's message is the one too long to show
             logger.warning("skipping bad row: %s", err)
             skipped.append(err)
     if not rows:
         raise ValueError(f"{', '.join(map(str, paths))}: no usable {name} rows ({len(skipped)} skipped)")
     return datasets.Dataset.from_list(rows, features=TASK_FEATURES), skipped
+
+
+def _named(reader: Iterator[RawRow | BadRowError], path: Any) -> Iterator[RawRow | BadRowError]:
+    """`reader`'s rows; an exception it did not turn into a bad row ends the file, so it becomes an error naming the
+    file and where it stopped (a reader cannot resume after its row)."""
+    last = None
+    try:
+        for raw in reader:
+            last = raw.row
+            yield raw
+    except (TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError, UnicodeError) as err:
+        where = "at its first row" if last is None else f"after row {last}"
+        raise ValueError(f"{path}: unreadable {where}: {type(err).__name__}: {_cut(str(err))}") from err
+
+
+def _bounded(err: BadRowError) -> BadRowError:
+    """`err` with its field and reason cut short (the RL-set readers quote values whole)."""
+    if len(err.field) <= MESSAGE_CHARS and len(err.reason) <= 2 * MESSAGE_CHARS:
+        return err
+    return BadRowError(err.file, err.row, _cut(err.field), _cut(err.reason, 2 * MESSAGE_CHARS))
 
 
 def load_benchmark(

@@ -54,13 +54,36 @@ MERGE_POLL_SECONDS = 5.0
 def read_samples(path: Path, *, mend: bool = True) -> list[dict]:
     """The records of `samples.jsonl` (or a part). A run killed mid-write leaves a partial last line: it is dropped
     (and, with `mend`, cut from the file, so the next append starts on a fresh line) and that sample runs again.
-    Another process's part, still being written, is read with `mend=False`."""
+    Another process's part, still being written, is read with `mend=False`. Any other line that is not a record is
+    an error naming the file and the line: the writer never leaves one, so it is not ours to guess what to drop."""
     if not path.exists():
         return []
-    complete, _, partial = path.read_text(encoding="utf-8").rpartition("\n")
+    # split as bytes: a write cut inside a multi-byte character must not make the whole file undecodable
+    complete, _, partial = path.read_bytes().rpartition(b"\n")
     if partial and mend:
-        path.write_text(complete + "\n" if complete else "", encoding="utf-8")
-    return [json.loads(line) for line in complete.splitlines() if line]
+        logger.warning("%s: dropping a partial last line (%d bytes) an interrupted write left", path, len(partial))
+        path.write_bytes(complete + b"\n" if complete else b"")
+    return [_sample(path, number, line) for number, line in enumerate(complete.split(b"\n"), 1) if line]
+
+
+def _sample(path: Path, number: int, line: bytes) -> dict:
+    """The record on line `number` of `path`, or a ValueError naming both and how to recover."""
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        problem = f"not UTF-8 (byte {err.start})"
+    except RecursionError:
+        problem = "not JSON: nested too deep to parse"
+    except ValueError as err:
+        problem = f"not JSON: {str(err)[:120]}"
+    else:
+        if isinstance(record, dict) and isinstance(record.get("id"), str):
+            return record
+        problem = "not a JSON object with a string id"
+    raise ValueError(
+        f"{path}: line {number} is not a sample record ({problem}); delete that line (its sample runs again) or "
+        "evaluate into another --output_dir"
+    )
 
 
 def process_shard() -> tuple[int, int, int]:
@@ -134,7 +157,17 @@ def _check_resume(out: Path, args: EvalArguments, tool: ToolConfig) -> None:
     path = out / "eval_args.json"
     current = asdict(args) | {"tool": asdict(tool)}
     if path.exists():
-        previous = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            previous = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, RecursionError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise ValueError(
+                f"{path} is not the JSON a run writes ({type(err).__name__}: {str(err)[:120]}); choose another "
+                "--output_dir (deleting it would resume without checking the samples there were made the same way)"
+            ) from err
+        if not isinstance(previous, dict):
+            raise ValueError(
+                f"{path} holds a JSON {type(previous).__name__}, not a run's settings; choose another --output_dir"
+            )
         changed = {k: (previous.get(k), current[k]) for k in (*RESULT_FIELDS, "tool") if previous.get(k) != current[k]}
         if changed:
             raise ValueError(f"{out} holds a run with other settings {changed}; choose another --output_dir")
