@@ -19,11 +19,12 @@ from data.synthetic import DEFAULT_IMAGE_SIZE, DEFAULT_OBJECT_FRACTION, QUESTION
 from data.trajectories import TrajectoryArguments
 from hpo import HPO_SOLVERS, MAX_OFF_TRAJECTORIES, MIN_NEGATIVE_STEPS, MIN_POSITIVE_STEPS
 from mapo import SEMANTIC_SCORES
+from repairs.resume import resolve_resume
 from rewards import get_reward_funcs
 from rewards.judge import JudgeArguments
 from rewards.verifiers import VERIFIERS, verifier_factory
 from tools import ToolConfig
-from utils.checks import check_vllm_version
+from utils.checks import check_ranges, check_vllm_version
 
 __all__ = ["EvalArguments", "MAPOConfig", "SFTConfig", "ScriptArguments", "ToolConfig", "TrajectoryArguments"]
 
@@ -100,6 +101,11 @@ class SFTConfig(trl.SFTConfig):
 
     freeze_vision_tower: bool = freeze_field("vision_tower", True, "SFT")
     freeze_projector: bool = freeze_field("projector", True, "SFT")
+
+    def __post_init__(self):
+        check_ranges(self)  # utils.checks.FIELD_RANGES: a NaN or 0 batch would fail, or not, once the model loads
+        super().__post_init__()
+        resolve_resume(self)  # nothing intact to resume from fails here, not after the weights load
 
 
 ADVANTAGE_ESTIMATORS = ("grpo", "mapo", "hpo", "mapo+hpo")
@@ -240,17 +246,15 @@ class MAPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        check_ranges(self)  # before TRL's own, which divides by num_generations
         super().__post_init__()
+        resolve_resume(self)
         check_vllm_version(self.use_vllm)  # TRL only warns about a vLLM outside its range
         verifier_factory(self.semantic_verifier)  # an unknown name or a broken import path fails at parse
         for f in fields(MAPOConfig):  # the fields this class adds that name their choices; GRPO's are TRL's to check
             choices = f.metadata.get("choices")
             if choices is not None and f.name not in GRPO_FIELDS and getattr(self, f.name) not in choices:
                 raise ValueError(f"{f.name} must be one of {choices}; got {getattr(self, f.name)!r}")
-        if not self.hpo_omega >= 0:
-            raise ValueError(f"hpo_omega must be >= 0; got {self.hpo_omega}")
-        if self.signal_window_steps < 1:
-            raise ValueError(f"signal_window_steps must be >= 1; got {self.signal_window_steps}")
         if self.gradient_variance_batches == 1:
             raise ValueError("gradient_variance_batches needs at least 2 batches for a variance (0: off)")
         entropy = self.entropy_coef or self.use_adaptive_entropy

@@ -17,7 +17,7 @@ from data import load_split
 from mapo_trainer import MAPOTrainer
 from repairs.resume import resume_checkpoint
 from rewards import check_columns, check_judge, check_rule_rewards, get_reward_funcs
-from utils.checks import check_master_weights, keep_adapters_in_fp32
+from utils.checks import check_clip_model, check_master_weights, keep_adapters_in_fp32
 from utils.policy import load_policy, policy_peft_config, save_outputs
 from utils.recipes import parse_args_and_record
 
@@ -29,8 +29,11 @@ def build_trainer(
     tool_config: ToolConfig,
     trainer_cls: type[MAPOTrainer] = MAPOTrainer,
 ) -> MAPOTrainer:
-    """The trainer `main` trains: the recipe's train split checked against the columns its rewards and verifier
-    read, the policy and its processor, and `trainer_cls` (`MAPOTrainer`, or a subclass) built on them."""
+    """The trainer `main` trains: the CLIP verifier's name checked (`utils.checks.check_clip_model`), the recipe's
+    train split checked against the columns its rewards and verifier read, the policy and its processor, and
+    `trainer_cls` (`MAPOTrainer`, or a subclass) built on them."""
+    if training_args.semantic_verifier == "clip":  # the one verifier that reads clip_model, built after the policy
+        check_clip_model(tool_config.clip_model, tool_config.clip_pretrained)
     set_seed(training_args.seed)
     # The recipe's judge, for the rewards that ask it: they read the JUDGE_* variables at each call.
     os.environ.update(script_args.judge_environ())

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from fake_checkpoint import write_checkpoint
 from release_fixtures import mini_o3_row, write_mini_o3
 from test_benchmarks import VSTAR_SUFFIX, b64, hrbench_rows, image_bytes, mme_items
 from trl import ModelConfig
@@ -198,8 +199,7 @@ def test_the_plan_reads_markers_and_resumes_from_the_last_complete_checkpoint(tm
     run = tmp_path / "run"
     done(run / "convert", stages["convert"].argv, run="c1")
     done(run / "sft", stages["sft"].argv, {"convert": "c1"}, run="s1")
-    (run / "rl" / "checkpoint-3").mkdir(parents=True)
-    (run / "rl" / "checkpoint-3" / "trainer_state.json").write_text("{}")
+    write_checkpoint(run / "rl", 3)
     (run / "rl" / "checkpoint-12").mkdir()  # killed while saving: no trainer_state.json
     (run / "eval_rl_vstar").mkdir()  # started, no marker: evaluate.py resumes it by itself
     states = reproduce.stage_states(list(stages.values()), set())

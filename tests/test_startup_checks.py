@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from accelerate.utils import DistributedType
+from fake_checkpoint import write_checkpoint
 from peft import LoraConfig, get_peft_model
 from transformers import Qwen2VLImageProcessor
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
@@ -203,9 +204,8 @@ def test_sft_names_the_converter_before_loading_any_weight(tiny_kit, tmp_path, m
 
 # ---------------------------------------------------------------------------------------------------------- resume
 def test_resume_only_when_asked(tmp_path, caplog):
-    for step in (2, 10):  # complete checkpoints: the trainer writes trainer_state.json last
-        (tmp_path / f"checkpoint-{step}").mkdir()
-        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    for step in (2, 10):  # intact checkpoints (tests/test_recipe_refusals.py: damaged ones)
+        write_checkpoint(tmp_path, step)
     (tmp_path / "checkpoint-12").mkdir()  # killed while saving: never resumed from
     args = SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=None)
     assert resume_checkpoint(args) is None
@@ -215,7 +215,7 @@ def test_resume_only_when_asked(tmp_path, caplog):
     )
     folder = str(tmp_path / "checkpoint-2")
     assert resume_checkpoint(SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=folder)) == folder
-    with pytest.raises(ValueError, match="no complete checkpoint"):
+    with pytest.raises(ValueError, match="needs an intact checkpoint-"):
         resume_checkpoint(SimpleNamespace(output_dir=str(tmp_path / "new"), resume_from_checkpoint="true"))
     with pytest.raises(ValueError, match="not a checkpoint folder"):
         resume_checkpoint(SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=str(tmp_path / "nope")))

@@ -1,5 +1,6 @@
-"""Start-up checks, each failing before training starts and naming the field to change: the model fields
-(`check_model`, `check_not_adapter`), trainable weights with no fp32 master copy (`check_planned_master_weights`,
+"""Start-up checks, each failing before training starts and naming the field to change: the numeric recipe fields'
+ranges (`check_ranges`, from the configs' `__post_init__`), the CLIP verifier's name (`check_clip_model`), the model
+fields (`check_model`, `check_not_adapter`), trainable weights with no fp32 master copy (`check_planned_master_weights`,
 `check_master_weights`), the vLLM version (`check_vllm_version`), a vLLM server's model and pixel budget
 (`check_vllm_server`), the logging backends (`check_report_to`) and an accelerate config's backend
 (`check_accelerate_config`)."""
@@ -9,12 +10,15 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
+import math
 import netrc
 import os
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from urllib.parse import urlparse
 
+import open_clip
 import torch
 import trl
 import yaml
@@ -33,6 +37,130 @@ from utils.trainable import frozen_prefixes
 logger = logging.getLogger(__name__)
 
 SUPPORTED_FAMILIES = {kind: name for kind, (name, _) in MODEL_FAMILIES.items()}  # config.json model_type -> family
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric recipe field allows: always finite (NaN compares false with everything, so it would pass
+    any bound check written as a refusal), within `low` and `high`, each excluded when its `*_open` is set."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def __str__(self) -> str:
+        if math.isinf(self.low) and math.isinf(self.high):
+            return "a finite number"
+        if math.isinf(self.high):
+            return f"a finite number {'>' if self.low_open else '>='} {self.low:g}"
+        return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+
+
+ANY, NON_NEGATIVE, POSITIVE, COUNT = Range(), Range(0), Range(0, low_open=True), Range(1)
+# The numeric fields of the training configs (TrainingArguments: SFT and RL; SFTConfig; GRPOConfig; MAPOConfig) that
+# TRL and transformers take as given, with what each allows and why. Out of range, they fail at the first step, after
+# the model has loaded (NaN, batch size 0), or train to exit 0 doing something else than asked (a negative learning
+# rate ascends the loss; max_completion_length 0 scores empty rollouts). None, where a field allows it, is not checked.
+FIELD_RANGES: dict[str, tuple[Range, str]] = {
+    "learning_rate": (NON_NEGATIVE, "0 holds the weights still"),
+    "per_device_train_batch_size": (COUNT, "rows per device and step"),
+    "gradient_accumulation_steps": (COUNT, "micro-batches per optimizer step"),
+    "num_train_epochs": (NON_NEGATIVE, "ignored when max_steps > 0"),
+    "warmup_steps": (NON_NEGATIVE, "below 1: a fraction of the steps"),
+    "weight_decay": (NON_NEGATIVE, "AdamW's decoupled decay"),
+    "max_grad_norm": (NON_NEGATIVE, "0: no clipping"),
+    "adam_beta1": (Range(0, 1, high_open=True), "Adam's moment decay"),
+    "adam_beta2": (Range(0, 1, high_open=True), "Adam's moment decay"),
+    "adam_epsilon": (NON_NEGATIVE, "Adam's denominator floor"),
+    "max_length": (COUNT, "tokens per SFT row"),
+    "num_generations": (Range(2), "rollouts per prompt: a group's advantage needs two"),
+    "max_completion_length": (COUNT, "tokens per rollout"),
+    "temperature": (POSITIVE, "0 is greedy: a group's rollouts would be alike, with no advantage"),
+    "top_p": (Range(0, 1, low_open=True), "nucleus mass kept"),
+    "min_p": (Range(0, 1), "a probability"),
+    "repetition_penalty": (POSITIVE, "1: none"),
+    "beta": (NON_NEGATIVE, "the KL penalty's weight"),
+    "epsilon": (NON_NEGATIVE, "the ratio's clip range"),
+    "epsilon_high": (NON_NEGATIVE, "the ratio's upper clip range"),
+    "num_iterations": (COUNT, "updates per generation batch"),
+    "steps_per_generation": (COUNT, "optimizer steps per generation batch"),
+    "generation_batch_size": (COUNT, "rollouts per generation batch"),
+    "max_tool_calling_iterations": (NON_NEGATIVE, "tool rounds per rollout; null: no limit"),
+    "vllm_gpu_memory_utilization": (Range(0, 1, low_open=True), "a fraction of the GPU's memory"),
+    "semantic_beta": (NON_NEGATIVE, "R_sem's weight in eq. 3"),
+    "semantic_lambda": (Range(0, 1), "R_sem's trajectory discount"),
+    "no_tool_semantic": (ANY, "R_sem of a rollout with no call"),
+    "hpo_omega": (NON_NEGATIVE, "the step advantage's weight, HPO eq. 17"),
+    "hpo_success_threshold": (ANY, "the outcome reward a success reaches"),
+    "hpo_min_positive_steps": (COUNT, "steps a group needs"),
+    "hpo_min_negative_steps": (COUNT, "steps a group needs"),
+    "hpo_max_offline_trajectories": (COUNT, "divides the offline step advantage"),
+    "hpo_encoder_max_length": (COUNT, "tokens the step encoder reads"),
+    "variance_probe_steps": (NON_NEGATIVE, "0: never"),
+    "variance_probe_rows": (Range(2), "a variance needs two rollouts"),
+    "gradient_variance_batches": (NON_NEGATIVE, "0: off"),
+    "signal_window_steps": (COUNT, "optimizer steps judged together"),
+}
+# Lists of numbers, each of which must be finite: a NaN weight makes every advantage NaN.
+FINITE_LISTS = ("reward_weights",)
+
+
+def check_ranges(config: object) -> None:
+    """Fail, naming the field, its allowed range and its value, on the first field of `config` (a dataclass) out of
+    `FIELD_RANGES`. The one place the numeric fields of every training config are checked: `configs.SFTConfig` and
+    `configs.MAPOConfig` call it first thing at parse, before TRL's own `__post_init__` divides by a batch size."""
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if value is None:
+            continue
+        if f.name in FIELD_RANGES:
+            allowed, meaning = FIELD_RANGES[f.name]
+            if isinstance(value, bool) or not isinstance(value, int | float) or value not in allowed:
+                raise ValueError(f"{f.name} must be {allowed} ({meaning}); got {value!r}")
+        elif f.name in FINITE_LISTS:
+            bad = [v for v in value if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)]
+            if bad:
+                raise ValueError(f"{f.name} must be finite numbers; got {value!r}")
+
+
+def check_clip_model(name: str, pretrained: str | None) -> None:
+    """Fail, naming the field, when the CLIP verifier `utils.models.load_clip` would build cannot be: `clip_model` a
+    local folder that does not exist (or lacks open_clip's config) or a name open_clip does not know, or
+    `clip_pretrained` a tag open_clip has no weights under for that model. open_clip itself fails only once the policy
+    has loaded, and reads a missing local path as a model name (`outputs/tiny/clip` -> `outputs-tiny-clip`), listing
+    every model it has. `hf-hub:` names are left to the hub, which may be offline here."""
+    expected = (
+        "an open_clip model name (open_clip.list_models(), e.g. ViT-B-32), hf-hub:<org>/<repo>, or a local folder "
+        "holding open_clip_config.json (utils.models.save_clip)"
+    )
+    name = os.fspath(name)
+    if name.startswith("hf-hub:"):
+        return
+    folder = name.removeprefix("local-dir:")
+    if name.startswith("local-dir:") or os.path.isdir(folder):
+        if not (Path(folder) / "open_clip_config.json").is_file():
+            where = "has no open_clip_config.json" if os.path.isdir(folder) else "does not exist"
+            raise ValueError(f"clip_model: the folder {folder} {where}; clip_model is {expected}")
+        return
+    known = name.replace("/", "-")  # open_clip's own reading: ViT-B/32 is ViT-B-32
+    if known not in open_clip.list_models():
+        looks_like_path = "/" in name or os.sep in name or name.startswith((".", "~"))
+        what = "no such folder, nor" if looks_like_path else "not"
+        raise ValueError(f"clip_model: {name!r} is {what} an open_clip model name; clip_model is {expected}")
+    if pretrained and not open_clip.get_pretrained_cfg(known, pretrained) and not os.path.isfile(pretrained):
+        tags = ", ".join(open_clip.list_pretrained_tags_by_model(known)) or "none"
+        raise ValueError(
+            f"clip_pretrained: {pretrained!r} is not a tag open_clip has weights under for {known} (its tags: "
+            f"{tags}) nor a weights file"
+        )
 
 
 def check_family(name: str | os.PathLike, model_type: str | None, architectures: Iterable[str] = ()) -> None:
