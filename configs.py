@@ -24,7 +24,7 @@ from rewards import get_reward_funcs
 from rewards.judge import JudgeArguments
 from rewards.verifiers import VERIFIERS, verifier_factory
 from tools import ToolConfig
-from utils.checks import check_ranges, check_vllm_version
+from utils.checks import EVAL_RANGES, check_ranges, check_vllm_version
 
 __all__ = ["EvalArguments", "MAPOConfig", "SFTConfig", "ScriptArguments", "ToolConfig", "TrajectoryArguments"]
 
@@ -349,6 +349,7 @@ class EvalArguments(JudgeArguments):
     vllm_enforce_eager: bool = field(default=False, metadata={"help": "vLLM backend only: no torch.compile."})
 
     def __post_init__(self):
+        check_ranges(self, EVAL_RANGES)  # batch_size -1 would hang once the model loads
         if isinstance(self.data_path, str):  # one path, from a YAML recipe or an older eval_args.json
             self.data_path = [self.data_path]
         get_reward_funcs(self.reward_funcs)  # an unknown name or a broken import path fails at parse, naming it

@@ -109,20 +109,32 @@ FIELD_RANGES: dict[str, tuple[Range, str]] = {
     "gradient_variance_batches": (NON_NEGATIVE, "0: off"),
     "signal_window_steps": (COUNT, "optimizer steps judged together"),
 }
+# Evaluation's (`configs.EvalArguments`): out of range, batch_size -1 runs no batch (the first process waits for its
+# rows for ever once the model has loaded), limit 0 or max_tool_calling_iterations -1 silently evaluate nothing.
+EVAL_RANGES: dict[str, tuple[Range, str]] = {
+    "batch_size": (COUNT, "rows per generation call"),
+    "limit": (COUNT, "rows evaluated; null: every row"),
+    "max_completion_length": FIELD_RANGES["max_completion_length"],
+    "max_tool_calling_iterations": FIELD_RANGES["max_tool_calling_iterations"],
+    "temperature": (NON_NEGATIVE, "0: greedy"),
+    "top_p": FIELD_RANGES["top_p"],
+    "report_max_samples": (NON_NEGATIVE, "samples shown in report.html"),
+}
 # Lists of numbers, each of which must be finite: a NaN weight makes every advantage NaN.
 FINITE_LISTS = ("reward_weights",)
 
 
-def check_ranges(config: object) -> None:
+def check_ranges(config: object, ranges: dict[str, tuple[Range, str]] = FIELD_RANGES) -> None:
     """Fail, naming the field, its allowed range and its value, on the first field of `config` (a dataclass) out of
-    `FIELD_RANGES`. The one place the numeric fields of every training config are checked: `configs.SFTConfig` and
-    `configs.MAPOConfig` call it first thing at parse, before TRL's own `__post_init__` divides by a batch size."""
+    `ranges`. The one place numeric recipe fields are checked: `configs.SFTConfig` and `configs.MAPOConfig` call it
+    first thing at parse (`FIELD_RANGES`), before TRL's own `__post_init__` divides by a batch size, and
+    `configs.EvalArguments` before any model loads (`EVAL_RANGES`)."""
     for f in fields(config):
         value = getattr(config, f.name)
         if value is None:
             continue
-        if f.name in FIELD_RANGES:
-            allowed, meaning = FIELD_RANGES[f.name]
+        if f.name in ranges:
+            allowed, meaning = ranges[f.name]
             if isinstance(value, bool) or not isinstance(value, int | float) or value not in allowed:
                 raise ValueError(f"{f.name} must be {allowed} ({meaning}); got {value!r}")
         elif f.name in FINITE_LISTS:
