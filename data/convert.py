@@ -11,8 +11,11 @@ through the tool in the frame of `--box_convention`. What each holds: docs/data.
 Rows with more calls than `--max_calls` (by default `--rl_recipe`'s `max_tool_calling_iterations`; the real RL
 recipes' base, `recipes/mapo_paper.yaml`, unless named) are skipped: SFT would teach what RL always cuts short.
 
-A row that cannot be converted is skipped and counted (`data.converters.common.SKIP_REASONS`); an input that is not in
-the format's layout fails at once, naming what was expected and found.
+A row that cannot be converted is skipped and counted (`data.converters.common.SKIP_REASONS`), whatever it holds (a
+field of another type, nesting or numbers past the parser's limits, text that is not UTF-8); so is a record file that
+cannot be read from a row on (`unreadable_file`: a truncated parquet shard), the other files converted. Nothing outside
+`--input` is read (`outside_input`). An input that is not in the format's layout fails at once, naming what was
+expected and found.
 """
 
 from __future__ import annotations
@@ -96,7 +99,9 @@ def _convert_rows(
     for item in FORMATS[fmt](source, tool):
         if isinstance(item, SkipRow):
             skip(item.reason, item.where, item.detail)
-            logger.debug("skipped %s: %s", item.where, item)
+            # a lost file is said as it happens, not only counted: its rows are missing from the set
+            logger.log(logging.ERROR if item.reason == "unreadable_file" else logging.DEBUG, "skipped %s: %s",
+                       item.where, item)  # fmt: skip
             continue
         calls_per_row[len(item.calls)] += 1
         if max_calls is not None and len(item.calls) > max_calls:  # SFT would teach what RL always cuts short
@@ -112,10 +117,12 @@ def _convert_rows(
         if crops is not None:
             crops.add(item)
         yield item
+    # every row converted (the ones over max_calls too) or skipped; an unreadable file is one skip and no row read
+    rows_read = calls_per_row.total() + skipped.total() - skipped["too_many_calls"] - skipped["unreadable_file"]
     stats |= {
         "format": fmt,
         "input": str(source),
-        "rows_read": kept + skipped.total() - skipped["too_many_calls"] + calls_per_row.total() - kept,
+        "rows_read": rows_read,
         "rows_converted": kept,
         "rows_skipped": {reason: skipped[reason] for reason in SKIP_REASONS if skipped[reason]},
         "skipped_examples": {reason: examples[reason] for reason in SKIP_REASONS if reason in examples},
@@ -329,7 +336,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
             if stats.get("rows_converted") != 0:
                 raise
         if not stats.get("rows_converted"):
-            raise SystemExit(f"no row of {args.input} converted: {stats.get('rows_skipped')}")
+            raise SystemExit(
+                f"no row of {args.input} converted: {stats.get('rows_skipped')}; the first of each: "
+                f"{stats.get('skipped_examples')}"
+            )
         datasets.DatasetDict({"train": dataset}).save_to_disk(str(args.output))
     (args.output / "stats.json").write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
     if args.preview:

@@ -9,7 +9,7 @@ import functools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from data.converters.common import TOOL_CALL, ImageStore, SkipRow, json_call, numbers, read_release, thought_of
+from data.converters.common import TOOL_CALL, ImageStore, SkipRow, brief, json_call, numbers, read_release, thought_of
 from data.converters.crop_check import Readings
 from data.converters.replay import ReadCall, sharegpt_row
 from data.questions import cof_question
@@ -44,7 +44,7 @@ def _turn(text: str, replay, enlarge: float = 1.0) -> tuple:
         for payload in TOOL_CALL.findall(text):
             call = json_call(payload)
             if call.get("name", "image_zoom_in_tool") != "image_zoom_in_tool":
-                raise SkipRow("unsupported_tool", f"tool {call.get('name')!r}")
+                raise SkipRow("unsupported_tool", f"tool {brief(call.get('name'))}")
             arguments = call.get("arguments")
             if not isinstance(arguments, dict):
                 raise SkipRow("malformed_call", f"no arguments in {payload.strip()[:80]!r}")

@@ -13,9 +13,11 @@ from pathlib import Path
 from data.converters.common import (
     ImageStore,
     SkipRow,
+    brief,
     content_images,
     content_text,
     json_call,
+    listed,
     numbers,
     read_release,
     relative_to_pixels,
@@ -44,17 +46,20 @@ def read_mini_o3_coldstart(root: Path, tool: ToolConfig) -> Iterator[Trajectory 
 
 
 def _row(record: dict, row_id: str, store: ImageStore, tool: ToolConfig) -> Trajectory:
+    conversations = record.get("conversations")
+    if not isinstance(conversations, str):
+        raise SkipRow("malformed_row", f"conversations is of type {type(conversations).__name__}, not a string")
     try:
-        turns = json.loads(record["conversations"])
-    except (json.JSONDecodeError, TypeError):
+        turns = json.loads(conversations)
+    except (ValueError, RecursionError):  # not JSON, or past its parser's depth or digits
         try:  # their own preprocessing eval()s it; literal_eval reads the same Python literals safely
-            turns = ast.literal_eval(record["conversations"])
-        except (ValueError, SyntaxError):
+            turns = ast.literal_eval(conversations)
+        except (ValueError, TypeError, SyntaxError, RecursionError):
             raise SkipRow("malformed_call", "conversations is neither JSON nor a Python literal") from None
     if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
         raise SkipRow("malformed_call", "conversations is not a list of turns")
     turns = without_nulls(turns)
-    images = record.get("images") or []
+    images = listed(record, "images")
     if not images:
         raise SkipRow("missing_image", "no images")
     original = store.open(images[0], "images[0]")
@@ -80,7 +85,9 @@ def _row(record: dict, row_id: str, store: ImageStore, tool: ToolConfig) -> Traj
                 match = re.fullmatch(r"observation_(\d+)", str(source))
                 index = int(match.group(1)) if match else 0 if source == "original_image" else -1
                 if not 0 <= index < len(replay.images):
-                    raise SkipRow("bad_source", f"source {source!r}: {len(replay.images) - 1} observations so far")
+                    raise SkipRow(
+                        "bad_source", f"source {brief(source)}: {len(replay.images) - 1} observations so far"
+                    )
                 calls.append(ReadCall(relative_to_pixels(box, replay.images[index][0]), call.get("label")))
             return calls
 

@@ -12,9 +12,11 @@ from data.converters.common import (
     TOOL_CALL,
     ImageStore,
     SkipRow,
+    brief,
     content_parts,
     content_text,
     json_call,
+    listed,
     numbers,
     read_release,
     relative_to_pixels,
@@ -45,7 +47,7 @@ def read_pixel_reasoner_sft(root: Path, tool: ToolConfig) -> Iterator[Trajectory
 
 
 def _row(record: dict, row_id: str, store: ImageStore, tool: ToolConfig, pad: float) -> Trajectory:
-    messages = record["message_list"]
+    messages = listed(record, "message_list", dict)
     parts = [(m.get("role"), content_parts(m.get("content"))) for m in messages]
     if any(kind == "video" for _, message in parts for kind, _ in message):
         raise SkipRow("video", "a video part")  # their select_frames tool and frame indices are not the crop's
@@ -69,11 +71,11 @@ def _row(record: dict, row_id: str, store: ImageStore, tool: ToolConfig, pad: fl
                 return []
             call = json_call(payloads[-1])  # their loop runs the last call of a turn (`parse_last_tool`)
             if call.get("name") != "crop_image_normalized":
-                raise SkipRow("unsupported_tool", f"tool {call.get('name')!r}")
+                raise SkipRow("unsupported_tool", f"tool {brief(call.get('name'))}")
             arguments = call.get("arguments") or {}
             box, target = numbers(arguments.get("bbox_2d")), arguments.get("target_image", 1)
             if not isinstance(target, int) or isinstance(target, bool) or not 1 <= target <= len(replay.images):
-                raise SkipRow("bad_source", f"target_image {target!r} with {len(replay.images)} images so far")
+                raise SkipRow("bad_source", f"target_image {brief(target)} with {len(replay.images)} images so far")
             extent, (width, height) = replay.images[target - 1]
             if not all(v < 1 for v in box):  # their rule: pixels of the target image as shown unless all four < 1
                 box = [box[0] / width, box[1] / height, box[2] / width, box[3] / height]

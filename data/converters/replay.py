@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from data.converters.common import Box, SkipRow, content_images, content_text, thought_of, to_image_box
+from data.converters.common import Box, SkipRow, content_images, content_text, listed, thought_of, to_image_box
 from data.converters.crop_check import crop_disagreement
 from data.converters.labels import call_label
 from data.rows import Trajectory
@@ -112,10 +112,10 @@ def sharegpt_row(record, row_id, fmt, store, tool, question_of, turn_of, resize_
     """A `{messages: [{role, content}], images: [paths]}` row (LLaMA-Factory's sharegpt: CoF, DeepEyesV2), `images`
     the original then every image a user turn shows. `turn_of(text, replay)` reads an assistant turn: (its thought,
     the function reading its calls, whether it is code)."""
-    images = record.get("images") or []
+    images = listed(record, "images")
     if not images:
         raise SkipRow("missing_image", "no images")
-    messages = record.get("messages") or []
+    messages = listed(record, "messages", dict)
     counts = [(m.get("role"), content_images(m.get("content"))) for m in messages]
     question_images(counts, len(images))
     original = store.open(images[0], "images[0]")
