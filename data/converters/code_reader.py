@@ -7,6 +7,7 @@ import ast
 import contextlib
 import math
 import operator
+import reprlib
 import textwrap
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -109,6 +110,27 @@ MAX_NUMBER = 2**53
 MAX_ITEMS = 10_000
 MAX_ROUND_DIGITS = 20
 CODE_SECONDS_PER_ROW = 2.0
+# What the clock cannot interrupt is bounded instead (issue 59, item 4). `ast.parse` is one call: a million lines took
+# 19 s and 2.9 GB before the first statement's check, so a code turn over MAX_CODE_CHARS or MAX_CODE_LINES is
+# `unsupported_code` unparsed (20,000 characters parse in about 25 ms; a code turn of the releases is tens of lines).
+# A number function is one call too: `sum(b, [])` over lists of lists built a list of 10**8 items, so the items of
+# its arguments, nested ones counted, are bounded by MAX_ITEMS. A skip's message names values by a bounded repr: the
+# whole repr of `a = [a, a]` doubled 30 times (2**30 leaves: 60 s, gigabytes, a 201 MB stats.json) is never built.
+MAX_CODE_CHARS = 20_000
+MAX_CODE_LINES = 1_000
+MAX_DETAIL = 300  # characters of a skip's message
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxtuple, _REPR.maxlist, _REPR.maxstring, _REPR.maxother = 3, 6, 6, 40, 60
+
+
+def _shown(value: Any) -> str:
+    """`value` as a skip's message names it: `reprlib`'s repr, at most 3 levels deep and 6 items a level."""
+    return _cut(_REPR.repr(value), 120)
+
+
+def _cut(text: str, limit: int = MAX_DETAIL) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _unsupported(node: ast.AST | None, what: str) -> SkipRow:
@@ -130,7 +152,7 @@ def _quoting(node: ast.stmt) -> Iterator[None]:
             raise
         header = {ast.If: "if {}:", ast.While: "while {}:"}.get(type(node))
         text = header.format(ast.unparse(node.test)) if header else ast.unparse(node).splitlines()[0]
-        text = text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 3] + "..."
+        text = _cut(text, QUOTE_CHARS)
         quoted = SkipRow("unsupported_code", f"{skip.detail} in `{text}`")
         quoted.statement = text
         raise quoted from None
@@ -151,6 +173,20 @@ def _bounded(value: Any, node: ast.AST | None) -> Any:
     if isinstance(value, tuple | list) and len(value) > MAX_ITEMS:
         raise _unsupported(node, f"a sequence of {len(value)} items (over {MAX_ITEMS})")
     return value
+
+
+def _items_over(values: Sequence[Any], limit: int) -> bool:
+    """Whether `values` hold over `limit` items, those of nested sequences counted; the walk stops past `limit`, so a
+    structure that shares its parts (`a = [a, a]` doubled: 2**30 leaves) costs no more than `limit` steps."""
+    stack, seen = list(values), 0
+    while stack:
+        value = stack.pop()
+        if isinstance(value, tuple | list):
+            seen += len(value)
+            if seen > limit:
+                return True
+            stack.extend(value)
+    return False
 
 
 def _power_bits(base: Any, exponent: Any) -> float:
@@ -199,6 +235,12 @@ class CodeReader:
             return self._run(code)
         except RecursionError:  # nesting deeper than Python's stack: no crop is written so
             raise SkipRow("unsupported_code", "expressions nested too deeply to read") from None
+        except SkipRow as skip:  # the net under every message built below: stats.json keeps each skip's text
+            if len(skip.detail) <= MAX_DETAIL:
+                raise
+            short = SkipRow(skip.reason, _cut(skip.detail))
+            short.statement = skip.statement
+            raise short from None
         finally:
             self.seconds_left -= self.clock() - start
             self.deadline = math.inf
@@ -209,9 +251,15 @@ class CodeReader:
 
     def _run(self, code: str) -> list[Shown]:
         self.shown, self.figure = [], None
+        self._check_time()  # a limit the row's earlier turns spent: this turn is not even parsed
+        lines = code.count("\n") + 1
+        if len(code) > MAX_CODE_CHARS or lines > MAX_CODE_LINES:
+            raise SkipRow("unsupported_code", f"a code turn of {len(code):,} characters and {lines:,} lines, over the "
+                          f"reader's {MAX_CODE_CHARS:,} and {MAX_CODE_LINES:,}: not parsed")  # fmt: skip
         tree = self.parse(code)
         if self.rewrite is not None:
             tree = self.rewrite(tree)
+        self._check_time()  # parsing and the rewrite count against the limit
         for i, statement in enumerate(tree.body):
             last = i == len(tree.body) - 1
             if last and self.shows == "display" and isinstance(statement, ast.Expr):
@@ -286,7 +334,7 @@ class CodeReader:
                     self.assign(element, OPAQUE)
                 return
             if not isinstance(value, tuple | list) or len(value) != len(target.elts):
-                raise _unsupported(target, f"unpacking {value!r} into {len(target.elts)} names")
+                raise _unsupported(target, f"unpacking {_shown(value)} into {len(target.elts)} names")
             for element, item in zip(target.elts, value):
                 self.assign(element, item)
         elif isinstance(target, ast.Subscript):
@@ -308,7 +356,7 @@ class CodeReader:
                 return self.env[node.id]
             if node.id in _NUMBER_FUNCS or node.id in ("print", "display", "str", "isinstance", "type", "range"):
                 return Module(node.id)
-            raise _unsupported(node, f"the name {node.id!r}, not defined before")
+            raise _unsupported(node, f"the name {_shown(node.id)}, not defined before")
         if isinstance(node, ast.Tuple | ast.List):
             values = [self.eval(e) for e in node.elts]
             return tuple(values) if isinstance(node, ast.Tuple) else values
@@ -396,7 +444,7 @@ class CodeReader:
             return _Bound(owner, name)
         if isinstance(owner, _Enhancer | str | _Opaque):
             return _Bound(owner, name)
-        raise _unsupported(node, f"the attribute .{name} of {owner!r}")
+        raise _unsupported(node, f"the attribute .{name} of {_shown(owner)}")
 
     def _subscript(self, owner: Any, node: ast.Subscript) -> Any:
         if isinstance(owner, Picture):
@@ -413,7 +461,7 @@ class CodeReader:
             key = self.eval(index)
             if isinstance(key, int) and -len(owner) <= key < len(owner):
                 return owner[key]
-            raise _unsupported(node, f"index {key!r} of a {len(owner)}-tuple")
+            raise _unsupported(node, f"index {_shown(key)} of a {len(owner)}-tuple")
         return OPAQUE
 
     def _slice_array(self, picture: Picture, index: ast.expr) -> Picture:
@@ -431,9 +479,9 @@ class CodeReader:
                 raise _unsupported(index, "an integer index into an image's rows or columns")
             lower, upper, step = (self.eval(b) if b is not None else None for b in (part.lower, part.upper, part.step))
             if step not in (None, 1):
-                raise _unsupported(index, f"a slice with step {step!r}")
+                raise _unsupported(index, f"a slice with step {_shown(step)}")
             if not all(b is None or (isinstance(b, int) and not isinstance(b, bool)) for b in (lower, upper)):
-                raise _unsupported(index, f"slice bounds {lower!r}:{upper!r} that are not integers")
+                raise _unsupported(index, f"slice bounds {_shown(lower)}:{_shown(upper)} that are not integers")
             start, stop, _ = slice(lower, upper).indices(length)
             spans.append((start, max(start, stop)))
         (top, bottom), (left, right) = spans
@@ -442,13 +490,16 @@ class CodeReader:
     def _crop(self, picture: Picture, box: Sequence[Any], node: ast.AST) -> Picture:
         """`picture` cropped at `box` (its own pixels, x1, y1, x2, y2), its region composed into the original."""
         if picture.extent is None:
-            raise _unsupported(node, f"a crop of an image made by {picture.made_by}")
+            raise _unsupported(node, f"a crop of an image made by {_cut(picture.made_by, 80)}")
         if not (isinstance(box, tuple | list) and len(box) == 4 and all(_is_number(v) for v in box)):
-            raise _unsupported(node, f"a crop box the reader cannot compute: {box!r}")
+            raise _unsupported(node, f"a crop box the reader cannot compute: {_shown(box)}")
         x1, y1, x2, y2 = (float(v) for v in box)
         if not picture.array:  # PIL rounds a float box to whole pixels
             x1, y1, x2, y2 = (float(round(v)) for v in (x1, y1, x2, y2))
         width, height = picture.size
+        if width <= 0 or height <= 0:  # its region has no pixel to scale a box by (a ZeroDivisionError, issue 59)
+            raise SkipRow("box_outside_image", f"line {getattr(node, 'lineno', '?')}: a crop of an empty image "
+                          f"({width}x{height}, made by {_cut(picture.made_by, 80)})")  # fmt: skip
         ex1, ey1, ex2, ey2 = picture.extent
         sx, sy = (ex2 - ex1) / width, (ey2 - ey1) / height
         extent = (ex1 + x1 * sx, ey1 + y1 * sy, ex1 + x2 * sx, ey1 + y2 * sy)
@@ -474,6 +525,8 @@ class CodeReader:
         if name in _NUMBER_FUNCS:
             for arg in args:
                 _bounded(arg, node)
+            if _items_over(args, MAX_ITEMS):
+                raise _unsupported(node, f"{name} of over {MAX_ITEMS} items, nested ones counted")
             if name in ("round", "numpy.round") and len(args) > 1 and _is_number(args[1]):
                 if abs(args[1]) > MAX_ROUND_DIGITS:  # round(5, -10**9) computes 10**(10**9)
                     raise _unsupported(node, f"a round to {args[1]} digits")
@@ -490,7 +543,7 @@ class CodeReader:
         if name in ("cv2.imread", "PIL.Image.open"):
             if args and self._is_original_path(args[0]):
                 return replace(self.original, array=name == "cv2.imread")
-            raise _unsupported(node, f"{name} of a file other than the original: {args[:1]!r}")
+            raise _unsupported(node, f"{name} of a file other than the original: {_shown(args[:1])}")
         if name == "cv2.imwrite":
             if self.shows == "save" and len(args) >= 2 and isinstance(args[1], Picture):
                 self._show(args[1], "save")
@@ -524,7 +577,7 @@ class CodeReader:
         if name == "resize":
             size = args[0] if args else kwargs.get("size")
             if not (isinstance(size, tuple | list) and len(size) == 2 and all(_is_number(v) for v in size)):
-                raise _unsupported(node, f"a resize to a size the reader cannot compute: {size!r}")
+                raise _unsupported(node, f"a resize to a size the reader cannot compute: {_shown(size)}")
             return replace(owner, size=(int(size[0]), int(size[1])), made_by=f"{owner.made_by}, resized")
         if name in _PICTURE_ENHANCE:
             return replace(owner, made_by=f"{owner.made_by}, enhanced")
@@ -556,7 +609,9 @@ class CodeReader:
         elif _is_number(fx) and _is_number(fy) and fx > 0 and fy > 0:
             new = (round(width * fx), round(height * fy))
         else:
-            raise _unsupported(node, f"cv2.resize to a size the reader cannot compute: {size!r}, fx={fx!r}")
+            raise _unsupported(
+                node, f"cv2.resize to a size the reader cannot compute: {_shown(size)}, fx={_shown(fx)}"
+            )
         return replace(picture, size=new, made_by=f"{picture.made_by}, resized")
 
     def _pyplot(self, name: str, pictures: list[Picture], node: ast.AST) -> Any:
@@ -619,8 +674,8 @@ def shown_calls(shown: Sequence[Shown]) -> list[ReadCall]:
     for item in shown:
         picture = item.picture
         if picture.extent is None:
-            raise SkipRow("unsupported_tool", f"the code shows an image made by {picture.made_by}")
+            raise SkipRow("unsupported_tool", f"the code shows an image made by {_cut(picture.made_by)}")
         if not picture.cropped:
-            raise SkipRow("unsupported_tool", f"the code shows the whole image ({picture.made_by})")
+            raise SkipRow("unsupported_tool", f"the code shows the whole image ({_cut(picture.made_by)})")
         calls.append(ReadCall(picture.extent, figure=item.via == "figure"))
     return calls
