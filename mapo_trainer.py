@@ -22,6 +22,7 @@ from configs import ROW_MEAN_LOSSES, MAPOConfig
 from data import prompts_in_box_convention
 from hpo import HPOAdvantages, kantorovich_potentials
 from mapo import groups_outcome_all_equal, reference_advantages, scale_similarity, semantic_reward
+from repairs.response_parser import guard_response_parser
 from repairs.resume import ExactResume
 from repairs.rollout import ban_placeholder_tokens, check_token_budget, over_turn
 from repairs.tool_rounds import AgreedToolRounds
@@ -81,6 +82,7 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
       (`variance_probe_steps`), both off with a warning under DeepSpeed or FSDP (`utils.diagnostics.sharded_diagnostics`); a
       colocated vLLM engine built with the recipe's pixel budget and `vllm_dtype` (`repairs.vllm_images`); generation
       in either backend kept from sampling image and video placeholders (`repairs.rollout.ban_placeholder_tokens`);
+      any completion TRL cannot parse read as plain text, never raised (`repairs.response_parser`);
       every vLLM weight sync followed by a reset of vLLM's encoder cache
       (`repairs.vllm_images.reset_encoder_cache_after_sync`); a vLLM server that cannot be reached, serves another
       model or another pixel budget fails naming the fields;
@@ -151,6 +153,7 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
                 "the server's start."
             ) from err
         ban_placeholder_tokens(self)
+        guard_response_parser(self._tokenizer)  # no completion raises out of the rollout (issue 59)
         if self.use_vllm:  # TRL resets only the prefix cache: image embeddings of old weights would be reused
             reset_encoder_cache_after_sync(self.vllm_generation)
         if self.use_vllm and self.vllm_mode == "server" and self.accelerator.is_main_process:

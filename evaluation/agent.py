@@ -22,6 +22,7 @@ from trl.data_utils import prepare_multimodal_messages
 
 from data.task import extract_answer, final_text, in_box_convention
 from repairs import rollout
+from repairs.response_parser import guard_response_parser
 from repairs.vllm_images import check_expansion, collapse_image_runs
 from tools import ToolConfig, ZoomCall, ZoomInEnv, environment_tools, executed_calls, make_environment_factory
 from utils.models import context_length, pixel_budget
@@ -194,6 +195,7 @@ class ZoomAgent:
         self.max_iterations = max_tool_calling_iterations
         if getattr(processor.tokenizer, "response_template", None) is None:
             add_response_schema(processor)  # what GRPOTrainer sets up so `parse_response` reads tool calls
+        guard_response_parser(processor.tokenizer)  # as MAPOTrainer: no completion raises out of a batch
         self.processor, self.tokenizer = processor, processor.tokenizer
         self.make_env = make_environment_factory(config, pixel_budget(processor))
 

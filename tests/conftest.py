@@ -122,6 +122,7 @@ LONGEST_FIRST = (
     "tests/test_demo.py",
     "tests/test_reproduce.py",
     "tests/test_hpo_trainer.py",
+    "tests/test_hostile_completions.py",
 )
 
 
