@@ -238,6 +238,7 @@ def test_target_seen_is_per_row_as_the_grounding_reward_pays_it_by_hand(tmp_path
         [{"box": None}, {"box": [300, 300, 400, 400]}],  # an invalid call, then a miss
     ]
     records = [row | {"target_bbox": target, "calls": c} for c in calls] + [row | {"target_bbox": None, "calls": []}]
+    records = [record | {"id": str(i)} for i, record in enumerate(records)]  # every sample record has one
     (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     assert stages.eval_summary({}, tmp_path)["target_seen"] == 0.25
 
