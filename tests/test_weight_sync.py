@@ -81,6 +81,7 @@ def test_the_trainer_wraps_the_sync_it_is_built_with(monkeypatch, mode):
     def trl_init(self, *args, processing_class, **kwargs):
         self.use_vllm, self.vllm_mode, self.vllm_generation = True, mode, generation
         self.processing_class, self.model = processing_class, SimpleNamespace(name_or_path="policy")
+        self._tokenizer = SimpleNamespace(parse_response=lambda ids: {})  # guarded by `repairs.response_parser`
         self.accelerator = SimpleNamespace(is_main_process=True)
         self.args = SimpleNamespace(max_completion_length=64, max_tool_calling_iterations=1)
 
