@@ -38,6 +38,9 @@ from transformers import AutoConfig, AutoModelForImageTextToText, set_seed
 from trl import GRPOTrainer
 from trl.data_utils import prepare_multimodal_messages
 
+from data.converters.code_reader import CodeReader
+from data.converters.common import SkipRow
+from data.converters.thyme import thyme_code_blocks
 from data.synthetic import build_synthetic
 from hpo import kantorovich_potentials
 from mapo_trainer import SEMANTIC_REWARD_NAME, ClipVerifier, MAPOTrainer
@@ -476,12 +479,8 @@ def bench_hostile_rows(scale: float = 1.0, code_blocks=None, reader=None) -> dic
     """Per `hostile_rows` row: seconds to read it and what it came to (Thyme's blocks found; or the reader's skip
     reason and its message's length). `code_blocks` and `reader` (a `CodeReader` class) default to the converters'
     own: docs/benchmarks.md passes the code before issue 59 at a smaller `scale` for its "before" figures."""
-    from data.converters.common import SkipRow
-
-    if code_blocks is None:
-        from data.converters.thyme import thyme_code_blocks as code_blocks
-    if reader is None:
-        from data.converters.code_reader import CodeReader as reader
+    code_blocks = code_blocks or thyme_code_blocks
+    reader = reader or CodeReader
     results = {}
     for name, (kind, text) in hostile_rows(scale).items():
         start = time.perf_counter()

@@ -22,6 +22,7 @@ from data import convert
 from data.converters import FORMATS
 from data.converters.common import MAX_IMAGE_FILE_BYTES, MAX_SKIP_DETAIL, ImageStore, LayoutError, SkipRow
 from tests.release_fixtures import cof_record, png, scene, think, write_cof
+from tests.test_convert import release
 from tools import ToolConfig
 
 SQUARE = [240, 90, 300, 150]
@@ -279,8 +280,6 @@ def test_every_reader_skips_rows_of_another_shape_and_converts_the_rest(tmp_path
     """Each release reader on rows of a shape it does not expect: each a counted skip naming its file and row, the two
     good rows converted (before issue 59, each lost the conversion: RecursionError, OverflowError, AttributeError,
     TypeError, KeyError)."""
-    from tests.test_convert import release
-
     root, file, records = release(tmp_path / "in", fmt)
     bad = BAD_ROWS[fmt](records[0])
     if fmt == "mini_o3_coldstart":
