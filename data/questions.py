@@ -9,11 +9,14 @@ from collections.abc import Sequence
 
 from data.task import OPTION_LETTERS
 
-# "(A) red" option lines, as V* embeds them in its question text and MME-RealWorld writes its answer choices.
-_OPTION = re.compile(r"^\s*\(([A-H])\)\s*(.*?)\s*$")
+# "(A) red" option lines, as V* embeds them in its question text and MME-RealWorld writes its answer choices; the
+# heads of the patterns `^\s*\(([A-H])\)\s*(.*?)\s*$` and (below) `^\s*([A-H])[.:)]\s+(.*?)\s*$`, whose lazy text
+# and trailing `\s*` took time quadratic in the spaces inside a line: `_option` reads the text.
+_OPTION = re.compile(r"\s*\(([A-H])\)\s*")
 # "A. red" / "A: red" / "A) red", the other way the zoom-trajectory sets write options (Thyme, CoF's "A." questions)
-_LETTER_OPTION = re.compile(r"^\s*([A-H])[.:)]\s+(.*?)\s*$")
-_OPTIONS_HEADER = re.compile(r"^\s*(?:options|choices)\s*:?\s*$", re.IGNORECASE)
+_LETTER_OPTION = re.compile(r"\s*([A-H])[.:)]\s+")
+# Possessive: `\s*:?\s*$` split a run of spaces between its two `\s*` every way before it failed.
+_OPTIONS_HEADER = re.compile(r"^\s*(?:options|choices)\s*+:?\s*+$", re.IGNORECASE)
 _QUESTION_PREFIX = re.compile(r"^\s*Question:\s*", re.IGNORECASE)
 
 # CoF's prepare_zoomin_data.py builds the user turn as "<image> Question: {question}" + an answer instruction + its
@@ -21,15 +24,25 @@ _QUESTION_PREFIX = re.compile(r"^\s*Question:\s*", re.IGNORECASE)
 COF_INSTRUCTIONS = ("Answer the question using", "Answer with the option's letter", "Think in the mind first")
 
 
-def _option_lines(lines: list[str], pattern: re.Pattern) -> tuple[int | None, list[str]]:
+def _option(line: str, head: re.Pattern) -> tuple[str, str] | None:
+    """`line`'s letter and text if it is an option line whose letter and spaces `head` matches, else None: the text
+    is the rest without its trailing whitespace, on one line (the full patterns' `(.*?)\\s*$`, `.` not a newline)."""
+    match = head.match(line)
+    if match is None:
+        return None
+    text = line[match.end() :].rstrip()  # `str.isspace` and re's `\s` agree on every code point
+    return None if "\n" in text else (match.group(1), text)
+
+
+def _option_lines(lines: list[str], head: re.Pattern) -> tuple[int | None, list[str]]:
     """Where the option lines "A", "B", ... (in letter order) start in `lines`, and their texts."""
-    first = next((i for i, line in enumerate(lines) if (m := pattern.match(line)) and m.group(1) == "A"), None)
+    first = next((i for i, line in enumerate(lines) if (o := _option(line, head)) and o[0] == "A"), None)
     options: list[str] = []
     for letter, line in zip(OPTION_LETTERS, lines[first:] if first is not None else []):
-        match = pattern.match(line)
-        if match is None or match.group(1) != letter:
+        option = _option(line, head)
+        if option is None or option[0] != letter:
             break
-        options.append(match.group(2))
+        options.append(option[1])
     return first, options
 
 
@@ -46,8 +59,8 @@ def split_options(text: str) -> tuple[str, list[str]]:
 
 def option_text(choice: str) -> str:
     """An option without its letter: "(B) 457" -> "457"; text without a letter prefix is kept."""
-    match = _OPTION.match(choice)
-    return match.group(2) if match else choice.strip()
+    option = _option(choice, _OPTION)
+    return option[1] if option else choice.strip()
 
 
 def dataset_question(

@@ -73,7 +73,7 @@ def in_box_convention(prompt: Sequence[dict], box_convention: str) -> list[dict]
 
 
 # --------------------------------------------------------------------------------------------------- answer parsing
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 _BOXED_RE = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
 _THINK_RE = re.compile(r"^\s*<think>(?:(?!<think>).)*?</think>", re.DOTALL)
 
@@ -100,6 +100,21 @@ def final_text(completion: list[dict] | str) -> str:
     return ""
 
 
+def tag_contents(text: str, open_tag: str, close_tag: str) -> list[str]:
+    """The text inside each `open_tag`...`close_tag` of `text`, as `re.findall` finds them with the pattern
+    `re.escape(open_tag) + "(.*?)" + re.escape(close_tag)` and `re.DOTALL` (the repo's tag regexes before issue 59),
+    in time linear in `text`: that regex scanned to the end for every opening tag left open (quadratic on a flood of
+    them, minutes at 40,000), where the first open tag without a close ends the search, as no later one has one."""
+    found, position = [], 0
+    while (start := text.find(open_tag, position)) != -1:
+        end = text.find(close_tag, start + len(open_tag))
+        if end == -1:
+            break
+        found.append(text[start + len(open_tag) : end])
+        position = end + len(close_tag)
+    return found
+
+
 def extract_answer(text: str) -> str | None:
     """The final answer in `text`: the last `<answer>...</answer>`, else the last `\\boxed{...}`, else None.
 
@@ -107,7 +122,7 @@ def extract_answer(text: str) -> str | None:
     completion that revises itself ends on the answer it settles on, and because the upstream rewards read it so
     (DeepEyes' `verl/utils/reward_score/vl_agent.py` takes `predict_str.split("<answer>")[-1]`).
     """
-    found = _ANSWER_RE.findall(text)
+    found = tag_contents(text, ANSWER_OPEN, ANSWER_CLOSE)
     if found:
         return found[-1].strip()
     boxed = _BOXED_RE.findall(text)
@@ -153,6 +168,12 @@ def is_correct(prediction: str | None, answer: str, options: Sequence[str] = ())
     return normalize(prediction) == normalize(answer)
 
 
+def is_answer_block(text: str) -> bool:
+    """Whether `text` is one `<answer>...</answer>` from end to end, as the lazy pattern's `fullmatch` had it: the tags
+    at its two ends (they cannot overlap), anything between."""
+    return text.startswith(ANSWER_OPEN) and text.endswith(ANSWER_CLOSE)
+
+
 def is_well_formed_turn(message: dict, is_last: bool) -> bool:
     """An assistant turn in the task's format: `<think>...</think>`, then a tool call (an intermediate turn) or one
     `<answer>...</answer>` (the last turn)."""
@@ -169,7 +190,7 @@ def is_well_formed_turn(message: dict, is_last: bool) -> bool:
         rest = text[think.end() :].strip()
     has_call = bool(message.get("tool_calls"))
     if is_last:  # the final turn answers and calls nothing
-        # one block: the lazy pattern alone would also fullmatch "<answer>A</answer><answer>C</answer>"
-        one = rest.count("<answer>") == 1 and rest.count("</answer>") == 1
-        return not has_call and one and _ANSWER_RE.fullmatch(rest) is not None
+        # one block: `is_answer_block` alone would also take "<answer>A</answer><answer>C</answer>"
+        one = rest.count(ANSWER_OPEN) == 1 and rest.count(ANSWER_CLOSE) == 1
+        return not has_call and one and is_answer_block(rest)
     return has_call and rest == ""  # an intermediate turn thinks, then calls (the call is parsed out of content)

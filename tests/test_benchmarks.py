@@ -7,17 +7,20 @@ docs/evaluation.md cites): file names, field names, option formats and image enc
 import base64
 import io
 import json
+import re
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 import data.benchmarks as benchmarks
 from data import get_dataset
 from data.benchmarks import BadRowError, load_benchmark, read_benchmark
-from data.questions import split_options
+from data.questions import _LETTER_OPTION, _OPTION, _OPTIONS_HEADER, _option, split_options
 from data.synthetic import build_synthetic
 from data.task import build_prompt
 
@@ -162,6 +165,30 @@ def test_split_options_strips_embedded_options_and_instruction():
     assert split_options(text) == ("What is the color of the cup?", ["red", "light blue"])
     assert split_options("  How many cups?  ") == ("How many cups?", [])
     assert split_options("Pick one\n(B) no A first") == ("Pick one\n(B) no A first", [])
+
+
+# data/questions.py's option-line patterns before issue 59 (their lazy text and trailing `\s*` were quadratic in the
+# spaces inside a line, as was the header's `\s*:?\s*$`): the oracles of `_option` and the possessive header.
+REGEX_OPTION = re.compile(r"^\s*\(([A-H])\)\s*(.*?)\s*$")
+REGEX_LETTER_OPTION = re.compile(r"^\s*([A-H])[.:)]\s+(.*?)\s*$")
+REGEX_OPTIONS_HEADER = re.compile(r"^\s*(?:options|choices)\s*:?\s*$", re.IGNORECASE)
+# Whitespace `\s` takes beyond ASCII's (an information separator, NEL, NBSP, a line separator) among the text.
+LINE_SOUP = ("(", ")", "(A)", "(H)", "(I)", "A", "B", "a", ".", ":", "A.", "C:", " ", "  ", "\t", "\n", "\r", "\x0b",
+             "\x1f", "\x85", "\u00a0", "\u2028", "\u3000", "x", "red", "options", "Choices", "OPTIONS")  # fmt: skip
+lines = st.lists(st.sampled_from(LINE_SOUP), max_size=12).map("".join)
+
+
+@settings(max_examples=3000, derandomize=True, deadline=None)
+@given(lines)
+def test_option_lines_and_headers_are_what_the_regexes_read(line):
+    """An option line's letter and text, and whether a line is an "Options:" header, on lines of letters, brackets,
+    whitespace of many kinds, newlines inside and at the end: what the full patterns read. Seen failing with each
+    of three bugs planted: a newline allowed in an option's text, its trailing whitespace cut to spaces only, and the
+    header's colon made required."""
+    for head, full in ((_OPTION, REGEX_OPTION), (_LETTER_OPTION, REGEX_LETTER_OPTION)):
+        match = full.match(line)
+        assert _option(line, head) == (match.groups() if match else None)
+    assert (_OPTIONS_HEADER.match(line) is None) == (REGEX_OPTIONS_HEADER.match(line) is None)
 
 
 def test_vstar(vstar_dir):

@@ -27,8 +27,10 @@ from data.converters.code_reader import (
     OriginalPath,
     parse_code,
 )
-from data.converters.common import IMAGE_TAG, SkipRow
+from data.converters.common import IMAGE_TAG, SkipRow, _json_tokens, thought_of, tool_calls
+from data.converters.deepeyes_v2 import python_fences
 from data.converters.thyme import ThymeSandboxRewrites, parse_thyme_code, thyme_code_blocks
+from data.task import tag_contents
 from tests.release_fixtures import SIZE, deepeyes_v2_record, thyme_record, write_deepeyes_v2
 from tools import ToolConfig
 
@@ -466,3 +468,63 @@ def test_thyme_code_blocks_of_release_rows_are_what_thymes_regex_finds():
     assert blocks[1][1] == "x = undefined_name" and response[position:].startswith("\nThe crop shows it is red.")
     unfenced = "<code>python\n  x = 1\n</code>\n<sandbox_output><image><image></sandbox_output> done"
     assert thyme_code_blocks(unfenced) == regex_code_blocks(unfenced) == ([("", "x = 1", 2)], len(unfenced) - 5)
+
+
+# The converters' other tag regexes before issue 59 (common.py, deepeyes_v2.py), each quadratic in the tags left open:
+# the oracles of the scans that replaced them.
+THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+CODE_BLOCK = re.compile(r"<code>(.*?)</code>", re.DOTALL)
+PYTHON_FENCE = re.compile(r"```python\s*\n(.*?)\n```", re.DOTALL)
+JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]', re.DOTALL)
+
+
+def regex_thought_of(text: str) -> str:
+    """`common.thought_of` before issue 59, line for line."""
+    match = THINK.search(text)
+    text = match.group(1) if match else re.split(r"<tool_call>|<grounding>|<code>|<answer>", text, maxsplit=1)[0]
+    return re.sub(r"</?think>", "", text).strip()
+
+
+TURN_SOUP = ("<think>", "</think>", "<think", "<tool_call>", "</tool_call>", "<code>", "</code>", "<grounding>",
+             "<answer>", "</answer>", "<", "/", ">", " ", "\n", "x", "thought")  # fmt: skip
+turns = st.lists(st.sampled_from(TURN_SOUP), max_size=16).map("".join)
+
+
+@settings(max_examples=2000, derandomize=True, deadline=None)
+@given(turns)
+def test_thoughts_calls_and_code_blocks_are_what_the_regexes_found(text):
+    """A turn's thought, tool calls and DeepEyesV2 code blocks, tags closed, open, nested or stray: what the regexes
+    found. Seen failing with `thought_of` planted to take the last `<think>` block, not the first."""
+    assert thought_of(text) == regex_thought_of(text)
+    assert tool_calls(text) == TOOL_CALL.findall(text)
+    assert tag_contents(text, "<code>", "</code>") == CODE_BLOCK.findall(text)
+
+
+FENCE_SOUP = ("```python", "```", "``", "`", "python", "\n", "\n```", " ", "\t", "\r", "\u00a0", "\u2028", "x",
+              "print(1)")  # fmt: skip
+fenced = st.lists(st.sampled_from(FENCE_SOUP), max_size=16).map("".join)
+
+
+@settings(max_examples=3000, derandomize=True, deadline=None)
+@given(fenced)
+def test_python_fences_are_what_deepeyes_v2s_regex_finds(code):
+    """Fences opened with or without a newline after whitespace, closed, open or empty (```python and newlines
+    straight into the close, which the regex reaches only by giving back its whitespace): DeepEyesV2's fenced code.
+    Seen failing with each of three bugs planted: the code opened at the whitespace's first newline, not its last;
+    the search stopped at an opening with no newline; the whitespace never given back."""
+    assert python_fences(code) == PYTHON_FENCE.findall(code)
+
+
+JSON_SOUP = ('"', '\\"', "\\", "\\\\", "[", "]", "{", "}", ",", "x", " ", "\n", ":", "1")
+json_texts = st.lists(st.sampled_from(JSON_SOUP), max_size=20).map("".join)
+
+
+@settings(max_examples=3000, derandomize=True, deadline=None)
+@given(json_texts, st.integers(0, 3))
+def test_json_tokens_are_what_the_token_regex_finds(text, position):
+    """The strings, brackets and commas `_array_items` splits a release's JSON list on, strings closed, left open,
+    escaped quotes and backslashes anywhere: the same tokens, at the same places, as the regex found. Seen failing
+    with the lone quote passed on as a token."""
+    found = [(t.start(), t.end(), t.group()) for t in _json_tokens(text, position)]
+    assert found == [(t.start(), t.end(), t.group()) for t in JSON_TOKEN.finditer(text, position)]

@@ -1,7 +1,11 @@
 """The prompt (its system turn in each box convention), answer parsing and the outcome/format rewards on hand-written
 completions."""
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from data import prompts_in_box_convention
@@ -12,8 +16,10 @@ from data.task import (
     build_prompt,
     extract_answer,
     in_box_convention,
+    is_answer_block,
     is_correct,
     parse_choice,
+    tag_contents,
 )
 from rewards import format_reward, gated_outcome_reward, outcome_reward, tool_bonus_reward
 from tools import PixelBudget, ToolConfig, ZoomInEnv
@@ -78,6 +84,51 @@ def test_a_datasets_prompts_are_rewritten_and_its_images_kept():
 )
 def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
+
+
+# Issue 59, item 4: the answer and tag regexes before it, kept as the oracles of their linear-time replacements.
+ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+BOXED_RE = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
+
+
+def regex_extract_answer(text):
+    """`extract_answer` before issue 59, line for line."""
+    found = ANSWER_RE.findall(text)
+    if found:
+        return found[-1].strip()
+    boxed = BOXED_RE.findall(text)
+    return boxed[-1].strip() if boxed else None
+
+
+# Tags whole, cut short, nested, doubled, of another kind, among text, newlines and spaces.
+TAG_PAIRS = (("<answer>", "</answer>"), ("<think>", "</think>"), ("<tool_call>", "</tool_call>"), ("<code>", "</code>"),
+             ("<grounding>", "</grounding>"), ("<a>", "</a>"), ("ab", "ba"), ("aa", "a"))  # fmt: skip
+TAG_SOUP = ("<answer>", "</answer>", "<answer", "</answer", "answer>", "<ANSWER>", "<", "/", ">", "a", "b", "ab", "ba",
+            "<a>", "</a>", "<think>", "</think>", "<tool_call>", "</tool_call>", "<code>", "</code>", "<grounding>",
+            "</grounding>", "\\boxed{", "{", "}", "x", " ", "\n", "\u00e9")  # fmt: skip
+soups = st.lists(st.sampled_from(TAG_SOUP), max_size=16).map("".join)
+
+
+@settings(max_examples=2000, derandomize=True, deadline=None)
+@given(soups, st.sampled_from(TAG_PAIRS))
+def test_tag_contents_is_what_the_lazy_tag_regex_finds(text, tags):
+    """Tags closed, open, nested, overlapping themselves (`aa`...`a`), among any text: the same contents as
+    `findall` of the DOTALL lazy pattern the converters and `extract_answer` used. Seen failing with the search for
+    the next tag planted to start at the close's start instead of its end."""
+    pattern = re.compile(re.escape(tags[0]) + "(.*?)" + re.escape(tags[1]), re.DOTALL)
+    assert tag_contents(text, *tags) == pattern.findall(text)
+
+
+@settings(max_examples=2000, derandomize=True, deadline=None)
+@given(soups)
+def test_extract_answer_is_what_the_answer_regex_finds(text):
+    """`extract_answer` runs in every outcome reward and evaluation: its answers must not move. Also the well-formed
+    turn's one block, whole (`is_answer_block`), against the pattern's `fullmatch`. Seen failing with the first
+    block's answer planted in place of the last, and with `is_answer_block` planted to want
+    either tag, not both."""
+    assert extract_answer(text) == regex_extract_answer(text)
+    for candidate in (text, f"<answer>{text}", f"{text}</answer>", f"<answer>{text}</answer>"):
+        assert is_answer_block(candidate) == (ANSWER_RE.fullmatch(candidate) is not None)
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import functools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from data.converters.common import TOOL_CALL, ImageStore, SkipRow, brief, json_call, numbers, read_release, thought_of
+from data.converters.common import ImageStore, SkipRow, brief, json_call, numbers, read_release, thought_of, tool_calls
 from data.converters.crop_check import Readings
 from data.converters.replay import ReadCall, sharegpt_row
 from data.questions import cof_question
@@ -41,7 +41,7 @@ def enlarge_box(box: Sequence[float], factor: float, size: tuple[int, int]) -> l
 def _turn(text: str, replay, enlarge: float = 1.0) -> tuple:
     def read() -> list[ReadCall]:
         calls = []
-        for payload in TOOL_CALL.findall(text):
+        for payload in tool_calls(text):
             call = json_call(payload)
             if call.get("name", "image_zoom_in_tool") != "image_zoom_in_tool":
                 raise SkipRow("unsupported_tool", f"tool {brief(call.get('name'))}")

@@ -23,6 +23,7 @@ import pyarrow as pa
 from PIL import Image
 
 from data.rows import Trajectory, parquet_records
+from data.task import tag_contents
 
 Box = tuple[int, int, int, int]  # x1, y1, x2, y2 in the original image's pixels
 
@@ -158,9 +159,7 @@ def numbers(value: Any, count: int = 4) -> list[float]:
 
 
 # ------------------------------------------------------------------------------------------ text, records, parts
-_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _THINK_TAG = re.compile(r"</?think>")
-TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 IMAGE_TAG = "<image>"
 # The kinds a content part can be, by the key that holds its value (Qwen's message format: `{"type": "image",
 # "image": ...}`; OpenAI's `image_url`); a part without `type` is of the one kind whose key it has.
@@ -170,9 +169,14 @@ PART_KINDS = {"text": "text", "image": "image", "image_url": "image", "video": "
 def thought_of(text: str) -> str:
     """The thought of an assistant turn (or of a stretch of one): its `<think>` text, else its text before the first
     call, code or answer tag, with no stray `<think>` or `</think>` left (Thyme's code sits inside one `<think>`)."""
-    match = _THINK.search(text)
-    text = match.group(1) if match else re.split(r"<tool_call>|<grounding>|<code>|<answer>", text, maxsplit=1)[0]
+    thoughts = tag_contents(text, "<think>", "</think>")
+    text = thoughts[0] if thoughts else re.split(r"<tool_call>|<grounding>|<code>|<answer>", text, maxsplit=1)[0]
     return _THINK_TAG.sub("", text).strip()
+
+
+def tool_calls(text: str) -> list[str]:
+    """The payload of each `<tool_call>...</tool_call>` of `text`, in order (`tag_contents`)."""
+    return tag_contents(text, "<tool_call>", "</tool_call>")
 
 
 def without_nulls(value: Any) -> Any:
@@ -234,11 +238,25 @@ def json_call(text: str) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------------- files
-# A JSON string, bracket or comma (`_array_items` splits a list on these alone); a `\ud800`-`\udfff` escape, the only
-# way text that is valid UTF-8 can still hold a lone surrogate, which no dataset can store.
-_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]', re.DOTALL)
+# A JSON string, bracket or comma (`_array_items` splits a list on these alone), or a lone `"`: a string left open,
+# after which `_json_tokens` looks for the marks alone; a `\ud800`-`\udfff` escape, the only way text that is valid
+# UTF-8 can still hold a lone surrogate, which no dataset can store.
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]|"', re.DOTALL)
+_JSON_MARK = re.compile(r"[\[\]{},]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _END = object()
+
+
+def _json_tokens(text: str, position: int) -> Iterator[re.Match]:
+    """The JSON strings, brackets and commas of `text` from `position`, as `finditer` found them with `_JSON_TOKEN`
+    less its lone quote (its pattern until issue 59), in linear time. That pattern tried a string again at every
+    quote after one left open, each try reading to the end (quadratic on a flood of escaped quotes), though none can
+    close: a try from a later quote reads on from it as the first try did, which took that quote as escaped."""
+    for token in _JSON_TOKEN.finditer(text, position):
+        if token.group() == '"':
+            yield from _JSON_MARK.finditer(text, token.end())
+            return
+        yield token
 
 
 def inside(root: Path, path: Path) -> bool:
@@ -310,7 +328,7 @@ def _array_items(text: str, path: Path, what: str) -> Iterator[Any]:
     if not text.startswith("[", first):
         raise LayoutError(f"{path}: expected a JSON list of records; {what}")
     depth, start, count = 0, first + 1, 0
-    for token in _JSON_TOKEN.finditer(text, first):
+    for token in _json_tokens(text, first):
         mark = token.group()
         if mark[0] == '"':
             continue

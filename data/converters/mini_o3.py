@@ -27,10 +27,8 @@ from data.converters.common import (
 from data.converters.replay import ReadCall, Replay, question_images, shown_after
 from data.questions import dataset_question
 from data.rows import Trajectory
-from data.task import extract_answer
+from data.task import extract_answer, tag_contents
 from tools import ToolConfig
-
-_GROUNDING = re.compile(r"<grounding>(.*?)</grounding>", re.DOTALL)
 
 
 def read_mini_o3_coldstart(root: Path, tool: ToolConfig) -> Iterator[Trajectory | SkipRow]:
@@ -77,7 +75,7 @@ def _row(record: dict, row_id: str, store: ImageStore, tool: ToolConfig) -> Traj
 
         def read(text=text):
             calls = []
-            for payload in _GROUNDING.findall(text):
+            for payload in tag_contents(text, "<grounding>", "</grounding>"):
                 call = json_call(payload)
                 box, source = numbers(call.get("bbox_2d")), call.get("source", "original_image")
                 # observation_i is the i-th image the conversation showed (function_tools.py: observations[i]);

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from data.converters.common import (
-    TOOL_CALL,
     ImageStore,
     SkipRow,
     brief,
@@ -21,6 +20,7 @@ from data.converters.common import (
     read_release,
     relative_to_pixels,
     thought_of,
+    tool_calls,
 )
 from data.converters.crop_check import Readings
 from data.converters.replay import ReadCall, Replay, question_images, shown_after
@@ -66,7 +66,7 @@ def _row(record: dict, row_id: str, store: ImageStore, tool: ToolConfig, pad: fl
         text = content_text(message.get("content"))
 
         def read(text=text):
-            payloads = TOOL_CALL.findall(text)
+            payloads = tool_calls(text)
             if not payloads:
                 return []
             call = json_call(payloads[-1])  # their loop runs the last call of a turn (`parse_last_tool`)
