@@ -10,8 +10,9 @@
 5. Converting a release: `python -m data.convert`'s peak anonymous memory and seconds per row on Mini-o3-shaped
    releases of 2000 x 1500 JPEG originals at two sizes (`--convert_rows`): memory that grows with rows would not fit a
    release of thousands.
-6. Hostile rows (issue 59, item 4): seconds of Thyme's code-block scan and of the code reader on the rows that took
-   minutes or gigabytes before, and what each comes to (`--hostile_rows`, on by default: milliseconds).
+6. Hostile rows (issue 59, item 4): seconds of Thyme's code-block scan, of the code reader and of the tag and option
+   readers (`TAG_READERS`) on the rows that took minutes or gigabytes before, and what each comes to
+   (`--hostile_rows`, on by default: milliseconds).
 """
 
 from __future__ import annotations
@@ -39,9 +40,12 @@ from trl import GRPOTrainer
 from trl.data_utils import prepare_multimodal_messages
 
 from data.converters.code_reader import CodeReader
-from data.converters.common import SkipRow
+from data.converters.common import SkipRow, thought_of, tool_calls
+from data.converters.deepeyes_v2 import python_fences
 from data.converters.thyme import thyme_code_blocks
+from data.questions import dataset_question, split_options
 from data.synthetic import build_synthetic
+from data.task import extract_answer, tag_contents
 from hpo import kantorovich_potentials
 from mapo_trainer import SEMANTIC_REWARD_NAME, ClipVerifier, MAPOTrainer
 from tiny.kit import build_tiny_kit, kit_paths
@@ -457,9 +461,24 @@ def bench_convert(rows: list[int]) -> dict:
     return results
 
 
+# Issue 59, item 4's readers of tags and option lines, each quadratic in the tags left open or the spaces in a line
+# before it (its regexes: docs/benchmarks.md), by the name a `hostile_rows` row reads with.
+TAG_READERS = {
+    "thought": thought_of,
+    "tool calls": tool_calls,
+    "answer": extract_answer,
+    "DeepEyesV2 code": lambda text: tag_contents(text, "<code>", "</code>"),
+    "grounding": lambda text: tag_contents(text, "<grounding>", "</grounding>"),
+    "python fences": python_fences,
+    "options": lambda text: split_options(text)[1],
+    "question": lambda text: dataset_question(text)[1],
+}
+
+
 def hostile_rows(scale: float = 1.0) -> dict[str, tuple[str, str]]:
-    """Issue 59, item 4's rows, each (what reads it: "blocks", Thyme's code-block scan, or "reader", DeepEyesV2's code
-    reader, one turn; its text), every size times `scale` (a power of two where a size doubles)."""
+    """Issue 59, item 4's rows, each (what reads it: "blocks", Thyme's code-block scan, "reader", DeepEyesV2's code
+    reader, one turn, or a `TAG_READERS` name; its text), every size times `scale` (a power of two where a size
+    doubles)."""
     doublings = round(math.log2(scale))
     tags = max(1, int(40_000 * scale))
     return {
@@ -472,19 +491,32 @@ def hostile_rows(scale: float = 1.0) -> dict[str, tuple[str, str]]:
                                                + "b = b + b\n" * (13 + doublings) + "c = sum(b, [])"),
         "a skip naming a list nested 30 deep": ("reader", "a = [0]\n" + "a = [a, a]\n" * (30 + doublings)
                                                 + "x, y, z = a"),
+        "40,000 <think>, none closed": ("thought", "<think>" * tags),
+        "40,000 <tool_call>, none closed": ("tool calls", "<tool_call>" * tags),
+        "40,000 <answer>, none closed": ("answer", "<answer>" * tags),
+        "40,000 DeepEyesV2 <code>, none closed": ("DeepEyesV2 code", "<code>" * tags),
+        "40,000 <grounding>, none closed": ("grounding", "<grounding>" * tags),
+        "40,000 ```python fences, none closed": ("python fences", "```python\nx" * tags),
+        "an option line with 40,000 spaces": ("options", "Q?\n(A) x" + " " * tags + "y\n(B) z"),
+        "an Options line with 40,000 spaces": ("question", "Q?\nOptions" + " " * tags + "x\nA. a\nB. b"),
     }  # fmt: skip
 
 
-def bench_hostile_rows(scale: float = 1.0, code_blocks=None, reader=None) -> dict:
-    """Per `hostile_rows` row: seconds to read it and what it came to (Thyme's blocks found; or the reader's skip
-    reason and its message's length). `code_blocks` and `reader` (a `CodeReader` class) default to the converters'
-    own: docs/benchmarks.md passes the code before issue 59 at a smaller `scale` for its "before" figures."""
+def bench_hostile_rows(scale: float = 1.0, code_blocks=None, reader=None, tag_readers=None) -> dict:
+    """Per `hostile_rows` row: seconds to read it and what it came to (Thyme's blocks found; the reader's skip reason
+    and its message's length; or the length of what a tag reader returned: blocks, options, an answer's or a thought's
+    characters). `code_blocks`, `reader` (a `CodeReader` class) and `tag_readers` (`TAG_READERS`' names, some or all)
+    default to the converters' own: docs/benchmarks.md passes the code before issue 59 at a smaller `scale` for its
+    "before" figures."""
     code_blocks = code_blocks or thyme_code_blocks
     reader = reader or CodeReader
+    tag_readers = {**TAG_READERS, **(tag_readers or {})}
     results = {}
     for name, (kind, text) in hostile_rows(scale).items():
         start = time.perf_counter()
-        if kind == "blocks":
+        if kind in tag_readers:
+            outcome = {"found": len(tag_readers[kind](text) or "")}
+        elif kind == "blocks":
             found = code_blocks(text)
             outcome = {"blocks": len(found[0] if isinstance(found, tuple) else found)}
         else:
