@@ -178,7 +178,7 @@ LINE_SOUP = ("(", ")", "(A)", "(H)", "(I)", "A", "B", "a", ".", ":", "A.", "C:",
 lines = st.lists(st.sampled_from(LINE_SOUP), max_size=12).map("".join)
 
 
-@settings(max_examples=3000, derandomize=True, deadline=None)
+@settings(max_examples=1000, derandomize=True, deadline=None)
 @given(lines)
 def test_option_lines_and_headers_are_what_the_regexes_read(line):
     """An option line's letter and text, and whether a line is an "Options:" header, on lines of letters, brackets,

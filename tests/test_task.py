@@ -109,7 +109,7 @@ TAG_SOUP = ("<answer>", "</answer>", "<answer", "</answer", "answer>", "<ANSWER>
 soups = st.lists(st.sampled_from(TAG_SOUP), max_size=16).map("".join)
 
 
-@settings(max_examples=2000, derandomize=True, deadline=None)
+@settings(max_examples=1000, derandomize=True, deadline=None)
 @given(soups, st.sampled_from(TAG_PAIRS))
 def test_tag_contents_is_what_the_lazy_tag_regex_finds(text, tags):
     """Tags closed, open, nested, overlapping themselves (`aa`...`a`), among any text: the same contents as
@@ -119,8 +119,12 @@ def test_tag_contents_is_what_the_lazy_tag_regex_finds(text, tags):
     assert tag_contents(text, *tags) == pattern.findall(text)
 
 
-@settings(max_examples=2000, derandomize=True, deadline=None)
-@given(soups)
+ANSWER_SOUP = ("<answer>", "</answer>", "<answer", "answer>", "\\boxed{", "{", "}", "x", "y", " ", "\n", "<", ">")
+answer_soups = st.lists(st.sampled_from(ANSWER_SOUP), max_size=16).map("".join)
+
+
+@settings(max_examples=1000, derandomize=True, deadline=None)
+@given(answer_soups)
 def test_extract_answer_is_what_the_answer_regex_finds(text):
     """`extract_answer` runs in every outcome reward and evaluation: its answers must not move. Also the well-formed
     turn's one block, whole (`is_answer_block`), against the pattern's `fullmatch`. Seen failing with the first
