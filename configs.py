@@ -7,6 +7,7 @@ tool, pixel budgets and, in its `VerifierConfig` fields, the CLIP verifier: all 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -270,6 +271,20 @@ class MAPOConfig(GRPOConfig):
                 "(eq. 3), which is multi_objective_aggregation='sum_then_normalize'; got "
                 f"{self.multi_objective_aggregation!r}."
             )
+        if not self.uses_semantic:
+            # a recipe cannot tell a value that trains from one only logged: say which of its R_sem fields move nothing
+            changed = [
+                f"{f.name}={getattr(self, f.name)!r}"
+                for f in fields(MAPOConfig)
+                if "semantic" in f.name and getattr(self, f.name) != f.default
+            ]
+            if changed:
+                warnings.warn(
+                    f"advantage_estimator={self.advantage_estimator!r} does not train on R_sem, it only logs it, so "
+                    f"{', '.join(changed)} {'moves' if len(changed) == 1 else 'move'} no gradient (semantic_beta "
+                    "weighs nothing; the others shape the logged R_sem): 'mapo' or 'mapo+hpo' train on R_sem.",
+                    stacklevel=3,  # the dataclass's __init__ calls this: name its caller
+                )
 
     @property
     def uses_semantic(self) -> bool:

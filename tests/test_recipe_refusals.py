@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from dataclasses import fields
 from fractions import Fraction
 from pathlib import Path
@@ -90,6 +91,31 @@ def test_every_range_names_a_real_field_and_every_number_mapo_adds_has_one():
         f.name for f in fields(MAPOConfig) if f.name not in grpo and str(f.type).split(" |")[0] in ("int", "float")
     }
     assert numbers <= set(FIELD_RANGES), numbers - set(FIELD_RANGES)
+
+
+# ------------------------------------------------------------------------------------------------ semantic_* fields
+def semantic_warnings(tmp_path: Path, **fields) -> list[str]:
+    """The warnings about R_sem's fields that a MAPOConfig built with `fields` raises."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        MAPOConfig(output_dir=str(tmp_path / "run"), use_cpu=True, bf16=False, **fields)
+    return [str(w.message) for w in caught if "R_sem" in str(w.message)]
+
+
+def test_a_semantic_field_set_under_an_estimator_that_does_not_train_on_r_sem_warns_naming_it(tmp_path):
+    """Under grpo and hpo R_sem is logged only: a semantic_beta set there weighs nothing, and the recipe says nothing
+    of it unless the parse does (the demo's GRPO recipe carried semantic_beta: 0.4 unnoticed)."""
+    [message] = semantic_warnings(
+        tmp_path, advantage_estimator="grpo", semantic_beta=0.8, semantic_score="contrastive"
+    )
+    assert "advantage_estimator='grpo'" in message
+    assert "semantic_beta=0.8" in message and "semantic_score='contrastive'" in message
+    assert "semantic_lambda" not in message  # left at its default: not named
+    [message] = semantic_warnings(tmp_path, advantage_estimator="hpo", no_tool_semantic=0.5)
+    assert "advantage_estimator='hpo'" in message and "no_tool_semantic=0.5" in message
+    assert semantic_warnings(tmp_path, advantage_estimator="grpo") == []  # the defaults: nothing set
+    assert semantic_warnings(tmp_path, advantage_estimator="mapo", semantic_beta=0.8) == []
+    assert semantic_warnings(tmp_path, advantage_estimator="mapo+hpo", semantic_score="contrastive") == []
 
 
 # ------------------------------------------------------------------------------------------------------- clip_model

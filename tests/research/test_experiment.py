@@ -333,3 +333,17 @@ def test_the_demo_reads_the_verdict_from_a_report(tmp_path):
     assert stages.experiment_verdict(report) == []
     report.write_text("# x\n\n## What would count\n\n- no\n\n## What it shows\n\n- one\n- two\n\n## Command\n\n- no\n")
     assert stages.experiment_verdict(report) == ["- one", "- two"]
+
+
+def test_the_demo_page_names_the_curves_reports_bar_as_the_se_of_a_difference():
+    """The curves report's second bar is the binomial SE of a difference of two evaluations on the same rows, not one
+    evaluation's noise: docs/demo.md gives both figures from its results.json, each under its own name."""
+    record = json.loads((stages.REPO / "research/reports/experiment_curves/results.json").read_text(encoding="utf-8"))
+    sft = record["sft"]
+    one = experiment.binomial_se(sft["target_seen"], sft["n"])
+    assert record["eval_se"] == pytest.approx(math.sqrt(2) * one, rel=1e-12)
+    page = " ".join((stages.REPO / "docs/demo.md").read_text(encoding="utf-8").split())
+    assert (
+        f"the binomial standard error of a difference of two {sft['n']}-row evaluations ({record['eval_se']:.3f}; "
+        f"one evaluation's is {one:.3f})" in page
+    )

@@ -158,7 +158,6 @@ def test_the_analysis_and_report_run_on_the_shrunk_measurement(shrunk, tmp_path)
     setup = {
         "date": "today", "command": "test", "start": str(start), "sft_steps": 0, "parameters": 1,
         "timings": {"all": 1.0}, "minutes": 0.1, "cpu_minutes": 0.1, "load": 1.0, "cores": 1, "gate": None,
-        "curves_verdict": None,
     }  # fmt: skip
     report = gc.write_report(tmp_path / "experiment.md", results, [replication], setup)
     text = report.read_text()

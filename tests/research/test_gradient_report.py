@@ -57,7 +57,7 @@ def synthetic(prompts: int, seed: int, first: int = 0, frames: float = 0.3, grou
 
 
 SETUP = {"date": "today", "command": "test", "start": "x", "sft_steps": 0, "parameters": 7, "timings": {"all": 1.0},
-         "minutes": 0.1, "cpu_minutes": 0.2, "load": 1.0, "cores": 1, "gate": None, "curves_verdict": None}  # fmt: skip
+         "minutes": 0.1, "cpu_minutes": 0.2, "load": 1.0, "cores": 1, "gate": None}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +125,7 @@ def test_the_report_states_only_what_results_json_holds(analysed, tmp_path):
         f"- **Proposition 2 (a), B = {gc.RECIPE_PROMPTS} (the paper recipe's batch), `scale_rewards",
     ]
     assert "information (`mapo_walk` - q = 0)" in bullets[0] and "density (q = 0 - `C_zoom`)" in bullets[0]
+    assert "learning-curve" not in text  # the RL experiment writes its own report; a copy of its verdict went stale
     assert any(b.startswith("- **Proposition 1, the world of mixed difficulty") for b in bullets[:6])
     assert any(b.startswith("- **Proposition 1, the recipe's world") for b in bullets[:6])
     record = json.loads((tmp_path / "experiment" / "results.json").read_text())
@@ -163,7 +164,53 @@ def test_the_committed_report_headline_is_results_json():
     worlds = [b for b in bullets if b.startswith("- **Proposition 1, ")]
     assert len(worlds) == 2 and bullets.index(worlds[0]) < 6
     for world, bullet in zip(("mixed", "recipe"), worlds):
-        assert f": {record['prop1'][world]['verdict']}.**" in bullet
+        assert f": {gc.p1_verdict(record['prop1'][world])}.**" in bullet
+
+
+def test_the_committed_report_is_what_the_generator_writes_from_its_results_json(tmp_path):
+    """A change to the report's words reaches the committed report: rendered anew from its results.json
+    (`--render`), it is the committed text."""
+    folder = tmp_path / REPORT.with_suffix("").name
+    folder.mkdir()
+    record = json.loads(RESULTS.read_text(encoding="utf-8"))
+    replications, setup = record.pop("replications"), record.pop("setup")
+    written = gc.write_report(tmp_path / REPORT.name, record, replications, setup)
+    assert written.read_text(encoding="utf-8") == REPORT.read_text(encoding="utf-8")
+
+
+def test_proposition_1s_verdict_carries_its_interval():
+    """The mixed world's ratio is below 1 by the 2 SE rule while its percentile interval contains 1: every place
+    that gives the verdict gives the interval with it."""
+    record = json.loads(RESULTS.read_text(encoding="utf-8"))
+    lo, hi = record["prop1"]["mixed"]["trace_ratio_interval"]
+    assert record["prop1"]["mixed"]["verdict"] == "holds" and lo < 1 < hi
+    [bullet] = [b for b in stages.experiment_verdict(REPORT) if b.startswith("- **Proposition 1, the world of mixed")]
+    headline = bullet.split(".**", 1)[0]
+    for text in (headline, gc.summary(record), gc.short_summary(record)):
+        assert f"holds by the 2 SE rule, though its percentile interval [{lo:.3f}, {hi:.3f}] contains 1" in text
+    entry = {"verdict": "holds", "trace_ratio_interval": [0.4, 0.9]}
+    assert gc.p1_verdict(entry) == "holds, percentile interval [0.400, 0.900]"
+    entry = {"verdict": "inconclusive", "trace_ratio_interval": [0.389, 1.245]}
+    assert gc.p1_verdict(entry) == "inconclusive, percentile interval [0.389, 1.245]"
+
+
+def test_proposition_2b_names_the_constant_bonuses_when_they_do_as_well_as_the_walk():
+    """Lower noise over signal than GRPO's holds for the walk arm, and as much or more for the constant bonuses that
+    carry no information on which crop framed the target: the verdict says so, with the figures."""
+    record = json.loads(RESULTS.read_text(encoding="utf-8"))
+    s, b = record["scaling"], record["prop2"]["b"]
+    constants = {arm: record["table"][f"{arm}|{s}"]["q"]["noise_over_signal"] for arm in gc.CONSTANT_BONUSES}
+    assert b["verdict"] == "holds" and max(constants.values()) <= b["walk"]
+    [bullet] = [b for b in stages.experiment_verdict(REPORT) if b.startswith("- **Proposition 2 (b)")]
+    figures = ", ".join(f"`{arm}` {v:.1f}" for arm, v in constants.items())
+    figures += f", `mapo_walk` {b['walk']:.1f}, `grpo` {b['grpo']:.1f}"
+    for text in (bullet, gc.summary(record), gc.short_summary(record)):
+        assert "the information-free constant bonuses do as well or better" in text
+        assert f"(noise over signal: {figures})" in text
+    for arm in gc.CONSTANT_BONUSES:  # the constants worse than the walk: the figures stay, the caveat goes
+        record["table"][f"{arm}|{s}"]["q"]["noise_over_signal"] = 2 * b["walk"]
+    assert "as well or better" not in gc.prop2b_words(record)
+    assert f"`mapo_walk` {b['walk']:.1f}, `grpo` {b['grpo']:.1f})" in gc.prop2b_words(record)
 
 
 def test_the_readme_and_the_demo_page_quote_the_reports_verdicts():
