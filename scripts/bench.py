@@ -42,6 +42,7 @@ from trl.data_utils import prepare_multimodal_messages
 from data.converters.code_reader import CodeReader
 from data.converters.common import SkipRow, thought_of, tool_calls
 from data.converters.deepeyes_v2 import python_fences
+from data.converters.labels import derive_label
 from data.converters.thyme import thyme_code_blocks
 from data.questions import dataset_question, split_options
 from data.synthetic import build_synthetic
@@ -472,6 +473,7 @@ TAG_READERS = {
     "python fences": python_fences,
     "options": lambda text: split_options(text)[1],
     "question": lambda text: dataset_question(text)[1],
+    "question label": lambda text: (derive_label("", text) or ("",))[0],
 }
 
 
@@ -499,6 +501,7 @@ def hostile_rows(scale: float = 1.0) -> dict[str, tuple[str, str]]:
         "40,000 ```python fences, none closed": ("python fences", "```python\nx" * tags),
         "an option line with 40,000 spaces": ("options", "Q?\n(A) x" + " " * tags + "y\n(B) z"),
         "an Options line with 40,000 spaces": ("question", "Q?\nOptions" + " " * tags + "x\nA. a\nB. b"),
+        "a question of 40,000 words `the`": ("question label", "the " * tags),
     }  # fmt: skip
 
 

@@ -9,6 +9,7 @@ preview (rendered in headless Chromium where it exists); and SFT training on a c
 import html
 import io
 import json
+import re
 import subprocess
 import textwrap
 from pathlib import Path
@@ -16,12 +17,15 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from PIL import Image
 from trl import ModelConfig
 
 import sft
 from configs import ScriptArguments, SFTConfig, TrajectoryArguments
 from data import convert
+from data.converters import labels
 from data.converters.code_reader import CodeReader
 from data.converters.common import (
     EDGE_TOLERANCE,
@@ -145,6 +149,43 @@ DERIVED = [
 @pytest.mark.parametrize(("thought", "question", "label"), DERIVED)
 def test_labels_derive_from_the_thought_then_the_question(thought, question, label):
     assert derive_label(thought, question) == label
+
+
+# The question rule before issue 59 (quadratic on "the the the ..."), kept as the oracle of the bounded one.
+_OLD_PHRASE = r"((?:the|a|an|this|that|these|those)\s+[^.,;:!?()\[\]{}\n\"]+)"
+_OLD_FROM_QUESTION = re.compile(rf"\b(?={_OLD_PHRASE})", re.IGNORECASE)
+
+
+def old_question_label(question: str) -> str | None:
+    for match in _OLD_FROM_QUESTION.finditer(question):
+        candidate = match.group(1)
+        if labels._DO_QUESTION.match(question) and not question[match.end(1) :].strip(" ?"):
+            candidate = candidate.rsplit(maxsplit=1)[0]
+        phrase = labels._noun_phrase(candidate)
+        if phrase:
+            return phrase
+    return None
+
+
+QUESTION_SOUP = ("What does ", "What ", "Is ", "the ", "a ", "This ", "red ", "man ", "hold", "of ", "in ", "sign",
+                 " ", "  ", "?", "? ", ", ", ".", "\n", "x" * 90, "word " * 8, "image ", "colour ")  # fmt: skip
+
+
+@settings(max_examples=1000, derandomize=True, deadline=None)
+@given(st.lists(st.sampled_from(QUESTION_SOUP), max_size=24).map("".join))
+@example("What does the man hold?")  # the phrase ends the question: its last word, the verb, is dropped
+@example("What does the man hold ? ")
+@example("What does the " + "x" * 300 + " man hold?")  # a phrase past the cap
+def test_a_bounded_phrase_derives_every_label_the_tool_can_take_as_before(question):
+    """Issue 59, item 4: the question's phrases are read to at most `MAX_PHRASE_CHARS` and the end-of-question test no
+    longer copies the rest of the question per phrase (`"the " * 40,000` took ~85 s). Every label within the tool's
+    80 characters is the old rule's."""
+    old, new = old_question_label(question), derive_label("", question)
+    limit = ToolConfig().max_label_chars
+    if old is not None and len(old) <= limit:
+        assert new == (old, "question")
+    elif new is not None and new[0] != old:  # a phrase past the cap: cut, and still too long for the tool
+        assert len(new[0]) > limit
 
 
 def test_no_label_is_invented_when_neither_names_a_thing():
