@@ -35,6 +35,7 @@ RUNNABLE_RESEARCH = {
     "research.frame_ceiling",
     "research.vision_tokens",
     "research.training_tail",
+    "research.clip_gate",
 }
 # The runnables that import an entry script: each builds `rl.py`'s trainer unchanged but for its trainer class.
 ALLOWED_RUNNABLE_IMPORTS = {("scripts.rl_forced", "rl"), ("research.gradient_claims", "rl")}
