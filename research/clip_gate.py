@@ -87,6 +87,7 @@ def train_on_world(
     seed: int = 0,
     miss_per_batch: int = 8,
     paired: bool = False,
+    walk_margin: float = 0.0,
     resize: str = "pad",
 ) -> dict:
     """The kit's CLIP trained on `world_pool` crops: each step `batch` gold crops and `miss_per_batch` miss crops
@@ -125,6 +126,13 @@ def train_on_world(
         image = torch.nn.functional.normalize(model.encode_image(images), dim=-1)
         text = torch.nn.functional.normalize(model.encode_text(tokenizer(names)), dim=-1)
         loss = multi_positive_loss(model.logit_scale.exp() * image @ text.T, positives)
+        if walk_margin and paired:  # the walk itself: the own label's cosine on the gold crop above its miss crop's
+            where = {int(row): p for p, row in enumerate(pick)}
+            rows_ = [misses[k][0] for k in chosen]
+            gold = torch.stack([image[where[r]] for r in rows_])
+            own = text[[names.index(labels[r]) for r in rows_]]
+            gap = (gold * own).sum(-1) - (image[batch:] * own).sum(-1)
+            loss = loss + torch.relu(walk_margin - gap).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
