@@ -123,6 +123,7 @@ LONGEST_FIRST = (
     "tests/test_reproduce.py",
     "tests/test_hpo_trainer.py",
     "tests/test_hostile_completions.py",
+    "tests/test_hostile_evaluation.py",
 )
 
 

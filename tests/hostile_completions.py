@@ -13,8 +13,17 @@ from __future__ import annotations
 import json
 import random
 
+import datasets
+from PIL import Image
+
+from data.task import build_prompt
 from repairs import rollout
 from tools import TOOL_NAME
+
+FUZZ_TURNS = 10_000  # the issue's count, through each path
+ROWS = 64  # rollouts per generation batch (16 prompts x 4)
+BUDGET = 2400  # tokens: room for a call nesting 1,000 brackets (one token each in the tiny tokenizer)
+SIDE = 112  # the tiny policy's largest image (12,544 pixels): the processor resizes nothing, and runs fast
 
 NUMBERS = (
     "NaN", "Infinity", "-Infinity", "1e999", "-1e999", "1e-999", "0", "-0", "-1", "1.5", "1" * 400, "-" + "9" * 400,
@@ -151,3 +160,38 @@ class HostilePolicy:
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         ids = ids[:budget]
         return ids[: ids.index(self.eos) + 1] if self.eos in ids else ids
+
+
+def hostile_rows(n: int) -> datasets.Dataset:
+    """`n` rows of the repo's columns, each a small image with a target box, for the rewards to read."""
+    options = ["A. red", "B. blue"]
+    return datasets.Dataset.from_list(
+        [
+            {
+                "prompt": build_prompt("What colour is the star?", options),
+                "image": Image.new("RGB", (SIDE, SIDE), "white"),
+                "answer": "A",
+                "options": options,
+                "source": "synthetic",
+                "target_bbox": [10, 10, 60, 60],
+                "target_label": "the star",
+                "id": str(i),
+            }  # fmt: skip
+            for i in range(n)
+        ]
+    )
+
+
+def read_rollouts(completions, environments) -> dict[str, int]:
+    """What the rollouts did: calls the tool answered with a crop, with its own error, and turns holding a
+    `<tool_call>` that did not parse (read as plain text)."""
+    seen = {"cropped": 0, "tool_error": 0, "unparsed": 0, "over_depth": 0}
+    for completion, env in zip(completions, environments):
+        for message in completion:
+            if message["role"] == "assistant" and not message.get("tool_calls"):
+                unparsed = "<tool_call>" in (message.get("content") or "")
+                seen["unparsed"] += unparsed
+                seen["over_depth"] += unparsed and "[" * 990 in message["content"]
+        seen["cropped"] += sum(c.ok for c in env.calls)
+        seen["tool_error"] += sum(not c.ok for c in env.calls)
+    return seen
