@@ -7,7 +7,7 @@ later is a scored failure), a missing question or answer, an answer that is not 
 record that is not an object or a line that is not UTF-8 JSON raises `BadRowError` naming the file, the row (0-based
 record index) and the field; with `skip_bad_rows=True` the row is skipped, logged and returned by `read_benchmark`.
 A file that is not its format as a whole (MME-RealWorld's JSON not a list, not UTF-8) is a ValueError naming it.
-Messages show a row's values cut short (`preview`): a hostile row must not make its own error message huge."""
+Messages show a row's values cut short (`data.quoting`): a hostile row must not make its own error message huge."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import json
 import logging
 import math
 import os
-import reprlib
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ import pyarrow as pa
 from PIL import Image
 
 from data.questions import option_text, split_options
+from data.quoting import brief, cut
 from data.rl_sets import read_cof_rl, read_deepeyes, read_mini_o3
 from data.rows import TASK_FEATURES, BadRowError, RawRow, expect_file, parquet_records
 from data.synthetic import build_synthetic
@@ -40,22 +40,11 @@ BENCHMARKS = ("vstar", "hrbench", "mme_realworld", "synthetic", "deepeyes", "min
 SYNTHETIC_EVAL_ROWS = 32  # the test split generated when no synthetic folder is given (~0.35 s a row to draw)
 MESSAGE_CHARS = 160  # of a value, a path or an error quoted in a bad row's message
 INT32 = 2**31  # target_bbox is saved as int32 (`TASK_FEATURES`)
-_PREVIEW = reprlib.Repr()  # depth- and length-bounded: a 1,000-deep list must not reach repr's recursion
-_PREVIEW.maxlevel, _PREVIEW.maxstring, _PREVIEW.maxother = 3, MESSAGE_CHARS // 2, MESSAGE_CHARS // 2
-
-
-def preview(value: Any) -> str:
-    """`repr(value)` cut short, for a message about a row that holds it."""
-    return _PREVIEW.repr(value)
-
-
-def _cut(text: str, limit: int = MESSAGE_CHARS) -> str:
-    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} chars)"
 
 
 def _label(value: Any) -> str:
     """A text field of a row as a part of its `source` (a reporting group): a string as is, anything else previewed."""
-    return value if isinstance(value, str) else preview(value)
+    return value if isinstance(value, str) else brief(value)
 
 
 def _image_cell(value: Any) -> dict[str, Any]:
@@ -67,10 +56,10 @@ def _image_cell(value: Any) -> dict[str, Any]:
         raise ValueError("missing")
     if not isinstance(value, Path | str | bytes | bytearray | memoryview):
         # bytes(n) of a number would allocate n bytes, not read an image
-        raise ValueError(f"not an image path, its bytes or base64: {preview(value)}")
+        raise ValueError(f"not an image path, its bytes or base64: {brief(value)}")
     if isinstance(value, Path):
         if not value.is_file():
-            raise ValueError(f"image file not found: {_cut(str(value))}")
+            raise ValueError(f"image file not found: {cut(str(value), MESSAGE_CHARS)}")
         with Image.open(value):  # opening parses the header: enough to catch empty and non-image files
             pass
         return {"bytes": None, "path": str(value)}
@@ -91,24 +80,24 @@ def _validate(raw: RawRow, seen_ids: set[str]) -> dict[str, Any]:
     if row_id is None or row_id == "":
         raise bad("id", "missing")
     if not isinstance(row_id, str | int | float):  # str() of a 1,000-deep list is a RecursionError
-        raise bad("id", f"not a string or number: {preview(row_id)}")
+        raise bad("id", f"not a string or number: {brief(row_id)}")
     if str(row_id) in seen_ids:
-        raise bad("id", f"duplicate id {preview(row_id)}")
+        raise bad("id", f"duplicate id {brief(row_id)}")
     question, options, answer = values.get("question"), values.get("options") or [], values.get("answer")
     if not isinstance(question, str) or not question.strip():
         raise bad("question", "missing")
     if answer is None or (isinstance(answer, str) and not answer.strip()):
         raise bad("answer", "missing")
     if not isinstance(answer, str | int | float):
-        raise bad("answer", f"not a string or number: {preview(answer)}")
+        raise bad("answer", f"not a string or number: {brief(answer)}")
     if options and parse_choice(str(answer), options) is None:
-        raise bad("answer", f"{preview(answer)} is not one of the {len(options)} options")
+        raise bad("answer", f"{brief(answer)} is not one of the {len(options)} options")
     try:
         image = _image_cell(values.get("image"))
     except (ValueError, OSError, Image.DecompressionBombError) as err:
         # bad base64 is a ValueError and an unreadable image an OSError; an image over PIL's MAX_IMAGE_PIXELS is a
         # DecompressionBombError (raise that limit to read such a benchmark)
-        raise bad("image", _cut(str(err)) or type(err).__name__) from err
+        raise bad("image", cut(str(err), MESSAGE_CHARS) or type(err).__name__) from err
     seen_ids.add(str(row_id))
     return {
         "id": str(row_id),
@@ -157,7 +146,7 @@ def _read_vstar(root: Path) -> Iterator[RawRow | BadRowError]:
                     values.update(_vstar_target(annotation))
                 except (ValueError, KeyError, TypeError, RecursionError) as err:
                     reason = f"unreadable target annotation of {questions.name} row {row}: {type(err).__name__}"
-                    yield BadRowError(annotation, 0, "bbox", f"{reason}: {_cut(str(err))}")
+                    yield BadRowError(annotation, 0, "bbox", f"{reason}: {cut(str(err), MESSAGE_CHARS)}")
                     continue
             yield RawRow(questions, row, values, _VSTAR_FIELDS)
 
@@ -171,7 +160,7 @@ def _json_line(file: Path, row: int, line: bytes) -> dict[str, Any] | BadRowErro
     except RecursionError:
         return BadRowError(file, row, "(line)", "not JSON: nested too deep to parse")
     except ValueError as err:  # JSONDecodeError, or an integer past Python's digit limit
-        return BadRowError(file, row, "(line)", f"not JSON: {_cut(str(err))}")
+        return BadRowError(file, row, "(line)", f"not JSON: {cut(str(err), MESSAGE_CHARS)}")
     if not isinstance(record, dict):
         return BadRowError(file, row, "(row)", f"not a JSON object: {type(record).__name__}")
     return record
@@ -186,7 +175,7 @@ def _json_file(file: Path, expected: str) -> list:
     except RecursionError as err:
         raise ValueError(f"{file}: not JSON: nested too deep to parse; expected {expected}") from err
     except ValueError as err:
-        raise ValueError(f"{file}: not JSON ({_cut(str(err))}); expected {expected}") from err
+        raise ValueError(f"{file}: not JSON ({cut(str(err), MESSAGE_CHARS)}); expected {expected}") from err
     if not isinstance(records, list):
         raise ValueError(f"{file}: a JSON {type(records).__name__}, not {expected}")
     return records
@@ -209,18 +198,18 @@ def _vstar_target(annotation: Path) -> dict[str, Any]:
     boxes = []
     for box in record["bbox"]:  # V* stores x, y, width, height
         if not (isinstance(box, list) and len(box) == 4 and all(_is_number(v) for v in box)):
-            raise ValueError(f"a box that is not 4 numbers: {preview(box)}")
+            raise ValueError(f"a box that is not 4 numbers: {brief(box)}")
         x, y, w, h = box
         boxes.append((x, y, x + w, y + h))
     union = [min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes)]
     if not all(math.isfinite(v) for v in union):
-        raise ValueError(f"a box that is not finite: {preview(union)}")
+        raise ValueError(f"a box that is not finite: {brief(union)}")
     target = [round(v) for v in union]
     if not all(-INT32 <= v < INT32 for v in target):  # the column is int32: saving it would fail after every row
-        raise ValueError(f"a box past the int32 range: {preview(target)}")
+        raise ValueError(f"a box past the int32 range: {brief(target)}")
     labels = record["target_object"]
     if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
-        raise ValueError(f"target_object is not a list of names: {preview(labels)}")
+        raise ValueError(f"target_object is not a list of names: {brief(labels)}")
     return {"target_bbox": target, "target_label": " and ".join(labels)}
 
 
@@ -237,7 +226,9 @@ def _tsv_rows(file: Path) -> Iterator[dict[str, str]]:
         try:
             yield from reader
         except csv.Error as err:
-            raise ValueError(f"{file}: line {reader.line_num}: not a TSV file: {_cut(str(err))}") from err
+            raise ValueError(
+                f"{file}: line {reader.line_num}: not a TSV file: {cut(str(err), MESSAGE_CHARS)}"
+            ) from err
 
 
 def _not_utf8(record: dict[Any, Any]) -> str | None:
@@ -247,7 +238,7 @@ def _not_utf8(record: dict[Any, Any]) -> str | None:
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
-                return _cut(str(column).encode("utf-8", "backslashreplace").decode("utf-8"))
+                return cut(str(column).encode("utf-8", "backslashreplace").decode("utf-8"), MESSAGE_CHARS)
     return None
 
 
@@ -256,7 +247,7 @@ def _parquet_records(file: Path) -> Iterator[dict]:
     try:
         yield from parquet_records(file)
     except (pa.ArrowException, OSError) as err:
-        raise ValueError(f"{file}: not a readable parquet file: {_cut(str(err))}") from err
+        raise ValueError(f"{file}: not a readable parquet file: {cut(str(err), MESSAGE_CHARS)}") from err
 
 
 def _read_hrbench(file: Path) -> Iterator[RawRow]:
@@ -299,7 +290,7 @@ def _read_mme_realworld(path: Path) -> Iterator[RawRow]:
             continue
         choices = record.get("Answer choices") or []
         if not _strings(choices):
-            yield BadRowError(file, row, "Answer choices", f"not a list of strings: {preview(choices)}")
+            yield BadRowError(file, row, "Answer choices", f"not a list of strings: {brief(choices)}")
             continue
         image = record.get("Image")  # not a string: `_image_cell` says what it is
         parts = (_label(record.get(key)) for key in ("Task", "Subtask", "Category"))
@@ -326,7 +317,7 @@ def _read_mme_realworld_lite(data: Path) -> Iterator[RawRow]:
         for row, record in enumerate(_parquet_records(file)):
             choices = record.get("multi-choice options") or []
             if not _strings(choices):
-                yield BadRowError(file, row, "multi-choice options", f"not a list of strings: {preview(choices)}")
+                yield BadRowError(file, row, "multi-choice options", f"not a list of strings: {brief(choices)}")
                 continue
             category = _label(record.get("category") or "")
             # lmms-eval's split of the Lite `category`: the task from its text, the subtask after the last "/"
@@ -402,7 +393,9 @@ def read_benchmark(
                 rows.append(_validate(raw, seen_ids))
             except (TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as err:
                 # a value no check above foresaw: still this row's fault, so skippable
-                raise BadRowError(raw.file, raw.row, "(row)", f"{type(err).__name__}: {_cut(str(err))}") from err
+                raise BadRowError(
+                    raw.file, raw.row, "(row)", f"{type(err).__name__}: {cut(str(err), MESSAGE_CHARS)}"
+                ) from err
         except BadRowError as caught:
             err = _bounded(caught)
             if not skip_bad_rows:
@@ -426,14 +419,14 @@ def _named(reader: Iterator[RawRow | BadRowError], path: Any) -> Iterator[RawRow
             yield raw
     except (TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError, UnicodeError) as err:
         where = "at its first row" if last is None else f"after row {last}"
-        raise ValueError(f"{path}: unreadable {where}: {type(err).__name__}: {_cut(str(err))}") from err
+        raise ValueError(f"{path}: unreadable {where}: {type(err).__name__}: {cut(str(err), MESSAGE_CHARS)}") from err
 
 
 def _bounded(err: BadRowError) -> BadRowError:
     """`err` with its field and reason cut short (the RL-set readers quote values whole)."""
     if len(err.field) <= MESSAGE_CHARS and len(err.reason) <= 2 * MESSAGE_CHARS:
         return err
-    return BadRowError(err.file, err.row, _cut(err.field), _cut(err.reason, 2 * MESSAGE_CHARS))
+    return BadRowError(err.file, err.row, cut(err.field, MESSAGE_CHARS), cut(err.reason, 2 * MESSAGE_CHARS))
 
 
 def load_benchmark(

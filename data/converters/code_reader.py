@@ -7,7 +7,6 @@ import ast
 import contextlib
 import math
 import operator
-import reprlib
 import textwrap
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -16,6 +15,7 @@ from typing import Any
 
 from data.converters.common import SkipRow
 from data.converters.replay import ReadCall
+from data.quoting import brief, cut
 
 Extent = tuple[float, float, float, float]  # the region of the original an image shows, in original pixels
 
@@ -120,17 +120,10 @@ MAX_CODE_CHARS = 20_000
 MAX_CODE_LINES = 1_000
 MAX_DETAIL = 300  # characters of a skip's message
 
-_REPR = reprlib.Repr()
-_REPR.maxlevel, _REPR.maxtuple, _REPR.maxlist, _REPR.maxstring, _REPR.maxother = 3, 6, 6, 40, 60
-
 
 def _shown(value: Any) -> str:
-    """`value` as a skip's message names it: `reprlib`'s repr, at most 3 levels deep and 6 items a level."""
-    return _cut(_REPR.repr(value), 120)
-
-
-def _cut(text: str, limit: int = MAX_DETAIL) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    """`value` as a skip's message names it (`data.quoting.brief`), at most 120 characters."""
+    return cut(brief(value), 120)
 
 
 def _unsupported(node: ast.AST | None, what: str) -> SkipRow:
@@ -152,7 +145,7 @@ def _quoting(node: ast.stmt) -> Iterator[None]:
             raise
         header = {ast.If: "if {}:", ast.While: "while {}:"}.get(type(node))
         text = header.format(ast.unparse(node.test)) if header else ast.unparse(node).splitlines()[0]
-        text = _cut(text, QUOTE_CHARS)
+        text = cut(text, QUOTE_CHARS)
         quoted = SkipRow("unsupported_code", f"{skip.detail} in `{text}`")
         quoted.statement = text
         raise quoted from None
@@ -238,7 +231,7 @@ class CodeReader:
         except SkipRow as skip:  # the net under every message built below: stats.json keeps each skip's text
             if len(skip.detail) <= MAX_DETAIL:
                 raise
-            short = SkipRow(skip.reason, _cut(skip.detail))
+            short = SkipRow(skip.reason, cut(skip.detail, MAX_DETAIL))
             short.statement = skip.statement
             raise short from None
         finally:
@@ -490,7 +483,7 @@ class CodeReader:
     def _crop(self, picture: Picture, box: Sequence[Any], node: ast.AST) -> Picture:
         """`picture` cropped at `box` (its own pixels, x1, y1, x2, y2), its region composed into the original."""
         if picture.extent is None:
-            raise _unsupported(node, f"a crop of an image made by {_cut(picture.made_by, 80)}")
+            raise _unsupported(node, f"a crop of an image made by {cut(picture.made_by, 80)}")
         if not (isinstance(box, tuple | list) and len(box) == 4 and all(_is_number(v) for v in box)):
             raise _unsupported(node, f"a crop box the reader cannot compute: {_shown(box)}")
         x1, y1, x2, y2 = (float(v) for v in box)
@@ -499,7 +492,7 @@ class CodeReader:
         width, height = picture.size
         if width <= 0 or height <= 0:  # its region has no pixel to scale a box by (a ZeroDivisionError, issue 59)
             raise SkipRow("box_outside_image", f"line {getattr(node, 'lineno', '?')}: a crop of an empty image "
-                          f"({width}x{height}, made by {_cut(picture.made_by, 80)})")  # fmt: skip
+                          f"({width}x{height}, made by {cut(picture.made_by, 80)})")  # fmt: skip
         ex1, ey1, ex2, ey2 = picture.extent
         sx, sy = (ex2 - ex1) / width, (ey2 - ey1) / height
         extent = (ex1 + x1 * sx, ey1 + y1 * sy, ex1 + x2 * sx, ey1 + y2 * sy)
@@ -674,8 +667,8 @@ def shown_calls(shown: Sequence[Shown]) -> list[ReadCall]:
     for item in shown:
         picture = item.picture
         if picture.extent is None:
-            raise SkipRow("unsupported_tool", f"the code shows an image made by {_cut(picture.made_by)}")
+            raise SkipRow("unsupported_tool", f"the code shows an image made by {cut(picture.made_by, MAX_DETAIL)}")
         if not picture.cropped:
-            raise SkipRow("unsupported_tool", f"the code shows the whole image ({_cut(picture.made_by)})")
+            raise SkipRow("unsupported_tool", f"the code shows the whole image ({cut(picture.made_by, MAX_DETAIL)})")
         calls.append(ReadCall(picture.extent, figure=item.via == "figure"))
     return calls

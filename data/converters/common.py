@@ -12,7 +12,6 @@ import json
 import math
 import os
 import re
-import reprlib
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -22,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 from PIL import Image
 
+from data.quoting import brief, cut
 from data.rows import Trajectory, parquet_records
 from data.task import tag_contents
 
@@ -71,8 +71,7 @@ class SkipRow(Exception):
 
     def __init__(self, reason: str, detail: str = "", where: str = ""):
         assert reason in SKIP_REASONS, reason
-        if len(detail) > MAX_SKIP_DETAIL:
-            detail = f"{detail[:MAX_SKIP_DETAIL]}... ({len(detail)} characters)"
+        detail = cut(detail, MAX_SKIP_DETAIL)
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason, self.detail, self.where = reason, detail, where
         self.statement = ""  # for `unsupported_code`: the statement of the code the reader could not read
@@ -84,22 +83,6 @@ class SkipRow(Exception):
 
 class LayoutError(ValueError):
     """The input is not in the layout `--format` names: raised at once, naming what was expected and found."""
-
-
-_BRIEF = reprlib.Repr()  # what a skip quotes of a value: 3 levels deep, 6 items of each, 60 characters of a string
-_BRIEF.maxlevel = 3
-_BRIEF.maxlist = _BRIEF.maxtuple = _BRIEF.maxset = 6
-_BRIEF.maxdict = 4
-_BRIEF.maxstring = _BRIEF.maxother = 60
-
-
-def brief(value: Any) -> str:
-    """`repr(value)` in a few dozen characters, at a cost that does not grow with its size or depth (`reprlib`): what
-    a skip quotes of a row's value."""
-    try:
-        return _BRIEF.repr(value)
-    except ValueError:  # an int past Python's 4,300 digits has no repr
-        return f"<an {type(value).__name__} too large to show>"
 
 
 def listed(record: dict, key: str, items: type | None = None) -> list:
