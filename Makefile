@@ -86,7 +86,7 @@ demo: tiny ## The main job on tiny models, CPU: train CLIP verifier, SFT, RL on 
 experiment: tiny ## Research (research/): MAPO's gradient claims at fixed tiny policies, ~31 min on 2 cores (+~20 min SFT of 4 checkpoints, cached, on first use) (research/reports/experiment.md)
 	$(PY) -m research.gradient_claims $(ARGS)
 
-experiment-curves: tiny ## Research: MAPO vs GRPO on learning curves, 4 arms x 3 seeds from the positive control's start, ~61 min on 2 cores (+~9 min making the start if absent) (research/reports/experiment_curves.md)
+experiment-curves: tiny ## Research: MAPO vs GRPO on learning curves as research/plans/experiment_curves.json plans them (4 arms x 8 seeds, 512 rows), ~3 h on 2 cores (+~9 min making the start); each run cached: a rerun resumes (research/reports/experiment_curves.md)
 	$(PY) -m research.experiment $(ARGS)
 
 sft: $(call tiny_kit_for,$(SFT_RECIPE)) ## SFT cold start: SFT_RECIPE=<recipe.yaml> ACCELERATE=<cpu|multi_cpu|single_gpu|ddp|zero2|zero3|fsdp2> ARGS="--field value ..."; N nodes: NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, NUM_PROCESSES

@@ -1,42 +1,38 @@
 """`make experiment-curves`: does MAPO's semantic signal act in RL training? Learning curves on CPU, in the world where
-RL moves the tiny policy.
+RL moves the tiny policy, run and judged as the plan committed before any run says (`research/plans/
+experiment_curves.json`, read by `research.curve_stats`).
 
 `make experiment` measures MAPO's gradient claims at a fixed policy instead (`research/gradient_claims.py`,
-research/reports/experiment.md). This route trains: each arm is a whole RL run per seed, evaluated greedily on
-held-out rows. It is built to be able to fail, in this order (research/reports/experiment_curves.md states the
-criterion before the results):
+research/reports/experiment.md). This route trains: each arm is a whole RL run per seed, evaluated greedily on the
+same held-out rows. It is built to be able to fail, in this order:
 
 1. **World and start**: the positive control's (`research/positive_control.py`, research/reports/positive_control.md):
    square images of `--image_side`, an SFT of `--sft_steps` at `--sft_learning_rate`, RL from its checkpoint at
    `--sft_start_step`; the control's RL settings in `research/recipes/config_curves.yaml`. The control's own
-   checkpoint, data and verifier are reused when its record names them and they exist (the same world); otherwise the
-   demo's stages make them here (`research.runs.prepare`), or `--sft_model` names them.
-2. **Positive control** (`control_check`): RL moves this policy only if the control passed. Rather than rerun it
-   (three runs), its record (`--control`, the control's results.json) is read and checked before anything trains: it
-   passed, it started from the same world, and every RL setting it ran with is this recipe's but the reward. Anything
-   else stops the experiment, naming it.
-3. **Verifier gate** (`evaluation.verifier_check`): on gold crops of the test rows, the tiny CLIP's AUC of the right
-   label against the others on the same crop, and the best constant label's mean z against the right label's, under
-   `semantic_score` cosine and contrastive. The `mapo_clip` arm trains under the first scoring that passes, or, if
-   none does, the one with the higher AUC, and the report says its gate failed.
-4. **Arms** (`ARMS`; `DEFAULT_ARMS` unless `--arms`), `--seeds` each, from the same checkpoint: the outcome is a
-   simulated reader (right with probability 0.7 when a valid call framed the target, 0.1 otherwise:
-   `research.rewards.simulated_reader_reward`), so only where the policy looked is paid. Only `advantage_estimator`,
-   `semantic_verifier`, `semantic_score` and the seed differ between runs; every other parsed field is checked equal
-   before anything trains. `--jobs` runs go side by side, one torch thread each. Each run's model is evaluated at
-   `--eval_every` steps and at its end; what every run's rollouts framed is logged each step (`target_in_view`,
-   weight 0).
-5. **Gradient variance** at the SFT checkpoint, per arm, with `--variance_batches` (default 0 here: `make experiment`
-   measures it).
-6. **Statistics**: per seed, each arm's target-seen minus `grpo`'s and minus the density control's on the same seed
-   (paired), their mean and standard error; every evaluation's binomial standard error; the verdict of the stated
-   criterion, and the "What it shows" section written from it (with a hash of the results it was written from).
+   checkpoint, data and verifier are reused when its record names them, they exist and hold the plan's held-out rows;
+   otherwise the demo's stages make them here (`research.runs.prepare`, with the plan's `eval_rows` test rows), or
+   `--sft_model` names them.
+2. **Positive control** (`control_check`): RL moves this policy only if the control passed. Rather than rerun it,
+   its record (`--control`) is read and checked before anything trains: it passed, it started from the same world,
+   and every RL setting it ran with is this recipe's but the reward. Anything else stops the experiment, naming it.
+3. **Verifier gate** (`evaluation.verifier_check`) of the tiny CLIP under `semantic_score` cosine and contrastive; the
+   `mapo_clip` arm trains under the first scoring that passes, or, if none does, the one with the higher AUC.
+4. **Arms** (the plan's, or `--arms`), the plan's seeds (or `--seeds`), from the same checkpoint: the outcome is a
+   simulated reader (`rewards.simulated_reader`), so only where the policy looked is paid. Only
+   `advantage_estimator`, `semantic_verifier`, `semantic_score` and the seed differ between runs; every other parsed
+   field is checked equal before anything trains. `--jobs` runs go side by side, one torch thread each, seed by seed
+   (`mapo_clip`, outside the verdict, last). Each run's result, every held-out row's outcome included, is cached in
+   `<output_dir>/runs/` as soon as it ends, keyed by its command line, rows and start: a rerun resumes after the last
+   finished run.
+5. **Statistics** (`research.curve_report.judge`): per seed and row, each arm minus the reference and minus the
+   density control; t over seeds and a bootstrap over seeds and rows; the plan's three-valued rule; "What it shows"
+   written from it (with a hash of the results).
 
 Models and evaluations go to `outputs/experiment/` (`--output_dir`); the report to
 `research/reports/experiment_curves.md` (`--report`), with its plots and `results.json` beside it.
 
-    make experiment-curves                               # the control's start when it exists, else made here
-    make experiment-curves ARGS="--arms grpo mapo_walk --seeds 0"
+    make experiment-curves                               # the plan: 4 arms x 8 seeds, 512 rows (~2.5-3 h, 2 cores)
+    make experiment-curves ARGS="--arms grpo mapo_walk --seeds 0"   # a departure from the plan, and says so
 """
 
 from __future__ import annotations
@@ -47,7 +43,7 @@ import datetime
 import json
 import math
 import shlex
-import statistics
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,34 +51,24 @@ from pathlib import Path
 from configs import ToolConfig
 from data.benchmarks import load_saved_split
 from evaluation.verifier_check import GateResult, check_verifier
-from research.report import markdown_table, verdict_sections
-from research.rewards import simulated_reader_reward
-from research.runs import (  # noqa: F401 (the names the tests and the report read here)
+from research.curve_report import judge, what_it_shows, write_report
+from research.curve_stats import PLAN, Plan, load_plan
+from research.runs import (
     STEP_METRICS,
-    VARIED,
-    Paired,
-    Spread,
+    Job,
     Start,
-    across_seeds,
-    binned,
-    binomial_se,
-    curve,
-    difference_se,
+    cache_key,
+    cached,
     evaluate,
-    exceeds,
-    format_spread,
     locate,
-    paired,
-    plot_curves,
-    plot_evaluations,
     prepare,
     results_hash,
-    row_metrics,
     sft_start,
     shared_fields,
-    train_and_evaluate,
+    start_digest,
     train_and_evaluate_all,
 )
+from research.runs import VARIED as VARIED  # the fields the runs may differ in, as tests read them here
 from rewards.verifiers import build_verifier
 from tiny import stages
 from tools import make_environment_factory
@@ -105,10 +91,7 @@ ARMS: dict[str, dict[str, str]] = {
     "hpo": {"advantage_estimator": "hpo"},
     "mapo+hpo": {"advantage_estimator": "mapo+hpo", "semantic_verifier": "research.verifiers:exact_walk"},
 }
-DEFAULT_ARMS = ("grpo", "mapo_walk", "mapo_clip", "mapo_density")
-PRIMARY = "mapo_walk"  # the arm whose verifier carries information in this world
-DENSITY = "mapo_density"  # its control: the same bonus per batch, spread over every valid call
-REFERENCE = "grpo"  # what every arm is paired against
+LAST = ("mapo_clip",)  # outside the verdict: run after every seed of the arms it needs
 CONTROL_RECORD = Path("research/reports/positive_control/results.json")
 CONTROL_COMMAND = "python -m research.positive_control"  # what makes the record
 # The RL settings the control's record holds (`research.positive_control.FIELDS`) that must equal the recipe's: all
@@ -118,9 +101,6 @@ CONTROL_FIELDS = ("learning_rate", "lr_scheduler_type", "per_device_train_batch_
                   "max_steps")  # fmt: skip
 WORLD_FLAGS = ("image_side", "sft_learning_rate", "sft_steps", "sft_start_step")  # where the SFT start comes from
 GATE_SCORES = ("contrastive", "cosine")  # the order the clip arm tries them in
-DEFAULT_SEEDS = (0, 1, 2)
-VERDICT_SIGMAS = 2.0
-TRAINING_WINDOW = 10  # steps per point of the training curves (each run's batch means averaged over the bin)
 
 # Measured on the 2-core CPU machine (2026-12-04), the cores idle, the recipe from checkpoint 800: they size the
 # estimate printed before the run starts. A step of 32 rollouts takes ~2.1 s on 2 threads and ~3.0 s on 1 with
@@ -136,28 +116,6 @@ SETUP_FIELDS = (
     "semantic_beta", "semantic_lambda", "no_tool_semantic", "hpo_omega", "hpo_min_positive_steps",
     "hpo_min_negative_steps", "hpo_text_encoder", "clip_model",
 )  # fmt: skip
-
-# The curves, by `STEP_METRICS` name: title and what the figure is.
-CURVES = {
-    "target_in_view": (
-        "target framed (training rollouts)",
-        "batch mean of `target_in_view` (rewards/target_in_view_reward/mean, logged at weight 0): the fraction of the "
-        "step's sampled rollouts whose valid call framed the target, what the greedy figure counts, at temperature",
-    ),
-    "z_mean": (
-        "mean z_t",
-        "each valid call's z_t from its run's verifier (semantic/z_mean): the walk verifier's (the fraction of valid "
-        "calls that framed the target) for every arm but mapo_exact (the fraction that also named it) and mapo_clip "
-        "(CLIP's)",
-    ),
-    "reader_success": (
-        "reader success",
-        f"batch mean of the simulated reader's outcome (rewards/{simulated_reader_reward.__name__}/mean)",
-    ),
-    "valid_call_rate": ("valid-call rate", "share of zoom-in calls that returned a crop (1 - tools/zoom_error_rate)"),
-    "advantage_std": ("advantage std", "std of the episode advantages (mapo/advantage_std)"),
-}
-
 
 # ----------------------------------------------------------------------------------------------------------- runs
 
@@ -276,298 +234,6 @@ def gradient_variance(args, start: Start, kit: dict, arms: dict[str, dict], stag
     return out
 
 
-# ------------------------------------------------------------------------------------------------------- report
-CRITERION = (
-    "Stated before the runs, in the code that judges them (`verdict`). The figure is greedy **target-seen** on the "
-    "held-out rows at the last step: the fraction of rows where a valid zoom-in call framed the target, which is all "
-    "the simulated reader pays for. An arm **beats** another when its target-seen minus the other's on the same seed "
-    f"has a mean over seeds above {VERDICT_SIGMAS:g} standard errors of those paired differences *and* above the "
-    "binomial standard error of a difference of two evaluations on the same rows. MAPO's semantic signal **acted** "
-    "when both hold:\n\n"
-    f"1. `{PRIMARY}` (the walk verifier: z_t = 1 when the crop framed the target, so R_sem carries the information) "
-    f"beats `{REFERENCE}` (the same outcome, no R_sem);\n"
-    f"2. `{PRIMARY}` beats `{DENSITY}` (every valid call paid the batch's mean walk z_t: the same bonus per batch, "
-    "nothing about which call framed the target).\n\n"
-    "If 1 fails, MAPO's signal did not act here. If 1 holds and 2 fails, a bonus of the same density for calling at "
-    "all explains the gain as well as the information in z_t does. The walk verifier ignores the label, so this "
-    "tests MAPO's coupling of an informative z_t with the outcome, not label grounding. `mapo_clip` (the paper's "
-    "verifier, the kit's tiny CLIP) is judged by the same two rules, and read with its verifier gate: a CLIP that "
-    "fails the gate can pay a fixed label more than the right one. Every difference is reported signed, whatever "
-    "the verdict."
-)
-
-
-def verdict(results: dict, eval_se: float) -> dict:
-    """The criterion (`CRITERION`) on the final evaluations: per arm its `Paired` target-seen against `REFERENCE`
-    (`pairs`) and against `DENSITY` (`over_density`, the MAPO arms with a verifier of their own), which arms beat
-    which, and whether MAPO's signal acted."""
-    finals = {
-        arm: {run["seed"]: run["evals"][max(run["evals"])]["target_seen"] for run in runs if run["evals"]}
-        for arm, runs in results.items()
-    }
-    pairs = {arm: paired(values, finals.get(REFERENCE, {})) for arm, values in finals.items() if arm != REFERENCE}
-    over_density = {
-        arm: paired(values, finals[DENSITY])
-        for arm, values in finals.items()
-        if DENSITY in finals and arm not in (REFERENCE, DENSITY)
-    }
-
-    def beats(pair: Paired | None) -> bool | None:
-        return None if pair is None else exceeds(pair, VERDICT_SIGMAS, eval_se)
-
-    walk, walk_density = beats(pairs.get(PRIMARY)), beats(over_density.get(PRIMARY))
-    return {
-        "pairs": {arm: dataclasses.asdict(p) | {"n": p.n} if p else None for arm, p in pairs.items()},
-        "over_density": {arm: dataclasses.asdict(p) | {"n": p.n} if p else None for arm, p in over_density.items()},
-        "beats_grpo": {arm: beats(p) for arm, p in pairs.items()},
-        "beats_density": {arm: beats(p) for arm, p in over_density.items()},
-        "acted": bool(walk and walk_density),
-    }
-
-
-def pair_text(pair: dict | None) -> str:
-    """A paired difference as the report writes it: `+0.123 ± 0.045 (n = 3 seeds)`, or `not run`."""
-    return "not run" if pair is None else f"{pair['mean']:+.3f} ± {pair['se']:.3f} (n = {pair['n']} seeds)"
-
-
-def what_it_shows(outcome: dict, gate: dict, clip: tuple[str, bool] | None) -> list[str]:
-    """The "What it shows" paragraphs, written from the results (never by hand, so never stale)."""
-    v, control = outcome["verdict"], outcome["control"]
-    pairs, dense = v["pairs"], v["over_density"]
-    seeds = ", ".join(f"{k}: {x['after']:.3f}" for k, x in control["per_seed"].items())
-    lines = [
-        f"- Positive control (`{control['report']}`: the same world and RL settings, GRPO on the noise-free "
-        f"`target_in_view`): greedy target-seen {control['before']:.3f} (SFT) → {seeds} by seed: passed.",
-    ]
-    lines.append(
-        f"- `{PRIMARY}` − `{REFERENCE}`: {pair_text(pairs.get(PRIMARY))}; `{PRIMARY}` − `{DENSITY}`: "
-        f"{pair_text(dense.get(PRIMARY))}; `{DENSITY}` − `{REFERENCE}`: {pair_text(pairs.get(DENSITY))}; the "
-        f"evaluation's standard error of a difference {outcome['eval_se']:.3f}."
-    )
-    walk, walk_density = v["beats_grpo"].get(PRIMARY), v["beats_density"].get(PRIMARY)
-    if v["acted"]:
-        lines.append(
-            "- **MAPO's signal acted**: with an informative verifier, MAPO beat GRPO on the same outcome and beat a "
-            "bonus of the same density that carries no information. The walk verifier reads where the policy looked, "
-            "not its label: this shows the coupling at work, not label grounding."
-        )
-    elif walk and walk_density is None:
-        lines.append(f"- **Not shown**: `{PRIMARY}` beat `{REFERENCE}`, but the density control did not run.")
-    elif walk:
-        lines.append(
-            f"- **Not shown**: `{PRIMARY}` beat `{REFERENCE}` but not `{DENSITY}`: a bonus of the same density for "
-            "calling at all explains the gain as well as the information in z_t does."
-        )
-    else:
-        lines.append(
-            f"- **MAPO's signal did not act measurably here**: `{PRIMARY}` did not beat `{REFERENCE}` by the stated "
-            "margin."
-        )
-    if "mapo_exact" in pairs:
-        judged = "beat" if v["beats_grpo"]["mapo_exact"] else "did not beat"
-        lines.append(
-            f"- Talk and walk: `mapo_exact` − `{REFERENCE}`: {pair_text(pairs['mapo_exact'])}, so it {judged} "
-            f"`{REFERENCE}` by the stated margin; the SFT policy named the target on a call that framed it in "
-            f"{outcome['sft']['named_and_seen']:.3f} of greedy rows."
-        )
-    gate_text = ", ".join(
-        f"{how}: AUC {r.auc:.2f}, right-label z {r.right_z:.3f} vs best constant `{r.best_constant}` "
-        f"{r.best_constant_z:.3f} ({'pass' if r.passed else 'fail'})"
-        for how, r in gate["clip"].items()
-    )
-    if clip is None or "mapo_clip" not in pairs:
-        lines.append(f"- The tiny CLIP's verifier gate: {gate_text}; `mapo_clip` did not run.")
-    else:
-        how, passed = clip
-        status = (
-            f"passed the gate under `{how}`" if passed else f"failed the gate (trained under `{how}`, its best AUC)"
-        )
-        over = v["beats_grpo"]["mapo_clip"], v["beats_density"].get("mapo_clip")
-        lines.append(
-            f"- The tiny CLIP {status} ({gate_text}); `mapo_clip` − `{REFERENCE}`: {pair_text(pairs['mapo_clip'])}, "
-            f"so it {'beat' if over[0] else 'did not beat'} `{REFERENCE}`; `mapo_clip` − `{DENSITY}`: "
-            f"{pair_text(dense.get('mapo_clip'))}"
-            + ("." if over[1] is None else f", so it {'beat' if over[1] else 'did not beat'} the density control.")
-        )
-    return lines
-
-
-def gate_table(gate: dict[str, dict[str, GateResult]]) -> str:
-    rows = [
-        [
-            name,
-            how,
-            r.rows,
-            r.labels,
-            f"{r.auc:.3f}",
-            f"{r.mean_rank:.1f}",
-            f"{r.right_z:.3f}",
-            f"`{r.best_constant}`",
-            f"{r.best_constant_z:.3f}",
-            f"{r.constant_wins:.2f}",
-            "pass" if r.passed else "**fail**",
-        ]
-        for name, by_score in gate.items()
-        for how, r in by_score.items()
-    ]
-    header = ["verifier", "semantic_score", "rows", "labels", "AUC right vs wrong", "right label's mean rank",
-              "right label's mean z", "best constant label", "its mean z", "rows it beats the right label",
-              "gate"]  # fmt: skip
-    return markdown_table(header, rows)
-
-
-def evaluation_table(results: dict, sft: dict) -> str:
-    """One row per arm and one for the SFT checkpoint: target-seen (mean ± population std across seeds, then each
-    seed's value), named-and-seen, accuracy against the answers (the tiny policy reads little), and the binomial SE."""
-    rows = [["SFT (step 0)", f"{sft['target_seen']:.3f}", "—", f"{sft['named_and_seen']:.3f}",
-             f"{sft['accuracy']:.3f}", f"{binomial_se(sft['target_seen'], sft['n']):.3f}"]]  # fmt: skip
-    for arm, runs in results.items():
-        finals = [run["evals"][max(run["evals"])] for run in runs if run["evals"]]
-        seen = [f["target_seen"] for f in finals]
-        rows.append(
-            [
-                arm,
-                format_spread(across_seeds(seen)),
-                ", ".join(f"{v:.3f}" for v in seen),
-                format_spread(across_seeds([f["named_and_seen"] for f in finals])),
-                format_spread(across_seeds([f["accuracy"] for f in finals])),
-                f"{statistics.fmean(binomial_se(v, f['n']) for v, f in zip(seen, finals)):.3f}" if finals else "—",
-            ]
-        )
-    header = ["model", "target-seen", "per seed", "named and seen", "answer accuracy", "binomial SE of one evaluation"]
-    return markdown_table(header, rows)
-
-
-def paired_table(outcome: dict) -> str:
-    """One row per paired comparison: against `REFERENCE`, then against `DENSITY`."""
-    v = outcome["verdict"]
-    rows = []
-    for against, pairs in ((REFERENCE, v["pairs"]), (DENSITY, v["over_density"])):
-        for arm, p in pairs.items():
-            cells = ["—"] * 3 if p is None else [", ".join(f"{d:+.3f}" for d in p["diffs"]), f"{p['mean']:+.3f}",
-                                                 f"{p['se']:.3f}"]  # fmt: skip
-            rows.append([f"{arm} − {against}", *cells])
-    return markdown_table(["difference", "per seed", "mean", "standard error"], rows)
-
-
-def variance_table(variance: dict[str, dict]) -> str:
-    rows = [
-        [arm, f"{v['trace']:.4g}" if v else "—", f"{v['relative']:.3g}" if v else "—"] for arm, v in variance.items()
-    ]
-    return markdown_table(["arm", "trace of the gradient covariance", "trace / squared norm of the mean"], rows)
-
-
-def write_report(report: Path, outcome: dict, gate: dict[str, dict[str, GateResult]], setup: dict) -> Path:
-    """research/reports/experiment_curves.md, its plots (in `research/reports/experiment_curves/`) and `results.json`, every section generated."""
-    figures = report.with_suffix("")
-    for stale in figures.glob("*.png"):  # an earlier run's plots, which this report may not redraw
-        stale.unlink()
-    results, sft, control = outcome["results"], outcome["sft"], outcome["control"]
-    digest = results_hash(outcome)
-    lines = [
-        "# Does MAPO's semantic signal act? A controlled experiment on the tiny world",
-        "",
-        f"_Generated by `research/experiment.py` on {setup['date']} from results `{digest}` "
-        "(`experiment/results.json`); "
-        'every section, "What it shows" included, is written from them: rerun it to regenerate._',
-        "",
-        *verdict_sections(CRITERION, what_it_shows(outcome, gate, outcome["clip"]), setup["command"]),
-        "",
-        *setup["lines"],
-        "",
-        "Hyper-parameters, the same in every arm (every parsed field but "
-        f"{', '.join(f'`{v}`' for v in VARIED)} was checked equal across runs before training):",
-        "",
-        markdown_table(["field", "value"], [[f"`{k}`", f"`{v}`"] for k, v in setup["shared"].items()]),
-        "",
-        "## Verifier gate",
-        "",
-        "Gold crops of the held-out rows (the tool's crop of the box SFT's gold call uses), every label of those rows "
-        "scored against every crop (`evaluation.verifier_check`). A verifier passes when the AUC is at least 0.75 and "
-        "the right label's mean z is above the best constant label's: otherwise RL can raise z_t by writing one "
-        "fixed label. The exact verifier is a sanity row.",
-        "",
-        gate_table(gate),
-        "",
-        "## Positive control",
-        "",
-        f"Not rerun here: its record, `{control['record']}` (results `{control['hash']}`), checked before anything "
-        "trained (`control_check`): it passed, it started from the same world "
-        f"(`{control['start']}`), and every RL setting of it but the reward and the estimator is this recipe's. "
-        f"GRPO on `target_in_view`, greedy target-seen on {control['n']} held-out rows:",
-        "",
-        markdown_table(
-            ["seed", "SFT", "final", "rise", "passed"],
-            [
-                [
-                    seed,
-                    f"{control['before']:.3f}",
-                    f"{x['after']:.3f}",
-                    f"{x['rise']:+.3f}",
-                    "yes" if x["passed"] else "no",
-                ]
-                for seed, x in control["per_seed"].items()
-            ],
-        ),  # fmt: skip
-        "",
-        f"Its command: `{control['command']}`.",
-        "",
-    ]
-    if results:
-        lines += [
-            "## Final evaluation",
-            "",
-            f"Greedy, on the first {sft['n']} held-out rows; each arm's cell is the mean ± population std over seeds.",
-            "",
-            evaluation_table(results, sft),
-            "",
-            "## Paired differences",
-            "",
-            f"Final target-seen of each arm minus `{REFERENCE}`'s, and of each MAPO arm with a verifier of its own "
-            f"minus `{DENSITY}`'s, on the same seed; the standard error is the paired differences' sample std over "
-            "sqrt(seeds). Signed: negative is worse.",
-            "",
-            paired_table(outcome),
-            "",
-            "## Curves",
-            "",
-            "Per arm: the mean across seeds (line) and ±1 standard error of that mean (band: the seeds' sample std "
-            "over sqrt(seeds)). A gap is a step where no seed logged the figure.",
-            "",
-        ]
-        control_runs = {"control: GRPO on target_in_view": control["runs"]}
-        path = plot_evaluations(results | control_runs, sft, figures / "target_seen.png", band="se")
-        lines += ["**greedy target-seen** per evaluation point (0: the SFT checkpoint), with the positive control's "
-                  "runs (its record) for scale.", "", f"![target-seen]({figures.name}/{path.name})", ""]  # fmt: skip
-        for metric, (title, meaning) in CURVES.items():
-            curves = {arm: curve([r["steps"] for r in runs], metric, TRAINING_WINDOW) for arm, runs in results.items()}
-            path = plot_curves(curves, title, figures / f"{metric}.png", band="se")
-            lines += [f"**{title}**: {meaning}; each run's mean over bins of {TRAINING_WINDOW} steps.", "",
-                      f"![{title}]({figures.name}/{path.name})", ""]  # fmt: skip
-    if outcome["variance"]:
-        lines += [
-            "## Gradient variance at the SFT checkpoint",
-            "",
-            f"Per arm, {setup['variance_batches']} batches drawn from the SFT policy (learning rate 0, clipping off, "
-            "seed 0; `gradient_variance_batches`): the trace of the covariance of the policy-gradient estimate across "
-            "batches, and that trace over the squared norm of the mean gradient.",
-            "",
-            variance_table(outcome["variance"]),
-            "",
-        ]
-    lines += [
-        "## Warnings",
-        "",
-        *([f"- {w}" for w in setup["warnings"]] or ["None: every run and evaluation made valid zoom-in calls."]),
-        "",
-    ]
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(lines), encoding="utf-8")
-    figures.mkdir(parents=True, exist_ok=True)
-    (figures / "results.json").write_text(json.dumps(outcome, indent=1) + "\n", encoding="utf-8")
-    return report
-
-
 def estimate_seconds(runs: int, jobs: int, steps: int, eval_rows: int, evals_per_run: int, variance: int,
                      arms: int, prepare: bool) -> float:  # fmt: skip
     """Wall time of the whole experiment at the rates measured on 2 idle cores: `runs` runs `jobs` at a time, each
@@ -582,11 +248,12 @@ def estimate_seconds(runs: int, jobs: int, steps: int, eval_rows: int, evals_per
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add = parser.add_argument
-    add("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=list(ARMS))
-    add("--seeds", nargs="+", type=int, default=list(DEFAULT_SEEDS))
+    add("--plan", type=Path, default=PLAN, help="the plan file: arms, seeds, rows and the rule the report applies")
+    add("--arms", nargs="+", default=None, choices=list(ARMS), help="default: the plan's")
+    add("--seeds", nargs="+", type=int, default=None, help="default: the plan's")
     add("--rl_steps", type=int, default=None, help="RL steps of every run (default: the recipe's max_steps)")
     add("--eval_every", type=int, default=0, help="also evaluate every K steps (default 0: at the end only)")
-    add("--eval_rows", type=int, default=None, help="held-out rows per evaluation (default: all)")
+    add("--eval_rows", type=int, default=None, help="held-out rows per evaluation (default: the plan's)")
     add("--jobs", type=int, default=2, help="runs side by side, one torch thread each (1: in series, on all threads)")
     add("--gate_rows", type=int, default=64, help="held-out rows of the verifier gate")
     add("--variance_batches", type=int, default=0, help="batches of the gradient-variance measurement (0: skip)")
@@ -605,16 +272,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--sft_learning_rate", type=float, default=1e-3, help="the SFT's peak learning rate")
     add("--sft_start_step", type=int, default=800, help="RL starts from the SFT's checkpoint at this step")
     stages.add_stage_arguments(parser)
-    parser.set_defaults(test_rows=128, sft_steps=1200)
+    parser.set_defaults(test_rows=None, sft_steps=1200)
     args = parser.parse_args(argv)
+    try:
+        args.plan_read = load_plan(args.plan)
+    except (OSError, KeyError, ValueError) as error:
+        parser.error(f"--plan {args.plan}: {error!r}")
+    plan: Plan = args.plan_read
+    args.arms = list(plan.arms) if args.arms is None else args.arms
+    args.seeds = list(plan.seeds) if args.seeds is None else args.seeds
+    args.eval_rows = plan.eval_rows if args.eval_rows is None else args.eval_rows
+    args.test_rows = args.test_rows or args.eval_rows  # the made data holds every evaluated row
     if len(set(args.arms)) < len(args.arms) or len(set(args.seeds)) < len(args.seeds):
         parser.error("--arms and --seeds must not repeat a value")
-    if args.arms and REFERENCE not in args.arms:
-        parser.error(f"--arms must include {REFERENCE}, which every arm is paired against")
+    if plan.reference not in args.arms:
+        parser.error(f"--arms must include {plan.reference}, which every arm is paired against (the plan's reference)")
     if args.variance_batches == 1:
         parser.error("--variance_batches needs at least 2 batches (0: skip)")
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: at least 1")
+    if args.eval_rows < 1:
+        parser.error("--eval_rows: the experiment needs at least one held-out row; its verdict is an evaluation")
     if not 0 <= args.sft_start_step < args.sft_steps:
         parser.error(
             f"--sft_start_step {args.sft_start_step}: a step inside --sft_steps {args.sft_steps} (0: its end)"
@@ -624,6 +302,38 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.eval_every and args.eval_every >= args.rl_steps:
         args.eval_every = 0
     return args
+
+
+def departures(args: argparse.Namespace, eval_rows: int) -> list[str]:
+    """How this run differs from its plan (arms, seeds, rows): the report says so beside its verdict."""
+    plan: Plan = args.plan_read
+    out = []
+    if set(args.arms) != set(plan.arms):
+        out.append(f"arms {', '.join(args.arms)} (planned: {', '.join(plan.arms)})")
+    if set(args.seeds) != set(plan.seeds):
+        out.append(f"seeds {', '.join(map(str, args.seeds))} (planned: {', '.join(map(str, plan.seeds))})")
+    if eval_rows != plan.eval_rows:
+        out.append(f"{eval_rows} held-out rows (planned: {plan.eval_rows})")
+    return out
+
+
+def run_order(arms: Sequence[str], seeds: Sequence[int]) -> list[tuple[str, int]]:
+    """The runs in the order they start: seed by seed, every arm of the verdict, then the arms outside it (`LAST`), so
+    an experiment stopped part way has whole seeds of the verdict's arms to resume from."""
+    first = [a for a in arms if a not in LAST]
+    return [(a, s) for s in seeds for a in first] + [(a, s) for a in arms if a in LAST for s in seeds]
+
+
+def plan_origin(plan: Path) -> str:
+    """The plan file and the commit that first added it (`git log`), which the report quotes: the plan predates the
+    results in git. Without git history, the path alone."""
+    try:
+        added = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h %cs", "--", str(plan)], cwd=stages.REPO,
+                               capture_output=True, text=True, check=True).stdout.split("\n")[-2:]  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return str(plan)
+    first = next((line for line in reversed(added) if line.strip()), "")
+    return f"{plan}, first committed in {first.replace(' ', ' on ')}" if first else str(plan)
 
 
 def world_of(args: argparse.Namespace) -> dict:
@@ -659,19 +369,22 @@ def control_summary(record: dict, path: Path, problems: list[str]) -> dict:
 def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    plan: Plan = args.plan_read
     stage = stages.Stages()
     kit = stages.tiny_kit()
     world = world_of(args)
     record = read_control(args.control)
     reused = None if args.sft_model else control_start(record, world)
+    if reused and len(load_saved_split(str(reused.data), "test")) < args.eval_rows:
+        reused = None  # the control's data holds fewer held-out rows than the plan evaluates: made here
     start = reused or locate(args)
     if not args.sft_model and not reused:
         start = dataclasses.replace(start, sft=sft_start(start.sft, args.sft_start_step))
     arms = {name: dict(ARMS[name]) for name in args.arms}
+    order = run_order(args.arms, args.seeds)
     # Planned (and checked to differ only in the arms' fields, and against the control's record) before anything
     # trains or is made.
-    planned = {(arm, seed): run_argv(args, start, kit, arm, seed, **overrides)
-               for seed in args.seeds for arm, overrides in arms.items()}  # fmt: skip
+    planned = {(arm, seed): run_argv(args, start, kit, arm, seed, **arms[arm]) for arm, seed in order}
     fields = check_shared({key: stages.rl_args(a) for key, a in planned.items()})
     problems = control_check(record, fields, world, start)
     if problems:
@@ -681,23 +394,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
             "with this world's settings and RL settings, or name its record with --control."
         )
     control = control_summary(record, args.control, problems)
-    test_rows = len(load_saved_split(str(start.data), "test")) if start.data.exists() else args.test_rows
-    eval_rows = test_rows if args.eval_rows is None else min(args.eval_rows, test_rows)
-    if eval_rows < 1:
-        raise SystemExit("--eval_rows: the experiment needs at least one held-out row; its verdict is an evaluation")
-    evals = 1 + (args.rl_steps // args.eval_every - (args.rl_steps % args.eval_every == 0) if args.eval_every else 0)
-    made = not (args.sft_model or reused)
-    estimate = estimate_seconds(len(planned), args.jobs, args.rl_steps, eval_rows, evals, args.variance_batches,
-                                len(arms), made)  # fmt: skip
-    print(
-        f"{len(planned)} runs ({', '.join(args.arms)} x seeds {args.seeds}), {args.jobs} at a time, from {start.sft}"
-        f"{' (the control’s)' if reused else ''}: {args.rl_steps} RL steps each, {evals} evaluation(s) of {eval_rows} "
-        f"rows per run: about {estimate / 60:.0f} min on 2 idle cores (another torch job on the same cores can make "
-        "it many times slower)",
-        flush=True,
-    )
+    made = not (args.sft_model or reused) and not all(path.exists() for path in vars(start).values())
     if made:
         start = prepare(args, dataclasses.replace(start, sft=args.output_dir / "sft"), stage)
+    test_rows = len(load_saved_split(str(start.data), "test"))
+    eval_rows = min(args.eval_rows, test_rows)
+    digest = start_digest(start)
+    evals = 1 + (args.rl_steps // args.eval_every - (args.rl_steps % args.eval_every == 0) if args.eval_every else 0)
     budget = stages.rollout_budget(RECIPE)
     sft = stage("evaluate the SFT checkpoint", lambda: evaluate(start.sft, start, args.output_dir / "eval" / "sft",
                                                                   eval_rows, budget))  # fmt: skip
@@ -707,37 +410,61 @@ def main(argv: Sequence[str] | None = None) -> dict:
         arms["mapo_clip"]["semantic_score"] = clip[0]
         planned |= {("mapo_clip", seed): run_argv(args, start, kit, "mapo_clip", seed, **arms["mapo_clip"])
                     for seed in args.seeds}  # fmt: skip
+    jobs = {
+        key: Job(
+            argv,
+            start,
+            args.output_dir / "eval" / f"{key[0]}-seed{key[1]}",
+            eval_rows,
+            f"{key[0]} seed {key[1]}",
+            args.eval_every,
+            args.output_dir / "runs" / f"{key[0]}-seed{key[1]}.json",
+            cache_key(argv, eval_rows, digest),
+        )  # fmt: skip
+        for key, argv in planned.items()
+    }
+    found = {key: result for key, job in jobs.items() if (result := cached(job)) is not None}
+    todo = [key for key in order if key not in found]
+    estimate = estimate_seconds(len(todo), args.jobs, args.rl_steps, eval_rows, evals, args.variance_batches,
+                                len(arms), False)  # fmt: skip
+    print(
+        f"{len(planned)} runs ({', '.join(args.arms)} x seeds {args.seeds}) from {start.sft}"
+        f"{' (the control’s)' if reused else ''}: {args.rl_steps} RL steps each, {evals} evaluation(s) of {eval_rows} "
+        f"rows per run; {len(found)} cached in {args.output_dir / 'runs'}, {len(todo)} to run, {args.jobs} at a time: "
+        f"about {estimate / 60:.0f} min on 2 idle cores (another torch job on the same cores can make it many times "
+        "slower)",
+        flush=True,
+    )
+    done = stage(f"{len(todo)} RL runs, {args.jobs} at a time",
+                 lambda: train_and_evaluate_all([jobs[key] for key in todo], args.jobs))  # fmt: skip
+    finished = found | dict(zip(todo, done, strict=True))
+    results = {arm: [finished[(arm, seed)] for seed in args.seeds] for arm in args.arms}
     outcome = {
+        "plan": str(args.plan),
+        "departures": departures(args, eval_rows),
         "sft": sft,
         "gate": {name: {how: r.as_dict() for how, r in by.items()} for name, by in gate_objects.items()},
         "clip": clip,
         "control": control,
-        "results": {},
-        "variance": {},
-        "eval_se": difference_se(sft["target_seen"], sft["target_seen"], eval_rows),
+        "results": results,
+        "variance": gradient_variance(args, start, kit, arms, stage) if args.variance_batches and arms else {},
+        "cpu_seconds": sum(run["cpu_seconds"] for runs in results.values() for run in runs),
     }
-    jobs = [(argv_rl, start, args.output_dir / "eval" / f"{arm}-seed{seed}", eval_rows, f"{arm} seed {seed}",
-             args.eval_every) for (arm, seed), argv_rl in planned.items()]  # fmt: skip
-    done = stage(f"{len(jobs)} RL runs, {args.jobs} at a time", lambda: train_and_evaluate_all(jobs, args.jobs))
-    results: dict[str, list[dict]] = {arm: [] for arm in arms}
-    for (arm, _), run in zip(planned, done, strict=True):
-        results[arm].append(run)
-    if args.variance_batches and arms:
-        outcome["variance"] = gradient_variance(args, start, kit, arms, stage)
-    outcome["results"] = results
-    outcome["verdict"] = verdict(results, outcome["eval_se"])
-    setup = describe_setup(args, argv, start, fields, results, eval_rows, stage, made)
-    report = write_report(args.report, outcome, gate_objects, setup)
+    outcome["judged"] = judge(results, plan)
+    setup = describe_setup(args, argv, start, fields, results, eval_rows, stage, made, outcome["cpu_seconds"])
+    raw_plan = json.loads(args.plan.read_text(encoding="utf-8"))
+    report = write_report(args.report, outcome, gate_objects, setup, plan, raw_plan)
     print(f"\nreport: {report}   plots: {report.with_suffix('')}/   runs: {args.output_dir}")
-    for line in what_it_shows(outcome, gate_objects, clip):
+    for line in what_it_shows(outcome, gate_objects, plan):
         print(line)
     for warning in setup["warnings"]:
         print(f"WARNING: {warning}")
     return outcome
 
 
-def describe_setup(args, argv, start: Start, fields: dict, results: dict, eval_rows: int, stage, made: bool) -> dict:
-    """The report's generated setup: the command, where the runs started, sizes, shared fields, wall time."""
+def describe_setup(args, argv, start: Start, fields: dict, results: dict, eval_rows: int, stage, made: bool,
+                   cpu_seconds: float) -> dict:  # fmt: skip
+    """The report's generated setup: the command, where the runs started, sizes, shared fields, wall and CPU time."""
     rows = {split: len(load_saved_split(str(start.data), split)) for split in ("train", "test")}
     if made:
         origin = (f"made by this run with the demo's stages: verifier {args.clip_steps} steps, {args.image_side} px "
@@ -746,13 +473,14 @@ def describe_setup(args, argv, start: Start, fields: dict, results: dict, eval_r
     elif args.sft_model:
         origin = f"given (`--sft_model`), data `{start.data}`, verifier `{start.clip}`"
     else:
-        origin = f"the positive control's (its record's), data `{start.data}`, verifier `{start.clip}`"
+        origin = f"`{start.sft.parent.parent}`'s, data `{start.data}`, verifier `{start.clip}`"
     seconds = [run["seconds"] for runs in results.values() for run in runs]
     batch, group = fields.get("per_device_train_batch_size"), fields.get("num_generations")
     return {
         "date": datetime.date.today().isoformat(),
         "command": shlex.join(["python", "-m", "research.experiment", *argv])
         + '   # make experiment-curves ARGS="..."',
+        "plan_origin": plan_origin(args.plan),
         "steps": args.rl_steps,
         "variance_batches": args.variance_batches,
         "lines": [
@@ -764,8 +492,13 @@ def describe_setup(args, argv, start: Start, fields: dict, results: dict, eval_r
             f"- RL: recipe `{RECIPE}`, {args.rl_steps} steps of {batch} rollouts (groups of {group}); evaluated every "
             f"{args.eval_every or args.rl_steps} steps and at the end; {args.jobs} run(s) at a time"
             + (", one torch thread each." if args.jobs > 1 else "."),
-            f"- Wall time: {stage.total() / 60:.1f} min in all"
-            + (f"; one arm run (RL and its evaluations) {min(seconds):.0f}-{max(seconds):.0f} s." if seconds else "."),
+            f"- Time: {cpu_seconds / 3600:.2f} CPU hours over the runs (each run's own and its `rl.py`'s, whenever it "
+            f"ran: runs are cached and resumed); this invocation's wall time {stage.total() / 60:.1f} min"
+            + (
+                f"; one run (RL and its evaluations) {min(seconds):.0f}-{max(seconds):.0f} s of wall time."
+                if seconds
+                else "."
+            ),  # fmt: skip
         ],
         "shared": {k: fields[k] for k in SETUP_FIELDS if k in fields},
         "warnings": [

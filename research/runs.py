@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import multiprocessing
+import resource
 import shutil
 import statistics
 from collections.abc import Sequence
@@ -42,10 +43,11 @@ STEP_METRICS: stages.StepMetrics = stages.STEP_METRICS | {
 }
 
 
-def row_metrics(records: Sequence[dict]) -> dict[str, float | int]:
+def row_metrics(records: Sequence[dict]) -> dict:
     """Per-row rates of one evaluation (`samples.jsonl` records): `target_seen`, the rows where some valid call's box
     framed the target (`tiny.stages.framing_calls`: what the simulated reader rewards), and `named_and_seen`, those where
-    such a call also named the target (what the exact verifier scores 1), over `n` rows."""
+    such a call also named the target (what the exact verifier scores 1), over `n` rows; `outcomes`, each row's
+    target-seen (1 or 0) in the evaluation's row order, which the learning-curve statistics pair by row."""
     seen, named = [], []
     for record in records:
         frames = stages.framing_calls(record)
@@ -57,6 +59,7 @@ def row_metrics(records: Sequence[dict]) -> dict[str, float | int]:
         "n": n,
         "target_seen": sum(seen) / n if n else float("nan"),
         "named_and_seen": sum(named) / n if n else float("nan"),
+        "outcomes": [int(x) for x in seen],
     }
 
 
@@ -108,35 +111,6 @@ def binned(values: dict[int, float | None], window: int) -> dict[int, float | No
         if value is not None and not math.isnan(value):
             present.append(value)
     return {step: statistics.fmean(v) if v else None for step, v in sorted(bins.items())}
-
-
-@dataclass(frozen=True)
-class Paired:
-    """An arm against the reference on the same seeds: the per-seed differences, their mean and its standard error
-    (sample std with ddof 1 over sqrt(n); NaN with one seed)."""
-
-    diffs: tuple[float, ...]
-    mean: float
-    se: float
-
-    @property
-    def n(self) -> int:
-        return len(self.diffs)
-
-
-def paired(arm: dict[int, float], reference: dict[int, float]) -> Paired | None:
-    """`Paired` over the seeds both have a value for; None when they share none."""
-    seeds = sorted(set(arm) & set(reference))
-    diffs = tuple(arm[s] - reference[s] for s in seeds)
-    if not diffs:
-        return None
-    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
-    return Paired(diffs, statistics.fmean(diffs), se)
-
-
-def exceeds(pair: Paired | None, sigmas: float, floor: float = 0.0) -> bool:
-    """Whether the mean paired difference is above `sigmas` standard errors and above `floor`; False with one seed."""
-    return pair is not None and not math.isnan(pair.se) and pair.mean > max(sigmas * pair.se, floor)
 
 
 def format_spread(spread: Spread | None) -> str:
@@ -294,31 +268,89 @@ def train_and_evaluate(
     return {"seed": training_args.seed, "steps": steps, "evals": points, "warnings": warnings}
 
 
-def _one_job(job: tuple) -> dict:
-    """`train_and_evaluate` in a worker process of `train_and_evaluate_all`, on one torch thread (the rollouts' `rl.py`
-    and the in-process evaluations alike), with its wall time."""
+@dataclass(frozen=True)
+class Job:
+    """One run of `train_and_evaluate_all`: `rl.py`'s argv, the start, where its evaluations go, the held-out rows of
+    each, its name in the stages' log, the evaluation interval, and where its result is cached (None: not cached)."""
+
+    argv: list[str]
+    start: Start
+    eval_dir: Path
+    rows: int
+    name: str
+    eval_every: int
+    cache: Path | None = None
+    key: str = ""  # what the cached result must have been made from (`cache_key`)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user and system) of this process and of its children it has waited for (`rl.py`) so far."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def cache_key(argv: Sequence[str], rows: int, start_digest: str) -> str:
+    """What a cached run must match to be reused: its command line, its evaluations' rows and its start's contents."""
+    return hashlib.sha256(json.dumps([list(map(str, argv)), rows, start_digest]).encode()).hexdigest()[:16]
+
+
+def start_digest(start: Start) -> str:
+    """A hash of the files of the start (the SFT checkpoint, the data, the verifier): a start remade with other
+    weights or rows invalidates every cached run."""
+    digest = hashlib.sha256()
+    for root in (start.sft, start.data, start.clip):
+        for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
+            digest.update(str(path.relative_to(root)).encode())
+            with path.open("rb") as handle:
+                for block in iter(lambda handle=handle: handle.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def cached(job: Job) -> dict | None:
+    """The job's cached result when its cache file holds one made from the same `key`, else None; evaluation steps
+    back to integers (JSON keys are strings)."""
+    if job.cache is None or not job.cache.exists():
+        return None
+    saved = json.loads(job.cache.read_text(encoding="utf-8"))
+    if saved.get("key") != job.key:
+        return None
+    result = saved["result"]
+    return result | {"evals": {int(step): e for step, e in result["evals"].items()}}
+
+
+def run_job(job: Job, threads: int) -> dict:
+    """`train_and_evaluate` of one job on `threads` torch threads, with its wall time (`seconds`) and CPU time
+    (`cpu_seconds`, its evaluations' and its `rl.py`'s); the result is written to the job's cache as soon as it ends,
+    so an interrupted experiment resumes after its last finished run."""
+    stage = stages.Stages()
+    cpu = cpu_seconds()
+    result = train_and_evaluate(job.argv, job.start, job.eval_dir, job.rows, stage, job.name, job.eval_every, threads)
+    result |= {"seconds": stage.total(), "cpu_seconds": cpu_seconds() - cpu}
+    if job.cache is not None:
+        job.cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = job.cache.with_suffix(".partial")
+        partial.write_text(json.dumps({"key": job.key, "argv": job.argv, "result": result}) + "\n", encoding="utf-8")
+        partial.replace(job.cache)  # atomic: a run killed while writing leaves no half-written result
+    return result
+
+
+def _one_job(job: Job) -> dict:
+    """`run_job` in a worker process of `train_and_evaluate_all`, on one torch thread (the rollouts' `rl.py` and the
+    in-process evaluations alike)."""
     import torch  # in the worker: spawn starts it bare
 
     torch.set_num_threads(1)
-    argv, start, eval_dir, rows, name, eval_every = job
-    stage = stages.Stages()
-    result = train_and_evaluate(argv, start, eval_dir, rows, stage, name, eval_every, threads=1)
-    return result | {"seconds": stage.total()}
+    return run_job(job, threads=1)
 
 
-def train_and_evaluate_all(jobs: Sequence[tuple], workers: int) -> list[dict]:
-    """`train_and_evaluate` of every job (`argv, start, eval_dir, rows, name, eval_every`), in order, each with its wall
-    time (`seconds`). One worker runs them in series on `stages.alone_threads()`; more run that many at once on one
-    torch thread each. On the idle 2-core machine two 1-thread RL runs side by side took 60 s for 16 steps each, one
-    alone 59 s, and one on 2 threads 1.46x less than alone (2026-12-04): 2 workers finish a series 1.3x sooner."""
+def train_and_evaluate_all(jobs: Sequence[Job], workers: int) -> list[dict]:
+    """`run_job` of every job, in order. One worker runs them in series on `stages.alone_threads()`; more run that
+    many at once on one torch thread each. On the idle 2-core machine two 1-thread RL runs side by side took 60 s for
+    16 steps each, one alone 59 s, and one on 2 threads 1.46x less than alone (2026-12-04): 2 workers finish a series
+    1.3x sooner."""
     if workers <= 1:
-        out = []
-        for argv, start, eval_dir, rows, name, eval_every in jobs:
-            stage = stages.Stages()
-            threads = stages.alone_threads()
-            out.append(train_and_evaluate(argv, start, eval_dir, rows, stage, name, eval_every, threads) | {
-                "seconds": stage.total()})  # fmt: skip
-        return out
+        return [run_job(job, stages.alone_threads()) for job in jobs]
     # spawn: a forked worker would inherit the parent's torch thread pool and any loaded model.
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(_one_job, jobs))

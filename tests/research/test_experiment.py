@@ -3,6 +3,7 @@ worked out by hand), the check that runs differ only in the arm's fields and the
 checked against the run, the plots, and a shrunk experiment from the tiny kit's policy through the real RL entry
 point, two runs side by side: every arm's tables and plots."""
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -12,8 +13,10 @@ import pytest
 from transformers.trainer_utils import SchedulerType
 
 from evaluation.verifier_check import GateResult
-from research import experiment
-from research.experiment import Spread
+from research import curve_report, experiment, runs
+from research.curve_stats import ACTED, DID_NOT_ACT, INCONCLUSIVE, Plan
+from research.report import markdown_table
+from research.runs import Spread
 from tests.tolerance import FLOAT64, HAND_TERMS, approx
 from tiny import stages
 
@@ -27,19 +30,19 @@ def _run(seed: int, **series) -> dict:
 
 # ---------------------------------------------------------------------------------------------------- aggregation
 def test_across_seeds_is_mean_and_population_std_of_the_seeds_with_a_value():
-    assert experiment.across_seeds([1.0, 3.0, None]) == Spread(mean=2.0, std=1.0, low=1.0, high=3.0, n=2, of=3)
-    spread = experiment.across_seeds([0.2, 0.4, 0.9])  # mean 0.5; deviations -0.3, -0.1, 0.4: var 0.26 / 3
+    assert runs.across_seeds([1.0, 3.0, None]) == Spread(mean=2.0, std=1.0, low=1.0, high=3.0, n=2, of=3)
+    spread = runs.across_seeds([0.2, 0.4, 0.9])  # mean 0.5; deviations -0.3, -0.1, 0.4: var 0.26 / 3
     assert spread.mean == approx(0.5, FLOAT64, terms=HAND_TERMS, scale=1.0) and spread.std == approx(
         math.sqrt(0.26 / 3), FLOAT64, terms=HAND_TERMS, scale=1.0
     )
-    assert experiment.across_seeds([None, float("nan")]) is None
-    assert experiment.across_seeds([]) is None
+    assert runs.across_seeds([None, float("nan")]) is None
+    assert runs.across_seeds([]) is None
 
 
 def test_curves_match_steps_by_number_and_leave_missing_steps_missing():
     a = [{"step": 1, "z_mean": 0.2}, {"step": 2, "z_mean": None}, {"step": 3, "z_mean": 0.6}]
     b = [{"step": 1, "z_mean": 0.4}, {"step": 2, "z_mean": None}]  # a shorter run
-    steps, spreads = experiment.curve([a, b], "z_mean")
+    steps, spreads = runs.curve([a, b], "z_mean")
     assert steps == [1, 2, 3]
     assert (
         spreads[0].mean == approx(0.3, FLOAT64, terms=HAND_TERMS, scale=1.0)
@@ -53,7 +56,7 @@ def test_curves_match_steps_by_number_and_leave_missing_steps_missing():
 def test_binned_curves_average_each_runs_steps_over_windows_and_the_band_is_the_standard_error():
     a = [{"step": s, "m": v} for s, v in zip(range(1, 6), [0.0, 1.0, None, 0.5, 0.25])]
     b = [{"step": s, "m": v} for s, v in zip(range(1, 5), [1.0, 1.0, 0.0, 0.0])]
-    steps, spreads = experiment.curve([a, b], "m", window=2)
+    steps, spreads = runs.curve([a, b], "m", window=2)
     # a: steps 1-2 -> 0.5, 3-4 -> 0.5 (its None left out), 5 -> 0.25 (at step 6); b: 1.0, 0.0, nothing at 6.
     assert steps == [2, 4, 6]
     assert (spreads[0].mean, spreads[0].std) == (0.75, 0.25) and (spreads[1].mean, spreads[1].std) == (0.25, 0.25)
@@ -61,20 +64,20 @@ def test_binned_curves_average_each_runs_steps_over_windows_and_the_band_is_the_
     # SE of the mean: sample std / sqrt(n) = population std / sqrt(n - 1): 0.25 / 1 with two seeds.
     assert spreads[0].se == 0.25 and math.isnan(spreads[2].se)
     assert Spread(0.5, 0.3, 0.1, 0.9, 4, 4).se == approx(0.3 / math.sqrt(3), FLOAT64, terms=HAND_TERMS, scale=1.0)
-    assert experiment.binned({1: 0.2, 2: None}, 1) == {1: 0.2, 2: None}  # window 1: as logged
+    assert runs.binned({1: 0.2, 2: None}, 1) == {1: 0.2, 2: None}  # window 1: as logged
 
 
 def test_spreads_print_as_mean_std_and_say_when_seeds_are_missing():
-    assert experiment.format_spread(Spread(0.5, 0.1234, 0.4, 0.6, 3, 3)) == "0.500 ± 0.123"
-    assert experiment.format_spread(Spread(0.5, 0.0, 0.5, 0.5, 1, 3)) == "0.500 ± 0.000 (1/3 seeds)"
-    assert experiment.format_spread(None) == "— (no value)"
+    assert runs.format_spread(Spread(0.5, 0.1234, 0.4, 0.6, 3, 3)) == "0.500 ± 0.123"
+    assert runs.format_spread(Spread(0.5, 0.0, 0.5, 0.5, 1, 3)) == "0.500 ± 0.000 (1/3 seeds)"
+    assert runs.format_spread(None) == "— (no value)"
 
 
 def test_markdown_table():
-    table = experiment.markdown_table(["method", "a|b"], [["grpo", 1], ["mapo", "x|y"]])
+    table = markdown_table(["method", "a|b"], [["grpo", 1], ["mapo", "x|y"]])
     assert table == "| method | a\\|b |\n|---|---|\n| grpo | 1 |\n| mapo | x\\|y |"
     with pytest.raises(ValueError, match="every row needs 2 cells"):
-        experiment.markdown_table(["a", "b"], [["only one"]])
+        markdown_table(["a", "b"], [["only one"]])
 
 
 def test_runs_may_differ_only_in_the_arm_fields_seed_and_output_dir():
@@ -101,30 +104,15 @@ def test_plots_are_pngs_even_for_a_method_with_no_value(tmp_path):
         "grpo": ([1, 2], [Spread(0.1, 0.0, 0.1, 0.1, 1, 1), None]),
         "mapo": ([1, 2], [None, None]),
     }
-    path = experiment.plot_curves(curves, "mean z_t", tmp_path / "figs" / "z_mean.png")
+    path = runs.plot_curves(curves, "mean z_t", tmp_path / "figs" / "z_mean.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # ---------------------------------------------------------------------------------------------------- statistics
 def test_binomial_and_difference_standard_errors():
-    assert experiment.binomial_se(0.5, 100) == approx(0.05, FLOAT64, terms=HAND_TERMS, scale=1.0)
-    assert experiment.binomial_se(0.0, 10) == 0.0
-    assert experiment.difference_se(0.5, 0.5, 100) == approx(
-        math.sqrt(0.05**2 * 2), FLOAT64, terms=HAND_TERMS, scale=1.0
-    )
-
-
-def test_paired_differences_and_their_standard_error():
-    pair = experiment.paired({0: 0.5, 1: 0.6, 2: 0.9, 3: 0.2}, {0: 0.3, 1: 0.3, 2: 0.4})  # seed 3 has no partner
-    # diffs 0.2, 0.3, 0.5: mean 1/3; sample var ((-2/15)^2 + (-1/30)^2 + (1/6)^2) / 2 = 0.02333; se sqrt(var / 3)
-    assert pair.diffs == approx((0.2, 0.3, 0.5), FLOAT64, terms=HAND_TERMS, scale=1.0) and pair.mean == approx(
-        1 / 3, FLOAT64, terms=HAND_TERMS, scale=1.0
-    )
-    assert pair.se == approx(math.sqrt(0.07 / 3 / 3), FLOAT64, terms=HAND_TERMS, scale=1.0)
-    assert experiment.exceeds(pair, 2.0)  # 0.333 > 2 * 0.088
-    assert not experiment.exceeds(pair, 2.0, floor=0.4)  # the evaluation's own noise is larger
-    assert not experiment.exceeds(experiment.paired({0: 0.9}, {0: 0.1}), 2.0)  # one seed: no standard error
-    assert experiment.paired({0: 0.9}, {1: 0.1}) is None
+    assert runs.binomial_se(0.5, 100) == approx(0.05, FLOAT64, terms=HAND_TERMS, scale=1.0)
+    assert runs.binomial_se(0.0, 10) == 0.0
+    assert runs.difference_se(0.5, 0.5, 100) == approx(math.sqrt(0.05**2 * 2), FLOAT64, terms=HAND_TERMS, scale=1.0)
 
 
 def test_row_metrics_count_rows_whose_call_framed_the_target_and_named_it():
@@ -138,40 +126,58 @@ def test_row_metrics_count_rows_whose_call_framed_the_target_and_named_it():
         record([[0, 0, 100, 200]], ["the star"]),  # the whole image: not a zoom
         record([None], ["the star"]),  # a failed call
     ]
-    assert experiment.row_metrics(records) == {"n": 4, "target_seen": 0.5, "named_and_seen": 0.25}
+    assert runs.row_metrics(records) == {"n": 4, "target_seen": 0.5, "named_and_seen": 0.25, "outcomes": [1, 1, 0, 0]}
+
+
+ROWS = 100
+# The plan's rule at 3 seeds and 100 rows; 2,000 bootstrap replicates keep the tests fast, and every interval below is
+# far from the bar it is read against (or exactly 0, when the rows do not differ).
+PLAN = Plan(("grpo", "mapo_walk", "mapo_density"), "mapo_walk", "grpo", "mapo_density", (0, 1, 2), ROWS, 2000, 0,
+            0.05, 0.02)  # fmt: skip
+
+
+def _outcomes(rate: float) -> list[int]:
+    """100 rows, the first `rate` of them seen: two arms' rows differ only between their two rates."""
+    seen = round(rate * ROWS)
+    return [1] * seen + [0] * (ROWS - seen)
 
 
 def _results(**finals):
-    """Arms whose one-evaluation runs end with the given target-seen per seed."""
+    """Arms whose one-evaluation runs end with the given target-seen per seed, row by row (`_outcomes`)."""
     return {
-        arm: [{"seed": s, "evals": {10: {"target_seen": v}}} for s, v in enumerate(values)]
+        arm: [{"seed": s, "evals": {10: {"target_seen": v, "outcomes": _outcomes(v)}}} for s, v in enumerate(values)]
         for arm, values in finals.items()
     }
 
 
-def test_the_verdict_needs_the_walk_arm_to_beat_grpo_and_its_density_control():
+def test_the_verdict_is_the_plans_rule_on_every_rows_outcome_paired_by_seed():
     grpo = [0.30, 0.35, 0.40]
-    acted = experiment.verdict(
-        _results(grpo=grpo, mapo_walk=[0.50, 0.52, 0.61], mapo_density=[0.31, 0.33, 0.42]), eval_se=0.05
-    )
-    assert acted["beats_grpo"] == {"mapo_walk": True, "mapo_density": False}
-    assert acted["beats_density"] == {"mapo_walk": True} and acted["acted"]
-    assert acted["pairs"]["mapo_walk"]["diffs"] == approx([0.20, 0.17, 0.21], FLOAT64, terms=HAND_TERMS, scale=1.0)
-    # walk - density: 0.19, 0.19, 0.19: no spread at all, so any mean above the evaluation's noise beats it.
-    assert acted["over_density"]["mapo_walk"]["mean"] == approx(0.19, FLOAT64, terms=HAND_TERMS, scale=1.0)
-    dense = experiment.verdict(
-        _results(grpo=grpo, mapo_walk=[0.50, 0.52, 0.61], mapo_density=[0.50, 0.55, 0.58]), eval_se=0.05
-    )
-    assert dense["beats_grpo"]["mapo_walk"] and dense["beats_grpo"]["mapo_density"] and not dense["acted"]
-    assert not dense["beats_density"]["mapo_walk"]  # -0.03 +0.03 +0.00 on the seeds
-    small = experiment.verdict(_results(grpo=grpo, mapo_walk=[0.34, 0.39, 0.44]), eval_se=0.05)
-    assert (
-        not small["beats_grpo"]["mapo_walk"] and not small["acted"]
-    )  # +0.04 every seed: below the evaluation's noise
-    assert small["over_density"] == {} and small["beats_density"] == {}  # no density control ran
-    worse = experiment.verdict(_results(grpo=grpo, mapo_walk=[0.1, 0.15, 0.2], mapo_density=grpo), eval_se=0.05)
-    assert worse["pairs"]["mapo_walk"]["mean"] == approx(-0.2, FLOAT64, terms=HAND_TERMS, scale=1.0)  # signed
-    assert not worse["beats_grpo"]["mapo_walk"] and not worse["acted"]
+    acted = curve_report.judge(_results(grpo=grpo, mapo_walk=[0.50, 0.52, 0.61], mapo_density=[0.31, 0.33, 0.42]),
+                               PLAN)  # fmt: skip
+    walk = acted["over_reference"]["mapo_walk"]
+    # diffs 0.20, 0.17, 0.21: mean 0.19333; sample sd sqrt((0.00667^2 + 0.02333^2 + 0.01667^2) / 2) = 0.020817, SE
+    # 0.012019, t = 16.09 with 2 df against 4.303; every bootstrap replicate's mean is positive (rows differ only by +1).
+    assert walk["diffs"] == approx([0.20, 0.17, 0.21], FLOAT64, terms=HAND_TERMS, scale=1.0)
+    mean = 0.58 / 3
+    se = math.sqrt(((0.20 - mean) ** 2 + (0.17 - mean) ** 2 + (0.21 - mean) ** 2) / 2 / 3)
+    assert walk["se"] == approx(se, FLOAT64, terms=HAND_TERMS, scale=1.0) and round(se, 6) == 0.012019
+    assert walk["df"] == 2 and walk["call"] == "above" and walk["lo"] > 0
+    assert acted["over_density"]["mapo_walk"]["call"] == "above" and acted["verdict"] == ACTED
+    assert acted["over_reference"]["mapo_density"]["call"] != "above"  # +0.01, -0.02, +0.02
+    # A bonus of the same density does as well: walk minus density is 0 on every row, an interval of [0, 0].
+    same = curve_report.judge(_results(grpo=grpo, mapo_walk=[0.50, 0.52, 0.61], mapo_density=[0.50, 0.52, 0.61]),
+                              PLAN)  # fmt: skip
+    assert same["over_density"]["mapo_walk"]["hi"] == 0 and same["verdict"] == DID_NOT_ACT
+    # +0.04 on every seed: the old bar (two evaluations' binomial SE, ~0.07) said "did not beat"; paired by seed
+    # and row it is above, and without a density control the verdict cannot be more than inconclusive.
+    small = curve_report.judge(_results(grpo=grpo, mapo_walk=[0.34, 0.39, 0.44]), PLAN)
+    assert small["over_reference"]["mapo_walk"]["call"] == "above" and small["over_density"] == {}
+    assert small["verdict"] == INCONCLUSIVE
+    worse = curve_report.judge(_results(grpo=grpo, mapo_walk=[0.1, 0.15, 0.2], mapo_density=grpo), PLAN)
+    assert worse["over_reference"]["mapo_walk"]["mean"] == approx(-0.2, FLOAT64, terms=HAND_TERMS, scale=1.0)
+    assert worse["over_reference"]["mapo_walk"]["call"] == "below" and worse["verdict"] == DID_NOT_ACT
+    noisy = curve_report.judge(_results(grpo=grpo, mapo_walk=[0.40, 0.27, 0.42], mapo_density=grpo), PLAN)
+    assert noisy["over_reference"]["mapo_walk"]["call"] == "undecided" and noisy["verdict"] == INCONCLUSIVE
 
 
 def _gate(passed_cosine: bool) -> dict:
@@ -232,36 +238,37 @@ def test_the_controls_start_is_reused_only_when_it_exists_and_was_made_in_this_w
     assert experiment.control_start(None, WORLD) is None
 
 
-def _outcome(results: dict, eval_se: float = 0.05) -> dict:
+def _outcome(results: dict, clip=("cosine", True), departures=()) -> dict:
     control = experiment.control_summary(CONTROL, Path("r/positive_control/results.json"), [])
-    return {"verdict": experiment.verdict(results, eval_se), "eval_se": eval_se, "sft": {"named_and_seen": 0.0},
-            "control": control}  # fmt: skip
+    return {"judged": curve_report.judge(results, PLAN), "sft": {"named_and_seen": 0.0}, "control": control,
+            "clip": clip, "departures": list(departures)}  # fmt: skip
 
 
 def test_what_it_shows_is_written_from_the_verdict_the_control_and_the_gate():
     results = _results(grpo=[0.30, 0.35, 0.40], mapo_walk=[0.50, 0.52, 0.61], mapo_density=[0.31, 0.33, 0.42])
-    text = "\n".join(experiment.what_it_shows(_outcome(results), _gate(True), ("cosine", True)))
+    text = "\n".join(curve_report.what_it_shows(_outcome(results), _gate(True), PLAN))
     assert "`r/positive_control.md`" in text and "0.391 (SFT) → 0: 0.633 by seed: passed" in text
-    assert "**MAPO's signal acted**" in text and "+0.193" in text and "not label grounding" in text
+    assert "**Verdict: MAPO's signal acted.**" in text and "not label grounding" in text
+    assert "`mapo_walk` − `grpo`: +0.193 (SE 0.012, t = 16.09 with 2 df; bootstrap [+" in text
     assert "`mapo_walk` − `mapo_density`: +0.190" in text and "`mapo_density` − `grpo`: +0.003" in text
-    assert "`mapo_clip` did not run" in text and "Talk and walk" not in text
-    results = _results(grpo=[0.3, 0.35, 0.4], mapo_walk=[0.3, 0.36, 0.4], mapo_exact=[0.3, 0.35, 0.41],
-                       mapo_clip=[0.2, 0.25, 0.3])  # fmt: skip
-    text = "\n".join(experiment.what_it_shows(_outcome(results), _gate(False), ("cosine", False)))
-    assert "did not act measurably" in text and "`mapo_walk` − `mapo_density`: not run" in text
+    assert "`mapo_clip` did not run" in text and "departs from the plan" not in text
+    results = _results(grpo=[0.3, 0.35, 0.4], mapo_walk=[0.40, 0.27, 0.42], mapo_clip=[0.2, 0.25, 0.3])
+    shown = _outcome(results, ("cosine", False), ["seeds 0, 1, 2 (planned: 0 to 7)"])
+    text = "\n".join(curve_report.what_it_shows(shown, _gate(False), PLAN))
+    assert "**Verdict: inconclusive**" in text and "the smallest difference this run could detect" in text
+    assert "`mapo_walk` − `mapo_density`: not run" in text and "**This run departs from the plan** (seeds" in text
     assert "failed the gate (trained under `cosine`, its best AUC)" in text
-    assert "`mapo_clip` − `grpo`: -0.100 ± 0.000 (n = 3 seeds), so it did not beat `grpo`" in text
-    assert "Talk and walk: `mapo_exact` − `grpo`: +0.003" in text and "so it did not beat" in text
-    results = _results(grpo=[0.3, 0.35, 0.4], mapo_walk=[0.5, 0.52, 0.61], mapo_density=[0.5, 0.55, 0.58])
-    text = "\n".join(experiment.what_it_shows(_outcome(results), _gate(False), ("cosine", False)))
-    assert "**Not shown**" in text and "a bonus of the same density" in text
+    assert "`mapo_clip` − `grpo`: -0.100 (SE 0.000" in text and ": below" in text
+    results = _results(grpo=[0.3, 0.35, 0.4], mapo_walk=[0.5, 0.52, 0.61], mapo_density=[0.5, 0.52, 0.61])
+    text = "\n".join(curve_report.what_it_shows(_outcome(results), _gate(False), PLAN))
+    assert "**Verdict: MAPO's signal did not act here**" in text and "a bonus of the same density" in text
 
 
 def test_the_results_hash_changes_with_any_result():
     a = {"results": _results(grpo=[0.3])}
     b = {"results": _results(grpo=[0.31])}
-    assert experiment.results_hash(a) == experiment.results_hash(json.loads(json.dumps(a)))
-    assert experiment.results_hash(a) != experiment.results_hash(b)
+    assert runs.results_hash(a) == runs.results_hash(json.loads(json.dumps(a)))
+    assert runs.results_hash(a) != runs.results_hash(b)
 
 
 # ---------------------------------------------------------------------------------------------------- end to end
@@ -304,28 +311,48 @@ def test_a_shrunk_experiment_writes_every_arm_the_paired_table_and_the_plots(tin
 
     results = outcome["results"]
     assert list(results) == arms
-    for runs in results.values():
-        (run,) = runs
+    for arm, arm_runs in results.items():
+        (run,) = arm_runs
         assert [step["step"] for step in run["steps"]] == [1, 2]
         assert sorted(run["evals"]) == [1, 2] and run["evals"][2]["n"] == 2 and run["seconds"] > 0
+        assert len(run["evals"][2]["outcomes"]) == 2 and set(run["evals"][2]["outcomes"]) <= {0, 1}
+        # CPU time counts rl.py's (a child process) as well as the evaluations': more than the run's own process.
+        assert run["cpu_seconds"] > 0
+        cache = json.loads((tmp_path / "out" / "runs" / f"{arm}-seed0.json").read_text())
+        assert cache["argv"] == [str(a) for a in cache["argv"]] and cache["result"]["seed"] == 0
+    assert outcome["cpu_seconds"] == approx(sum(r[0]["cpu_seconds"] for r in results.values()), FLOAT64, terms=2,
+                                            scale=outcome["cpu_seconds"])  # fmt: skip
     how, passed = outcome["clip"]  # the random CLIP: whatever its gate said, the arm ran under the scoring it chose
     ran = (tmp_path / "out" / "rl" / "mapo_clip-seed0" / "recipe.yaml").read_text().splitlines()[1]
     assert "--semantic_verifier clip" in ran and f"--semantic_score {how}" in ran
     saved = json.loads((tmp_path / "docs" / "experiment" / "results.json").read_text())
     assert json.dumps(saved) == json.dumps(json.loads(json.dumps(outcome)))  # NaN-safe: one seed has no paired SE
-    for name in ["target_seen", *experiment.CURVES]:
+    for name in ["target_seen", *curve_report.CURVES]:
         assert (tmp_path / "docs" / "experiment" / f"{name}.png").stat().st_size > 1000, name
     text = report.read_text()
-    assert experiment.results_hash(saved) in text
+    assert runs.results_hash(saved) in text
     paired = text.split("## Paired differences")[1].split("##")[0]
     rows = [line for line in paired.splitlines() if line.startswith("| ")][1:]  # less the header
     assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == ["mapo_clip − grpo"]
     assert "| SFT (step 0) |" in text.split("## Final evaluation")[1].split("##")[0]
     assert "| 0 | 0.391 | 0.633 | +0.242 | yes |" in text.split("## Positive control")[1]
-    assert "did not act measurably" in text and "2 run(s) at a time, one torch thread each" in text
+    assert "**Verdict: " in text and "2 run(s) at a time, one torch thread each" in text
+    assert "**This run departs from the plan** (arms grpo, mapo_clip (planned: " in text
+    assert "2 held-out rows (planned: 512)" in text and "experiment_curves.json, first committed in " in text
     # target_in_view is logged at weight 0: the runs' training curves have it, and it paid nothing.
     assert all("target_in_view" in step for step in results["grpo"][0]["steps"])
     assert "| `reward_weights` | `[1.0, 0.0]` |" in text
+
+    # Resumed: every run is cached under the same command, rows and start, so nothing trains again and the results
+    # are the same; a run whose command changed (no checkpoints saved) is not reused.
+    started = []
+    monkeypatch.setattr(experiment, "train_and_evaluate_all", lambda jobs, workers: started.extend(jobs) or [])
+    again = experiment.main(argv)
+    assert started == [] and json.dumps(again["results"]) == json.dumps(outcome["results"])
+    monkeypatch.setattr(experiment, "train_and_evaluate_all", lambda jobs, workers: started.extend(jobs) or [
+        outcome["results"][job.name.split()[0]][0] for job in jobs])  # fmt: skip
+    experiment.main([*argv, "--eval_every", "0"])
+    assert sorted(job.name for job in started) == ["grpo seed 0", "mapo_clip seed 0"]
 
 
 def test_the_demo_reads_the_verdict_from_a_report(tmp_path):
@@ -340,10 +367,57 @@ def test_the_demo_page_names_the_curves_reports_bar_as_the_se_of_a_difference():
     evaluation's noise: docs/demo.md gives both figures from its results.json, each under its own name."""
     record = json.loads((stages.REPO / "research/reports/experiment_curves/results.json").read_text(encoding="utf-8"))
     sft = record["sft"]
-    one = experiment.binomial_se(sft["target_seen"], sft["n"])
+    one = runs.binomial_se(sft["target_seen"], sft["n"])
     assert record["eval_se"] == approx(math.sqrt(2) * one, FLOAT64, terms=HAND_TERMS, scale=1.0)  # a few float64 ops
     page = " ".join((stages.REPO / "docs/demo.md").read_text(encoding="utf-8").split())
     assert (
         f"the binomial standard error of a difference of two {sft['n']}-row evaluations ({record['eval_se']:.3f}; "
         f"one evaluation's is {one:.3f})" in page
     )
+
+
+# ---------------------------------------------------------------------------------------------------- the plan
+def test_the_plan_sets_the_arms_seeds_and_rows_and_a_departure_is_named():
+    args = experiment.parse_args([])
+    plan = args.plan_read
+    assert args.arms == list(plan.arms) and args.seeds == list(plan.seeds) and args.eval_rows == plan.eval_rows
+    assert args.test_rows == plan.eval_rows  # the made data holds every evaluated row
+    assert experiment.departures(args, plan.eval_rows) == []
+    shrunk = experiment.parse_args(["--arms", "grpo", "mapo_walk", "--seeds", "0", "1"])
+    assert experiment.departures(shrunk, 128) == [
+        "arms grpo, mapo_walk (planned: grpo, mapo_walk, mapo_density, mapo_clip)",
+        "seeds 0, 1 (planned: 0, 1, 2, 3, 4, 5, 6, 7)",
+        "128 held-out rows (planned: 512)",
+    ]
+    with pytest.raises(SystemExit):
+        experiment.parse_args(["--arms", "mapo_walk"])  # no reference to pair against
+
+
+def test_runs_start_seed_by_seed_with_the_arm_outside_the_verdict_last():
+    order = experiment.run_order(["grpo", "mapo_clip", "mapo_walk"], [0, 1])
+    assert order == [("grpo", 0), ("mapo_walk", 0), ("grpo", 1), ("mapo_walk", 1), ("mapo_clip", 0), ("mapo_clip", 1)]
+
+
+@pytest.mark.process
+def test_the_report_quotes_the_commit_that_added_the_plan():
+    origin = experiment.plan_origin(Path("research/plans/experiment_curves.json"))
+    assert origin.startswith("research/plans/experiment_curves.json, first committed in ") and " on 2026-" in origin
+    assert experiment.plan_origin(Path("no/such/plan.json")) == "no/such/plan.json"
+
+
+def test_a_cached_run_is_reused_only_under_the_same_command_rows_and_start(tmp_path):
+    start = runs.Start(tmp_path / "sft", tmp_path / "data", tmp_path / "clip")
+    for path in vars(start).values():
+        path.mkdir()
+        (path / "weights").write_bytes(b"a")
+    digest = runs.start_digest(start)
+    key = runs.cache_key(["--seed", "0"], 512, digest)
+    job = runs.Job(["--seed", "0"], start, tmp_path / "eval", 512, "grpo seed 0", 0, tmp_path / "runs" / "g.json", key)
+    assert runs.cached(job) is None  # nothing saved yet
+    job.cache.parent.mkdir()
+    job.cache.write_text(json.dumps({"key": key, "result": {"seed": 0, "evals": {"200": {"outcomes": [1, 0]}}}}))
+    assert runs.cached(job) == {"seed": 0, "evals": {200: {"outcomes": [1, 0]}}}  # steps back to integers
+    assert key != runs.cache_key(["--seed", "1"], 512, digest) != runs.cache_key(["--seed", "0"], 128, digest)
+    (start.sft / "weights").write_bytes(b"b")  # the SFT checkpoint remade with other weights
+    assert runs.start_digest(start) != digest
+    assert runs.cached(dataclasses.replace(job, key=runs.cache_key(job.argv, 512, runs.start_digest(start)))) is None
