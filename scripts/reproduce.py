@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import shlex
 import shutil
@@ -39,23 +38,21 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import yaml
 
+from evaluation.reproduce_state import MARKER, Stage, blocked, run_id, stage_states
+from evaluation.reproduce_time import Throughput, parquet_rows, rl_rows
 from evaluation.reproduction import write_report
-from repairs.resume import last_complete_checkpoint
 from tools import ToolConfig
 from utils.checks import check_accelerate_config, check_report_to
 from utils.recipes import flag_values, load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 SETS_FILE = REPO / "recipes" / "reproduce.yaml"
-MARKER = ".done"
 SET_KEYS = {
     "sft", "rl", "lora", "accelerate", "num_processes", "eval_processes", "convert_format", "eval_args", "rl_vllm",
     "rl_probe",
@@ -65,39 +62,6 @@ MODELS = ("base", "sft", "rl")  # whose evaluations the table holds, in order
 ROLLOUT_KEYS = ("max_completion_length", "max_tool_calling_iterations")
 TOOL_KEYS = tuple(f.name for f in fields(ToolConfig))
 PREVIEW_ROWS = 20
-
-
-@dataclass
-class Stage:
-    """One step of the plan: its command as a user types it (`python ...` or `accelerate launch ...`, from the repo
-    root), the DATA_ROOT paths it reads (path -> release), the stages whose outputs it reads, and for training stages
-    the recipe and the command's recipe flags the memory estimate reads. `gate`: a check of what earlier stages wrote,
-    run before this stage starts (None: pass; else why it must not start); `hours`: the time estimate."""
-
-    name: str
-    argv: list[str]
-    output: Path
-    inputs: dict[Path, str] = field(default_factory=dict)
-    reads: tuple[str, ...] = ()
-    recipe: str | None = None
-    recipe_args: list[str] = field(default_factory=list)
-    resumable: bool = False  # SFT and RL: a complete checkpoint-* is continued, not thrown away
-    gate: Callable[[], str | None] | None = None
-    hours: float | None = None
-
-    @property
-    def marker(self) -> dict | None:
-        path = self.output / MARKER
-        return json.loads(path.read_text(encoding="utf-8") or "{}") if path.is_file() else None
-
-    def checkpoint(self) -> Path | None:
-        """The complete checkpoint an interrupted training stage resumes from."""
-        found = last_complete_checkpoint(self.output) if self.resumable and self.marker is None else None
-        return Path(found) if found else None
-
-    def command(self) -> list[str]:
-        """The command to run now: a training stage interrupted after a checkpoint continues from it."""
-        return [*self.argv, "--resume_from_checkpoint", "true"] if self.checkpoint() else self.argv
 
 
 # ------------------------------------------------------------------------------------------------------- the set
@@ -298,124 +262,6 @@ def probe_verdict(probe_dir: Path, min_fired: int) -> str | None:
         "reward does not read (no <answer>, a cut rollout), answers in another form than the data's ground truth "
         "(ThinkLite's math), or an SFT that did not take. Fix the cause, then FORCE=rl_probe."
     )
-
-
-# ------------------------------------------------------------------------------------------------------ the states
-def stage_states(stages: list[Stage], force: set[str]) -> dict[str, str]:
-    """Per stage: `done` (its marker's command is the plan's and its inputs were not rerun since), `changed` (the
-    marker holds another command), `stale` (a stage it reads was rerun after it, or will be), `forced` (`force` names
-    it or a stage it reads is forced), `resume from checkpoint-N`, or `to run`."""
-    states: dict[str, str] = {}
-    by_name = {s.name: s for s in stages}
-    for s in stages:
-        record, reads = s.marker, [states[name] for name in s.reads]
-        if s.name in force or "forced" in reads:
-            states[s.name] = "forced"
-        elif record is None:
-            checkpoint = s.checkpoint()
-            states[s.name] = f"resume from {checkpoint.name}" if checkpoint else "to run"
-        elif record.get("command", s.argv) != s.argv:  # a marker by hand, without a command, is taken as it is
-            states[s.name] = "changed"
-        elif any(state != "done" for state in reads) or any(
-            record.get("inputs", {}).get(name, run_id(by_name[name])) != run_id(by_name[name]) for name in s.reads
-        ):
-            states[s.name] = "stale"
-        else:
-            states[s.name] = "done"
-    return states
-
-
-def run_id(stage: Stage) -> str | None:
-    return (stage.marker or {}).get("id")
-
-
-def blocked(stages: list[Stage], states: dict[str, str]) -> list[str]:
-    """What stops the run before it starts: a changed or stale stage, with the marker's command and the plan's."""
-    lines = []
-    for s in stages:
-        if states[s.name] == "changed":
-            lines += [
-                f"{s.name} is done with another command than the plan's:",
-                f"  done: {shlex.join(s.marker['command'])}",
-                f"  plan: {shlex.join(s.argv)}",
-            ]
-        elif states[s.name] == "stale":
-            lines.append(f"{s.name} is done, but {', '.join(s.reads)} changed or will run again since")
-    if lines:
-        later = [s.name for s in stages if states[s.name] in ("changed", "stale")]
-        lines.append(
-            f"FORCE={later[0]} reruns it from an empty folder, with the stages after it that read it "
-            f"(FORCE={','.join(later)} names each); or choose another RUN_DIR."
-        )
-    return lines
-
-
-# ------------------------------------------------------------------------------------------------------- estimates
-class Throughput:
-    """Hours per stage from `recipes/reproduce.yaml`'s `throughput` assumptions (each says where it comes from): a
-    planning figure, printed beside each stage by the dry run."""
-
-    def __init__(self, assumed: dict, chosen: dict, rl_backend: str):
-        self.assumed, self.chosen, self.backend = assumed, chosen, rl_backend
-        self.scale = assumed.get("gpu_scale", {}).get(chosen.get("name", ""), 1.0)
-
-    def _known(self, *keys: str) -> bool:
-        return all(key in self.assumed for key in keys) and self.chosen["accelerate"] not in ("cpu", "multi_cpu")
-
-    def evaluation(self, rows: int) -> float | None:
-        if not self._known("eval_seconds_per_sample"):
-            return None
-        seconds = self.assumed["eval_seconds_per_sample"]["transformers"]
-        return rows * seconds / self.chosen.get("eval_processes", 1) / self.scale / 3600
-
-    def sft(self, recipe: dict, convert_dir: Path) -> float | None:
-        if not self._known("sft_tokens_per_s", "sft_tokens_per_row"):
-            return None
-        stats = convert_dir / "stats.json"
-        rows = json.loads(stats.read_text())["rows_converted"] if stats.is_file() else self.assumed.get("sft_rows")
-        if not rows:
-            return None
-        gpus = self.chosen["num_processes"]
-        per_step = recipe.get("per_device_train_batch_size", 8) * recipe.get("gradient_accumulation_steps", 1) * gpus
-        steps = recipe.get("max_steps", -1)
-        seen = steps * per_step if steps and steps > 0 else rows * recipe.get("num_train_epochs", 1)
-        tokens = seen * self.assumed["sft_tokens_per_row"]
-        return tokens / (self.assumed["sft_tokens_per_s"] * gpus * self.scale) / 3600
-
-    def rl(self, recipe: dict, rows: int | None) -> float | None:
-        if not self._known("rl_rollout_tokens", "generate_tokens_per_s", "train_tokens_per_s") or not rows:
-            return None
-        gpus = self.chosen["num_processes"]
-        rollouts = recipe["per_device_train_batch_size"] * recipe.get("gradient_accumulation_steps", 1) * gpus
-        prompts = rollouts // recipe.get("num_generations", 8)
-        steps = recipe.get("max_steps", -1)
-        steps = steps if steps and steps > 0 else math.ceil(rows / prompts) * recipe.get("num_train_epochs", 1)
-        tokens = rollouts * self.assumed["rl_rollout_tokens"]
-        generate = self.assumed["generate_tokens_per_s"][self.backend]
-        seconds = tokens / (generate * gpus * self.scale) + tokens / (self.assumed["train_tokens_per_s"] * gpus)
-        return steps * seconds / 3600
-
-
-def parquet_rows(path: Path) -> int | None:
-    """A parquet file's row count from its footer (no data read), or None when it is not there or not parquet."""
-    try:
-        return pq.ParquetFile(path).metadata.num_rows if path.is_file() else None
-    except (OSError, pa.ArrowInvalid):
-        return None
-
-
-def rl_rows(spec: dict, files: list[Path]) -> int | None:
-    """Rows of the RL files: counted where downloaded, else the release's published count (`~22k` -> 22,000)."""
-    total = 0
-    for path, entry in zip(files, spec["rl_data"]["files"]):
-        rows = parquet_rows(path)
-        if rows is None:
-            published = re.fullmatch(r"~?(\d+(?:\.\d+)?)k", str(entry["rows"]))
-            if published is None:
-                return None
-            rows = int(float(published.group(1)) * 1000)
-        total += rows
-    return total
 
 
 # --------------------------------------------------------------------------------------------------------- running
