@@ -78,7 +78,7 @@ $(TINY)/.built: $(STAMP) tiny/kit.py data/task.py tools/zoom_in.py
 	$(PY) -m scripts.build_tiny_kit --output_dir $(TINY)
 	touch $@
 
-tiny: $(TINY)/.built ## Build the tiny offline models (Qwen2.5-VL, Qwen3-VL, tokenizer, CLIP, text encoder) into outputs/tiny
+tiny: $(TINY)/.built ## Build the tiny offline models (Qwen2.5-VL, Qwen3-VL, Qwen3.5, tokenizer, CLIP, text encoder) into outputs/tiny
 
 demo: tiny ## The main job on tiny models, CPU: train CLIP verifier, SFT, RL on a grounding reward, evaluate before/after (outputs/demo)
 	$(PY) -m scripts.demo $(ARGS)
@@ -104,10 +104,10 @@ DATA_ROOT   ?= /data
 RUN_DIR     ?=
 DRY         ?=
 FORCE       ?=
-RL_BACKEND  ?= transformers
-reproduce: $(if $(filter tiny,$(RECIPE_SET)),tiny,$(STAMP)) ## The paper's pipeline with our baselines: eval base, convert, SFT, eval SFT, probe, MAPO RL, eval RL (V*/HR-Bench/MME-RW-Lite), reproduce.md; RECIPE_SET=<qwen2.5-vl-7b|qwen2.5-vl-7b-lora|qwen2.5-vl-3b-lora|qwen3-vl-8b|tiny> DATA_ROOT=<dir> [RUN_DIR=<dir>] [DRY=1] [FORCE=<stage,...>] [RL_BACKEND=vllm]
+RL_BACKEND  ?=
+reproduce: $(if $(filter tiny,$(RECIPE_SET)),tiny,$(STAMP)) ## The paper's pipeline with our baselines: eval base, convert, SFT, eval SFT, probe, MAPO RL, eval RL (V*/HR-Bench/MME-RW-Lite), reproduce.md; RECIPE_SET=<qwen2.5-vl-7b|qwen2.5-vl-7b-lora|qwen2.5-vl-3b-lora|qwen3-vl-8b|tiny> DATA_ROOT=<dir> [RUN_DIR=<dir>] [DRY=1] [FORCE=<stage,...>] [RL_BACKEND=<vllm|transformers>: default the set's, vllm on the 8-GPU sets]
 	$(if $(filter tiny,$(RECIPE_SET)),$(OFFLINE)) $(PY) -m scripts.reproduce --recipe_set $(RECIPE_SET) --data_root $(DATA_ROOT) \
-		$(if $(RUN_DIR),--run_dir $(RUN_DIR)) $(if $(DRY),--dry_run) $(if $(FORCE),--force $(FORCE)) --rl_backend $(RL_BACKEND) $(ARGS)
+		$(if $(RUN_DIR),--run_dir $(RUN_DIR)) $(if $(DRY),--dry_run) $(if $(FORCE),--force $(FORCE)) $(if $(RL_BACKEND),--rl_backend $(RL_BACKEND)) $(ARGS)
 
 clip: $(TINY)/clip_trained/training_metrics.json ## Train the tiny CLIP verifier on synthetic crops (~1 min CPU)
 

@@ -19,6 +19,7 @@ from repairs.resume import resume_checkpoint
 from rewards import check_columns, check_judge, check_rule_rewards, get_reward_funcs
 from utils.checks import check_clip_model, check_master_weights, keep_adapters_in_fp32
 from utils.policy import load_policy, policy_peft_config, save_outputs
+from utils.progress import StepTimes
 from utils.recipes import parse_args_and_record
 
 
@@ -67,6 +68,7 @@ def main(
     trainer_cls: type[MAPOTrainer] = MAPOTrainer,
 ) -> MAPOTrainer:
     trainer = build_trainer(script_args, training_args, model_args, tool_config, trainer_cls)
+    trainer.add_callback(StepTimes())  # progress.json: the measured step time make reproduce plans with
     trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
     save_outputs(
         trainer,

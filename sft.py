@@ -29,6 +29,7 @@ from tools import ToolConfigRecorder, environment_tools, make_environment_factor
 from utils.checks import check_master_weights, keep_adapters_in_fp32
 from utils.models import pixel_budget
 from utils.policy import load_policy, policy_peft_config, save_outputs
+from utils.progress import StepTimes
 from utils.recipes import parse_args_and_record
 
 
@@ -118,7 +119,7 @@ def main(
         train_dataset=train_dataset,
         processing_class=processor,
         peft_config=policy_peft_config(model_args, model, training_args),
-        callbacks=[ToolConfigRecorder(record)],
+        callbacks=[ToolConfigRecorder(record), StepTimes()],  # StepTimes: progress.json, for make reproduce
     )
     keep_adapters_in_fp32(trainer.model)  # QLoRA: TRL casts the adapters to bf16
     check_master_weights(trainer.model.named_parameters(), trainer.accelerator.distributed_type)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evaluation.reproduce_time import Work
 from repairs.resume import last_complete_checkpoint
 
 MARKER = ".done"
@@ -18,9 +19,11 @@ MARKER = ".done"
 @dataclass
 class Stage:
     """One step of the plan: its command as a user types it (`python ...` or `accelerate launch ...`, from the repo
-    root), the DATA_ROOT paths it reads (path -> release), the stages whose outputs it reads, and for training stages
-    the recipe and the command's recipe flags the memory estimate reads. `gate`: a check of what earlier stages wrote,
-    run before this stage starts (None: pass; else why it must not start); `hours`: the time estimate."""
+        root), the DATA_ROOT paths it reads (path -> release), the stages whose outputs it reads, and for training stages
+        the recipe and the command's recipe flags the memory estimate reads. `gate`: a check of what earlier stages wrote,
+        run before this stage starts (None: pass; else why it must not start); `work`: its steps or rows and the assumed
+    seconds each (`evaluation.reproduce_time`), `kind` what measures it (`train`: its progress.json; `eval`: its
+    samples; None: nothing)."""
 
     name: str
     argv: list[str]
@@ -31,7 +34,12 @@ class Stage:
     recipe_args: list[str] = field(default_factory=list)
     resumable: bool = False  # SFT and RL: a complete checkpoint-* is continued, not thrown away
     gate: Callable[[], str | None] | None = None
-    hours: float | None = None
+    work: Work | None = None
+    kind: str | None = None
+
+    @property
+    def hours(self) -> float | None:
+        return None if self.work is None else self.work.hours
 
     @property
     def marker(self) -> dict | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 from matplotlib.figure import Figure  # no pyplot: files only, no display or backend on a training node
 
+from evaluation.reproduce_time import ESTIMATE_FILE
 from utils.recipes import flag_values
 
 PAPER_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "mapo_paper.yaml"
@@ -191,6 +192,36 @@ def plot_curves(run_dir: Path) -> list[str]:
     return lines
 
 
+def time_lines(run_dir: Path, stages: list[str]) -> list[str]:
+    """Per stage, the plan's estimate, what the run measured (seconds a step or an evaluated row) and the hours left,
+    from `RUN_DIR/estimate.json` (evaluation.reproduce_time), and the seconds each finished stage took (its `.done`)."""
+    estimate = _read_json(run_dir / ESTIMATE_FILE)
+    if estimate is None:
+        return [f"- no estimate: {run_dir / ESTIMATE_FILE} is missing (the run has not started)"]
+    hours = lambda value: "—" if value is None else f"{value:.1f}"  # noqa: E731
+    lines = [
+        f"Written {estimate['written']}, generation on {estimate['backend']}: ~{estimate['hours_left']:.1f} h left"
+        + (f" (no estimate for {', '.join(estimate['unknown'])})" if estimate["unknown"] else "")
+        + f", against a week of {estimate['week_hours']} h.",
+        "",
+        "| stage | planned (h) | measured (s a unit) | units done | took (s) | left (h) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in stages:
+        entry = estimate["stages"].get(name, {})
+        measured = entry.get("measured")
+        record = _read_json(run_dir / name / ".done") or {}
+        rate, done = (
+            ("—", "—") if measured is None else (f"{measured['seconds']:.2f}", "{done} of {units}".format(**measured))
+        )
+        left = entry.get("hours_left", 0.0 if record else None)
+        lines.append(
+            f"| {name} | {hours(entry.get('planned_hours'))} | {rate} | {done} | {record.get('seconds', '—')} | "
+            f"{hours(left)} |"
+        )
+    return lines
+
+
 def write_report(run_dir: Path, set_name: str, chosen: dict, spec: dict, stages: list[str]) -> Path:
     """Write `run_dir/reproduce.md` (and its curves) and return its path."""
     timings = []
@@ -226,6 +257,10 @@ def write_report(run_dir: Path, set_name: str, chosen: dict, spec: dict, stages:
         "## Settings that differ from the paper's",
         "",
         *settings_that_differ(run_dir, spec),
+        "",
+        "## Time: the plan's estimate and the run's own figures",
+        "",
+        *time_lines(run_dir, stages),
         "",
         "## Training curves (RL)",
         "",

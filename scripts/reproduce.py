@@ -1,5 +1,5 @@
-"""`make reproduce RECIPE_SET=<set> DATA_ROOT=<dir> [RUN_DIR=<dir>] [DRY=1] [FORCE=<stage>] [RL_BACKEND=vllm]`: the
-paper's pipeline in one command, with our own baselines.
+"""`make reproduce RECIPE_SET=<set> DATA_ROOT=<dir> [RUN_DIR=<dir>] [DRY=1] [FORCE=<stage>] [RL_BACKEND=<backend>]`:
+the paper's pipeline in one command, with our own baselines.
 
     python -m scripts.reproduce --recipe_set qwen2.5-vl-7b --data_root /data [--run_dir DIR] [--dry_run]
 
@@ -10,7 +10,9 @@ Stages, each the entry point a user would run, with the set's recipes (`recipes/
 `rl_probe` (the SFT checkpoint on a sample of the RL data, scored by the RL recipe's rewards: RL does not start when
 they pay none), `rl` (MAPO on DeepEyes-47k, `rl.py`), `rl_merge` (LoRA sets), `eval_rl_<benchmark>`; last,
 `RUN_DIR/reproduce.md` (`evaluation.reproduction`). Every evaluation runs under the same settings (the RL recipe's
-tool and rollout budget, greedy), data-parallel over the set's `eval_processes`.
+tool and rollout budget, greedy), data-parallel over the set's `eval_processes`, on RL's generation backend (the set's
+`rl_backend`, vLLM on the 8-GPU sets, or `--rl_backend`). While a stage runs its progress is read every minute and
+the plan's remaining time re-estimated from it (`evaluation.reproduce_time`: `RUN_DIR/estimate.json`).
 
 Each stage writes `RUN_DIR/<stage>/` and, when it exits 0, `RUN_DIR/<stage>/.done`: its command and the run ids of the
 stages it read. A stage with the marker is skipped; a marker whose command differs from the plan's ("changed"), or
@@ -38,14 +40,14 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 
 import yaml
 
 from evaluation.reproduce_state import MARKER, Stage, blocked, run_id, stage_states
-from evaluation.reproduce_time import Throughput, parquet_rows, rl_rows
+from evaluation.reproduce_time import Clock, Measured, Throughput, parquet_rows, rl_rows, total_line
 from evaluation.reproduction import write_report
 from tools import ToolConfig
 from utils.checks import check_accelerate_config, check_report_to
@@ -55,13 +57,20 @@ REPO = Path(__file__).resolve().parents[1]
 SETS_FILE = REPO / "recipes" / "reproduce.yaml"
 SET_KEYS = {
     "sft", "rl", "lora", "accelerate", "num_processes", "eval_processes", "convert_format", "eval_args", "rl_vllm",
-    "rl_probe",
+    "rl_probe", "rl_backend",
 }  # fmt: skip
 RL_BACKENDS = ("transformers", "vllm")
+# RL's vLLM flags (a set's `rl_vllm`) that evaluate.py's vLLM backend takes too, by its own name: the evaluations then
+# build the engine RL will build, so a vLLM that fails on the node fails in the first stage, not on day two.
+EVAL_VLLM_FLAGS = {
+    "vllm_gpu_memory_utilization": "vllm_gpu_memory_utilization", "vllm_enforce_eager": "vllm_enforce_eager",
+    "vllm_dtype": "dtype", "vllm_max_model_len": "vllm_max_model_len",
+}  # fmt: skip
 MODELS = ("base", "sft", "rl")  # whose evaluations the table holds, in order
 ROLLOUT_KEYS = ("max_completion_length", "max_tool_calling_iterations")
 TOOL_KEYS = tuple(f.name for f in fields(ToolConfig))
 PREVIEW_ROWS = 20
+POLL_SECONDS = 60  # how often a running stage's progress is read
 
 
 # ------------------------------------------------------------------------------------------------------- the set
@@ -115,14 +124,30 @@ def rl_files(spec: dict, data_root: Path) -> list[Path]:
     return [data_root / block["folder"] / entry["file"] for entry in block["files"]]
 
 
-def eval_settings(chosen: dict, sft_flags: list[str], rl_flags: list[str]) -> list[str]:
+def eval_settings(chosen: dict, sft_flags: list[str], rl_flags: list[str], backend: str) -> list[str]:
     """The flags every evaluation of the set runs under, base, SFT and RL alike: the tool settings the SFT and RL
-    recipes set (RL's over SFT's) and the RL recipe's rollout budget, then the set's own `eval_args`. A setting no
-    recipe sets is each checkpoint's record, which the RL run inherits from SFT."""
+    recipes set (RL's over SFT's) and the RL recipe's rollout budget, the backend RL's rollouts use (vLLM with RL's
+    engine settings, `EVAL_VLLM_FLAGS`), then the set's own `eval_args`. A setting no recipe sets is each checkpoint's
+    record, which the RL run inherits from SFT."""
     sft, rl = recipe_values(chosen["sft"], sft_flags), recipe_values(chosen["rl"], rl_flags)
     settings = {k: sft[k] for k in TOOL_KEYS if k in sft} | {k: rl[k] for k in (*TOOL_KEYS, *ROLLOUT_KEYS) if k in rl}
+    if backend == "vllm":
+        settings["backend"] = "vllm"
+        settings |= {ours: rl[key] for key, ours in EVAL_VLLM_FLAGS.items() if key in rl}
     flags = [item for key, value in settings.items() for item in (f"--{key}", _flag(value))]
     return flags + list(chosen["eval_args"])
+
+
+def default_backend(chosen: dict, asked: str | None) -> str:
+    """The generation backend of RL's rollouts and every evaluation: the one asked, else the set's `rl_backend` (vLLM
+    on the 8-GPU sets, whose week transformers generation overruns), else transformers."""
+    return asked or chosen.get("rl_backend", "transformers")
+
+
+def eval_rows(entry_rows: int, eval_flags: list[str]) -> int:
+    """The rows an evaluation reads: the benchmark's, or `--limit` of the set's and the command line's eval flags."""
+    limit = flag_values(eval_flags).get("limit")
+    return min(entry_rows, limit) if isinstance(limit, int) and limit > 0 else entry_rows
 
 
 def _flag(value) -> str:
@@ -148,10 +173,11 @@ def plan(
     out = lambda name: run_dir / name  # noqa: E731
     coldstart, coldstart_release = data["coldstart"]
     rl_flags = [*extra["rl"], *(chosen.get("rl_vllm", []) if rl_backend == "vllm" else [])]
-    settings = eval_settings(chosen, extra["sft"], rl_flags)
+    settings = eval_settings(chosen, extra["sft"], rl_flags, rl_backend)
     rl_recipe = recipe_values(chosen["rl"], rl_flags)
     base = recipe_values(chosen["sft"], extra["sft"])["model_name_or_path"]
-    hours = Throughput(spec.get("throughput", {}), chosen, rl_backend)
+    assumed = Throughput(spec.get("throughput", {}), chosen, rl_backend)
+    rows = lambda n: eval_rows(n, [*chosen["eval_args"], *extra["eval"]])  # noqa: E731
 
     def evaluations(model: str, policy: str | Path, reads: tuple[str, ...]) -> list[Stage]:
         stages = []
@@ -160,7 +186,8 @@ def plan(
             argv = [*eval_launcher(chosen), "evaluate.py", "--model_name_or_path", str(policy)]
             argv += ["--benchmark", entry["reader"], "--data_path", str(path), "--output_dir", str(out(name))]
             argv += [*settings, *extra["eval"]]
-            stages.append(Stage(name, argv, out(name), {path: release}, reads, hours=hours.evaluation(entry["rows"])))
+            work = assumed.evaluation(rows(entry["rows"]))
+            stages.append(Stage(name, argv, out(name), {path: release}, reads, work=work, kind="eval"))
         return stages
 
     stages = evaluations("base", base, ())
@@ -175,7 +202,7 @@ def plan(
         Stage(
             "sft", sft, out("sft"), reads=("convert",), recipe=chosen["sft"], recipe_args=extra["sft"],
             resumable=True, gate=lambda: conversion_verdict(out("convert"), skip_rate),
-            hours=hours.sft(recipe_values(chosen["sft"], extra["sft"]), out("convert")),
+            work=assumed.sft(recipe_values(chosen["sft"], extra["sft"]), out("convert")), kind="train",
         )
     )  # fmt: skip
     policy, last = out("sft"), "sft"
@@ -195,7 +222,7 @@ def plan(
     stages.append(
         Stage(
             "rl_probe", probe_argv, out("rl_probe"), dict.fromkeys(files, release), (last,),
-            hours=hours.evaluation(probe["rows"]),
+            work=assumed.evaluation(probe["rows"]), kind="eval",
         )
     )  # fmt: skip
     rl = [*launch, "rl.py", "--config", chosen["rl"], "--model_name_or_path", str(policy)]
@@ -205,7 +232,7 @@ def plan(
         Stage(
             "rl", rl, out("rl"), dict.fromkeys(files, release), (last, "rl_probe"), recipe=chosen["rl"],
             recipe_args=rl_flags, resumable=True, gate=lambda: probe_verdict(out("rl_probe"), probe["min_fired"]),
-            hours=hours.rl(rl_recipe, rl_rows(spec, files)),
+            work=assumed.rl(rl_recipe, rl_rows(spec, files)), kind="train",
         )
     )  # fmt: skip
     policy, last = out("rl"), "rl"
@@ -345,8 +372,9 @@ def environment_problems(chosen: dict, stages: list[Stage], states: dict[str, st
 
 
 def print_plan(
-    stages: list[Stage], states: dict[str, str], memory: dict[str, str], memory_argv: dict[str, list[str]]
-) -> None:
+    stages: list[Stage], states: dict[str, str], memory: dict[str, str], memory_argv: dict[str, list[str]],
+    backend: str,
+) -> None:  # fmt: skip
     for i, s in enumerate(stages, 1):
         state = f"done ({s.output / MARKER})" if states[s.name] == "done" else states[s.name]
         estimate = "" if s.hours is None else f"   [~{s.hours:.1f} h]"
@@ -359,9 +387,8 @@ def print_plan(
                 print(f"   will not start: {verdict}")
     known = [s.hours for s in stages if s.hours is not None and states[s.name] != "done"]
     if known:
-        print(
-            f"\nestimated time still to run: ~{sum(known):.0f} h (recipes/reproduce.yaml, `throughput`: assumptions)"
-        )
+        source = "recipes/reproduce.yaml, `throughput`: assumptions, replaced by the run's own step times as it runs"
+        print(f"\nestimated time still to run: {total_line(sum(known), backend, source)}")
 
 
 def print_sources(chosen: dict, spec: dict, files: list[Path]) -> None:
@@ -381,30 +408,59 @@ def print_sources(chosen: dict, spec: dict, files: list[Path]) -> None:
         print(f"  left out: {entry['file']} ({entry['rows']} rows; {entry['what']})")
 
 
-def run_stage(s: Stage, stages: list[Stage], forced: bool) -> None:
-    """Run one stage; on exit 0 write its marker (the plan's command, the one run, when, a run id and the run ids of
-    the stages it read). A forced stage, and one that is neither resumable nor an evaluation (convert, a merge),
-    starts from an empty folder: what an earlier or interrupted run left there does not belong to this command."""
+def run_stage(s: Stage, stages: list[Stage], forced: bool, clock: Clock, backend: str) -> None:
+    """Run one stage, measuring it as it runs (`clock`); on exit 0 write its marker (the plan's command, the one run,
+    when, a run id and the run ids of the stages it read). A forced stage, and one that is neither resumable nor an
+    evaluation (convert, a merge), starts from an empty folder: what an earlier or interrupted run left there does not
+    belong to this command. A failure under vLLM names the fallback."""
     if s.output.exists() and (forced or (not s.resumable and not s.name.startswith(("eval_", "rl_probe")))):
         shutil.rmtree(s.output)
     argv = s.command()
     print(f"\n==> {s.name}: {shlex.join(argv)}", flush=True)
     start = time.monotonic()
-    code = subprocess.run(executable(argv), cwd=REPO).returncode
+    meter = clock.meter(s.name, s.output)
+    code = watch(subprocess.Popen(executable(argv), cwd=REPO), lambda: clock.look(s.name, meter()))
+    seconds = time.monotonic() - start
     if code:
-        raise SystemExit(f"stage {s.name} failed (exit {code}): {shlex.join(argv)}\nRerun the same command to resume.")
+        fallback = ""
+        if backend == "vllm" and ("evaluate.py" in argv or "--use_vllm" in argv):
+            fallback = (
+                "\nThis stage generates with vLLM. If vLLM is what failed (the traceback above), RL_BACKEND="
+                "transformers runs RL's rollouts and every evaluation on transformers generation instead "
+                "(DRY=1 prints its time)."
+            )
+        raise SystemExit(
+            f"stage {s.name} failed (exit {code}): {shlex.join(argv)}\nRerun the same command to resume.{fallback}"
+        )
+    measured = meter()
+    if measured is None and s.kind == "eval" and s.work is not None:  # too short to look twice: its whole time
+        measured = Measured(s.work.units, s.work.units, seconds / max(1, s.work.units))
+    clock.finish(s.name, measured)
     by_name = {t.name: t for t in stages}
     inputs = {name: run_id(by_name[name]) for name in s.reads}
     record = {
         "command": s.argv,
         "ran": argv,
-        "seconds": round(time.monotonic() - start, 1),
+        "seconds": round(seconds, 1),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "id": uuid.uuid4().hex,
         "inputs": inputs,
     }
     s.output.mkdir(parents=True, exist_ok=True)
     (s.output / MARKER).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def watch(process: subprocess.Popen, look: Callable[[], None], every: float = POLL_SECONDS) -> int:
+    """Wait for `process`, calling `look` every `every` seconds while it runs; its exit code. Interrupted (Ctrl-C
+    reaches the stage too), it waits for the stage to end before stopping."""
+    while True:
+        try:
+            return process.wait(timeout=every)
+        except subprocess.TimeoutExpired:
+            look()
+        except KeyboardInterrupt:
+            process.wait()
+            raise
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -418,7 +474,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--force", default="", help="stages to rerun (comma-separated), with the stages that read them"
     )
     parser.add_argument(
-        "--rl_backend", default="transformers", choices=RL_BACKENDS, help="RL rollouts: vllm colocated"
+        "--rl_backend",
+        choices=RL_BACKENDS,
+        help="RL's rollouts and every evaluation: vllm (colocated) or transformers; default: the set's rl_backend",
     )
     parser.add_argument("--max_skip_rate", type=float, help="converted rows skipped above which SFT does not start")
     parser.add_argument("--benchmarks", default="", help="evaluate only these (comma-separated keys of benchmarks:)")
@@ -441,9 +499,8 @@ def main(argv: Sequence[str] | None = None) -> list[Stage]:
     run_dir = (args.run_dir or REPO / "outputs" / "reproduce" / args.recipe_set).resolve()
     data_root = args.data_root.resolve()
     extra = {stage: shlex.split(getattr(args, f"{stage}_args")) for stage in ("sft", "rl", "eval")}
-    stages = plan(
-        chosen, spec, data_root, run_dir, extra, rl_backend=args.rl_backend, max_skip_rate=args.max_skip_rate
-    )
+    backend = default_backend(chosen, args.rl_backend)
+    stages = plan(chosen, spec, data_root, run_dir, extra, rl_backend=backend, max_skip_rate=args.max_skip_rate)
     force = {name for name in args.force.split(",") if name}
     unknown = force - {s.name for s in stages}
     if unknown:
@@ -452,12 +509,12 @@ def main(argv: Sequence[str] | None = None) -> list[Stage]:
         )
     states = stage_states(stages, force)
     memory_argv = memory_commands(chosen, stages)
-    print(f"make reproduce: set {args.recipe_set}, DATA_ROOT {data_root}, RUN_DIR {run_dir}, RL {args.rl_backend}")
+    print(f"make reproduce: set {args.recipe_set}, DATA_ROOT {data_root}, RUN_DIR {run_dir}, RL {backend}")
     print_sources(chosen, spec, rl_files(spec, data_root))
     missing, problems = missing_inputs(stages, states), environment_problems(chosen, stages, states)
     refused = blocked(stages, states)
     if args.dry_run:
-        print_plan(stages, states, {} if args.no_memory else estimate_memory(memory_argv), memory_argv)
+        print_plan(stages, states, {} if args.no_memory else estimate_memory(memory_argv), memory_argv, backend)
         print("\n".join(["missing inputs:", *missing]) if missing else "inputs: all present")
         print("\n".join(["environment:", *(f"  {p}" for p in problems)]) if problems else "environment: ready")
         if refused:
@@ -473,7 +530,18 @@ def main(argv: Sequence[str] | None = None) -> list[Stage]:
         )
     if problems:
         raise SystemExit("\n".join(["the installed stack cannot run this plan (nothing was run):", *problems]))
-    print_plan(stages, states, {}, {})
+    print_plan(stages, states, {}, {}, backend)
+    report = lambda: write_report(run_dir, args.recipe_set, chosen, spec, [s.name for s in stages])  # noqa: E731
+
+    def measured(name: str, first: Measured) -> None:  # the plan's time from the run's own figures
+        left = clock.left()
+        known = sum(hours for hours in left.values() if hours is not None)
+        source = f"{name} measured {first.seconds:.1f} s a {'step' if clock.plan[name][0] == 'train' else 'row'}"
+        print(f"\n==> re-estimate: {total_line(known, backend, source)} ({report()})", flush=True)
+
+    todo = [s.name for s in stages if states[s.name] != "done"]
+    clock = Clock(run_dir, {s.name: (s.kind, s.work) for s in stages}, todo, backend, measured)
+    clock.write()
     for s in stages:
         if states[s.name] == "done":
             print(f"\n==> {s.name}: done, skipped ({s.output / MARKER})")
@@ -482,9 +550,8 @@ def main(argv: Sequence[str] | None = None) -> list[Stage]:
         if verdict is not None:
             raise SystemExit(f"stage {s.name} not started: {verdict}")
         s.output.parent.mkdir(parents=True, exist_ok=True)
-        run_stage(s, stages, forced=states[s.name] == "forced")
-    report = write_report(run_dir, args.recipe_set, chosen, spec, [s.name for s in stages])
-    print(f"\nreport: {report}")
+        run_stage(s, stages, states[s.name] == "forced", clock, backend)
+    print(f"\nreport: {report()}")
     return stages
 
 

@@ -27,13 +27,14 @@ from configs import MAPOConfig, ScriptArguments
 from data import load_split
 from data.benchmarks import BENCHMARKS
 from data.converters import FORMATS
+from evaluation import reproduce_time
 from evaluation.reproduction import PAPER_RECIPE, write_report
 from evaluation.run import read_samples
 from repairs.resume import last_complete_checkpoint
 from rewards import check_rule_rewards
 from scripts import memory, reproduce
 from tools import ToolConfig
-from utils.recipes import load_recipe, parse_args_and_record
+from utils.recipes import flag_values, load_recipe, parse_args_and_record
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = yaml.safe_load(reproduce.SETS_FILE.read_text(encoding="utf-8"))
@@ -121,14 +122,45 @@ def test_every_set_plans_commands_whose_files_exist(name, tmp_path, capsys):
         assert re.search(r"^\d+\. rl: to run   \[~\d+\.\d h\]$", out, re.M), out
 
 
-def test_rl_with_vllm_adds_the_sets_colocate_flags_and_takes_the_estimate_down(tmp_path, capsys):
+def test_the_8_gpu_sets_default_to_vllm_and_fit_a_week_transformers_does_not(tmp_path, capsys):
+    """The 7B set's default backend is vLLM colocated (its `rl_backend`): RL gets the set's colocate flags and the
+    plan's total, backend named, is under 7 days; RL_BACKEND=transformers is still offered, and its plan says it
+    overruns the week and what brings it under."""
     root = ["--recipe_set", "qwen2.5-vl-7b", "--data_root", str(tmp_path)]
-    plain, plain_out = dry_run(capsys, *root)
-    fast, fast_out = dry_run(capsys, *root, "--rl_backend", "vllm")
+    fast, fast_out = dry_run(capsys, *root)
+    plain, plain_out = dry_run(capsys, *root, "--rl_backend", "transformers")
     rl = {s.name: s for s in fast}["rl"]
     assert rl.argv[-len(SPEC["sets"]["qwen2.5-vl-7b"]["rl_vllm"]) :] == SPEC["sets"]["qwen2.5-vl-7b"]["rl_vllm"]
     assert {s.name: s for s in plain}["rl"].hours > 3 * rl.hours  # generation dominates the transformers estimate
     assert "RL vllm" in fast_out and "RL transformers" in plain_out
+    total = re.search(r"^estimated time still to run: ~(\d+) h \(([\d.]+) days\) with RL's rollouts and the evaluations "
+                      r"on vllm ", fast_out, re.M)  # fmt: skip
+    assert total and int(total.group(1)) < reproduce_time.WEEK_HOURS and "OVER A WEEK" not in fast_out
+    slow = re.search(r"^estimated time still to run: ~(\d+) h .* on transformers ", plain_out, re.M)
+    assert slow and int(slow.group(1)) > reproduce_time.WEEK_HOURS
+    assert "OVER A WEEK (168 h): RL_BACKEND=vllm (colocated) or fewer RL steps" in plain_out
+    assert SPEC["sets"]["qwen3-vl-8b"]["rl_backend"] == "vllm" and "rl_backend" not in SPEC["sets"]["tiny"]
+
+
+def test_every_evaluation_runs_on_rl_s_backend_with_its_engine_settings(tmp_path):
+    """Under vLLM the base evaluation, the first stage to load a model, builds the engine RL will build (its memory
+    share, dtype, eager mode), and so does every other evaluation and the probe; under transformers none asks vLLM."""
+    chosen, spec = reproduce.load_set("tiny")
+    chosen = {**chosen, "name": "tiny"}
+    for backend in ("vllm", "transformers"):
+        stages = reproduce.plan(chosen, spec, tmp_path, tmp_path / "run", NO_EXTRA, rl_backend=backend)
+        for s in stages:
+            if "evaluate.py" in s.argv:
+                settings = flag_values(s.argv[s.argv.index("evaluate.py") + 1 :])
+                if backend == "vllm":
+                    assert settings["backend"] == "vllm" and settings["dtype"] == "float32", s.name
+                    assert settings["vllm_enforce_eager"] is True, s.name
+                else:
+                    assert "backend" not in settings and "vllm_enforce_eager" not in settings, s.name
+    seven = reproduce.plan({**SPEC["sets"]["qwen2.5-vl-7b"], "name": "qwen2.5-vl-7b"}, SPEC, tmp_path, tmp_path,
+                           NO_EXTRA, rl_backend="vllm")  # fmt: skip
+    base = {s.name: s for s in seven}["eval_base_vstar"].argv
+    assert flag(base, "--backend") == "vllm" and flag(base, "--vllm_gpu_memory_utilization") == "0.3"
 
 
 def test_the_rl_files_are_counted_from_their_parquet_footers(tmp_path, capsys):
@@ -485,6 +517,13 @@ def test_the_tiny_reproduction_runs_every_stage_and_marks_it_done(tiny_run):
         assert not list((run / f"eval_{model}_vstar").glob("samples.rank*.jsonl"))
         settings = json.loads((run / f"eval_{model}_vstar" / "eval_args.json").read_text())
         assert settings["tool"]["max_pixels"] == 12544 and settings["max_completion_length"] == 96
+    # the plan's time from the run's own figures: RL's step time from its progress.json, each evaluation's rows
+    estimate = json.loads((run / "estimate.json").read_text())
+    assert estimate["backend"] == "transformers" and estimate["hours_left"] == 0 and not estimate["unknown"]
+    assert json.loads((run / "rl" / "progress.json").read_text())["max_steps"] == 2
+    for stage, units in (("rl", 2), ("sft", 2), ("eval_rl_vstar", 2)):
+        measured = estimate["stages"][stage]["measured"]
+        assert measured["units"] == units and measured["seconds"] > 0, stage
     probe = json.loads((run / "rl_probe" / "metrics.json").read_text())
     assert probe["n"] == 2 and set(probe["rewards"]) == {"gated_outcome"}  # the tiny set's probe: 2 of 2 rows
     assert probe["rewards"]["gated_outcome"]["scored"] == 2
@@ -522,3 +561,5 @@ def test_the_run_ends_with_reproduce_md_the_table_and_the_curves(tiny_run):
     for stem in ("reward", "r_sem", "zoom_calls"):
         assert f"](curves/{stem}.png)" in page and (run / "curves" / f"{stem}.png").stat().st_size > 1000
     assert "mean z_t per call" in page  # drawn, or said not logged (no valid call in one tiny step)
+    assert "## Time: the plan's estimate and the run's own figures" in page
+    assert re.search(r"^\| rl \| — \| \d+\.\d\d \| 2 of 2 \| [\d.]+ \| 0\.0 \|$", page, re.M), page
