@@ -23,6 +23,7 @@ import datasets
 import torch
 from tqdm import tqdm
 from transformers import set_seed
+from trl import ModelConfig
 
 from configs import EvalArguments
 from data.benchmarks import read_benchmark
@@ -34,6 +35,7 @@ from rewards import get_reward_funcs
 from rewards.judge import JudgeSettings, judge_settings
 from rewards.verifiers import ClipVerifier
 from tools import ToolConfig
+from utils.checks import check_vllm_model, model_config
 from utils.models import context_length, load_model, load_processor, pixel_budget
 
 logger = logging.getLogger(__name__)
@@ -197,6 +199,8 @@ def build_agent(args: EvalArguments, tool: ToolConfig, device: str) -> ZoomAgent
     check_token_budget(processor, budget, **rollout, context_length=context_length(args.model_name_or_path))
     sampling = dict(temperature=args.temperature, top_p=args.top_p)
     if args.backend == "vllm":
+        # before its engine starts: an architecture the installed vLLM lacks, a dtype its CPU build cannot run
+        check_vllm_model(args.model_name_or_path, model_config(ModelConfig(args.model_name_or_path)), args.dtype)
         backend = VLLMBackend(
             args.model_name_or_path, processor, **sampling, max_images=args.vllm_max_images, dtype=args.dtype,
             gpu_memory_utilization=args.vllm_gpu_memory_utilization, max_model_len=args.vllm_max_model_len,

@@ -18,8 +18,8 @@ from transformers import PreTrainedTokenizerBase, ProcessorMixin
 from trl.data_utils import prepare_multimodal_messages
 
 from data.task import build_prompt
-from tools import TOOL_NAME, ToolConfig, ZoomInEnv, environment_tools, make_environment_factory, tool_call_text
-from utils.models import pixel_budget
+from tools import TOOL_NAME, ToolConfig, ZoomInEnv, environment_tools, make_environment_factory
+from utils.models import pixel_budget, turn_format
 
 logger = logging.getLogger(__name__)
 
@@ -197,6 +197,7 @@ def token_budget(
     prompt = build_prompt("?", box_convention=config.box_convention)
     text_ids = prompt_ids(processor, prepare_multimodal_messages(prompt, images=[small]), env)
     tokenizer = processor.tokenizer
+    turns = turn_format(processor.chat_template)  # the turns as this template has the model write them
 
     def length(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -206,9 +207,9 @@ def token_budget(
         prompt_text=len(text_ids) - text_ids.count(pad),
         crop_response=crop_response,
         call_turn=length(
-            f"<think>zoom</think>\n{tool_call_text([10, 20, 100, 200], 'the object')}{tokenizer.eos_token}"
+            f"{turns.think('zoom')}\n{turns.call([10, 20, 100, 200], 'the object')}{tokenizer.eos_token}"
         ),
-        answer_turn=length(f"<think>seen</think><answer>A</answer>{tokenizer.eos_token}"),
+        answer_turn=length(f"{turns.think('seen')}<answer>A</answer>{tokenizer.eos_token}"),
         iterations=max_tool_calling_iterations,
         max_completion_length=max_completion_length,
         context_length=context_length,

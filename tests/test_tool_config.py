@@ -261,7 +261,8 @@ def test_qwen3_vl_moe_takes_qwen3_vls_settings_and_an_unknown_family_is_refused(
     llava.mkdir()
     (llava / "config.json").write_text('{"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"]}')
     named = (r"model_name_or_path: .*llava is a 'llava' model.*; supported model families: Qwen2.5-VL \(model_type "
-             r"qwen2_5_vl\), Qwen3-VL \(model_type qwen3_vl\), Qwen3-VL-MoE \(model_type qwen3_vl_moe\)$")  # fmt: skip
+             r"qwen2_5_vl\), Qwen3-VL \(model_type qwen3_vl\), Qwen3-VL-MoE \(model_type qwen3_vl_moe\), Qwen3.5 "
+             r"\(model_type qwen3_5\), Qwen3.5-MoE \(model_type qwen3_5_moe\)$")  # fmt: skip
     with pytest.raises(ValueError, match=named):
         evaluate.parse_args(["--model_name_or_path", str(llava), "--benchmark", "synthetic"])
     with pytest.raises(ValueError, match=named):

@@ -3,12 +3,20 @@
 (`utils/models.py`) runs unchanged, with small sizes and seeded random weights (a rebuild is bit-identical).
 
     python -m scripts.build_tiny_kit --output_dir outputs/tiny [--seed 0]   (make tiny)
+
+A rebuild writes only the models that are missing or differ from what is there (`publish`), so adding a model to the
+kit leaves the built ones, which other processes may be reading, untouched.
 """
 
 from __future__ import annotations
 
+import copy
+import filecmp
 import itertools
 import json
+import shutil
+import tempfile
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -28,6 +36,8 @@ from transformers import (
     Qwen2Tokenizer,
     Qwen2VLImageProcessor,
     Qwen2VLVideoProcessor,
+    Qwen3_5Config,
+    Qwen3_5ForConditionalGeneration,
     Qwen3VLConfig,
     Qwen3VLForConditionalGeneration,
     Qwen3VLProcessor,
@@ -37,7 +47,7 @@ from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
 from data import task
 from tools import tool_call_text
-from utils.models import load_chat_template, save_clip
+from utils.models import CHAT_TEMPLATES, load_chat_template, save_clip
 
 BPE_VOCAB_SIZE = 1024
 VOCAB_SIZE = 1088  # BPE vocab + 22 added tokens, padded to a multiple of 64 as Qwen pads its embedding matrix
@@ -76,7 +86,9 @@ PLACES = ["top left", "top right", "bottom left", "bottom right", "center", "lef
 
 def kit_paths(output_dir: str | Path) -> dict[str, Path]:
     """Where `build_tiny_kit` puts each model, without building anything (a built kit is found by these paths)."""
-    folders = {"policy": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "clip": "clip", "text_encoder": "text_encoder"}
+    folders = {
+        "policy": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "qwen3_5": "qwen3_5", "clip": "clip", "text_encoder": "text_encoder",
+    }  # fmt: skip
     return {name: Path(output_dir) / folder for name, folder in folders.items()}
 
 
@@ -202,8 +214,15 @@ def build_qwen3_vl(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -> No
         "num_position_embeddings": 64,  # an 8x8 learned grid, resampled to each image's patch grid
         "deepstack_visual_indexes": [0],  # the first vision layer's features join the first decoder layer
     }  # fmt: skip
+    _build_vl(
+        output_dir, seed, Qwen3VLForConditionalGeneration, Qwen3VLConfig, text, vision, qwen3_processor(tokenizer)
+    )
+
+
+def qwen3_processor(tokenizer: Qwen2Tokenizer) -> Qwen3VLProcessor:
+    """Qwen3-VL's processor at the tiny budget (4 to 16 tokens an image), which Qwen3.5 shares."""
     budget = {"shortest_edge": QWEN3_MIN_PIXELS, "longest_edge": QWEN3_MAX_PIXELS}
-    processor = Qwen3VLProcessor(
+    return Qwen3VLProcessor(
         # Qwen3-VL's image processor is Qwen2-VL's with 16-pixel patches and mean/std 0.5 (its preprocessor_config).
         image_processor=Qwen2VLImageProcessor(
             size=budget, patch_size=16, merge_size=2, temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3
@@ -214,7 +233,36 @@ def build_qwen3_vl(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -> No
         video_processor=Qwen3VLVideoProcessor(size=budget, max_video_tokens=16),
         chat_template=tokenizer.chat_template,
     )
-    _build_vl(output_dir, seed, Qwen3VLForConditionalGeneration, Qwen3VLConfig, text, vision, processor)
+
+
+def build_qwen3_5(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -> None:
+    """A tiny Qwen3.5 (`Qwen3_5ForConditionalGeneration`, random weights): one Gated DeltaNet (linear attention)
+    layer and one gated full-attention layer, as Qwen3.5's 3:1 stack alternates them, and its vision tower, with
+    Qwen3-VL's processor (transformers 5.17 gives Qwen3.5 that one) and Qwen3.5's own thinking chat template. Fields
+    those of Qwen3.5-9B's `config.json` (`recipes/model_configs/Qwen3.5-9B`), shrunk."""
+    # Full attention: head 32 as the tiny Qwen3-VL's (vLLM's CPU attention rejects 16), its query doubled by the
+    # output gate (q_proj 2 x 4 x 32). Rotary positions on a quarter of each head, interleaved over 3 sections, as
+    # Qwen3.5's (partial_rotary_factor 0.25, [11, 11, 10] of 32 scaled to 4). Linear attention: 1 key and 2 value heads
+    # of 128, Qwen3.5's own head size: vLLM 0.31's CPU gated-delta-rule kernel rejects 32 ("Unexpected head dim size").
+    rope = {
+        "rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1],
+        "mrope_interleaved": True,
+    }  # fmt: skip
+    text = {
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "rope_parameters": rope,
+        "layer_types": ["linear_attention", "full_attention"], "linear_num_key_heads": 1, "linear_num_value_heads": 2,
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+    }  # fmt: skip
+    vision = {
+        "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 16,
+        "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 64,
+        "num_position_embeddings": 64,  # an 8x8 learned grid, resampled to each image's patch grid
+    }  # fmt: skip
+    tokenizer = copy.deepcopy(tokenizer)  # its own chat template; the kit's other models keep theirs
+    tokenizer.chat_template = CHAT_TEMPLATES["qwen3_5_think"]
+    _build_vl(
+        output_dir, seed, Qwen3_5ForConditionalGeneration, Qwen3_5Config, text, vision, qwen3_processor(tokenizer)
+    )
 
 
 def build_clip(output_dir: Path, seed: int) -> None:
@@ -241,12 +289,45 @@ def build_text_encoder(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -
     tokenizer.save_pretrained(output_dir)
 
 
+def same_files(a: Path, b: Path) -> bool:
+    """Whether folders `a` and `b` hold the same files, byte for byte."""
+    files = [sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file()) for root in (a, b)]
+    return files[0] == files[1] and all(filecmp.cmp(a / name, b / name, shallow=False) for name in files[0])
+
+
+def publish(build: Callable[[Path], None], dest: Path) -> bool:
+    """Build a model into a fresh folder beside `dest` and put it in place only if `dest` is missing or holds other
+    files: a rebuild is bit-identical, so a kit already built is not rewritten under the processes reading it. Returns
+    whether `dest` was (re)written."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix=f".{dest.name}-new-", dir=dest.parent))
+    fresh.chmod(0o755)  # mkdtemp's 0o700 would hide the model from other users of the kit
+    try:
+        build(fresh)
+        if dest.is_dir() and same_files(fresh, dest):
+            return False
+        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}-old-", dir=dest.parent))
+        if dest.exists():
+            dest.replace(old / dest.name)
+        fresh.replace(dest)
+        shutil.rmtree(old, ignore_errors=True)
+        return True
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
+
+
 def build_tiny_kit(output_dir: str | Path, seed: int = 0) -> dict[str, Path]:
-    """Build the whole kit into `output_dir` and return `kit_paths(output_dir)`; same seed, same weights."""
+    """Build the whole kit into `output_dir` and return `kit_paths(output_dir)`; same seed, same weights. Models
+    already there and unchanged are left as they are (`publish`)."""
     paths = kit_paths(output_dir)
     tokenizer = build_tokenizer()
-    build_policy(paths["policy"], tokenizer, seed)
-    build_qwen3_vl(paths["qwen3_vl"], tokenizer, seed)
-    build_clip(paths["clip"], seed)
-    build_text_encoder(paths["text_encoder"], tokenizer, seed)
+    builders = {
+        "policy": lambda out: build_policy(out, tokenizer, seed),
+        "qwen3_vl": lambda out: build_qwen3_vl(out, tokenizer, seed),
+        "qwen3_5": lambda out: build_qwen3_5(out, tokenizer, seed),
+        "clip": lambda out: build_clip(out, seed),
+        "text_encoder": lambda out: build_text_encoder(out, tokenizer, seed),
+    }
+    for name, build in builders.items():
+        publish(build, paths[name])
     return paths

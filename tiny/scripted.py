@@ -21,8 +21,8 @@ from repairs.rollout import IMAGE_PAD
 from repairs.vllm_images import image_runs
 from rewards import get_reward_funcs
 from tiny.vllm_server import disk_weight_transfer
-from tools import ToolConfig, make_environment_factory, tool_call_text
-from utils.models import load_model, load_processor, pixel_budget
+from tools import ToolConfig, make_environment_factory
+from utils.models import JSON_TURNS, TurnFormat, load_model, load_processor, pixel_budget, turn_format
 
 DEFAULT_LABELS = ("red circle", "blue square")  # alternated over rows, so z_t differs within a group
 DEFAULT_BOX = (8, 8, 80, 80)  # inside the seen frame of any image at the tiny kit's pixel budget
@@ -32,14 +32,17 @@ DEFAULT_BOX = (8, 8, 80, 80)  # inside the seen frame of any image at the tiny k
 REAL_TOKENS = 4
 
 
-def tool_call_turn(label: str, box: Sequence[float] = DEFAULT_BOX, think: str = "look closer") -> str:
-    """An assistant turn that thinks, then calls the zoom-in tool, in the Qwen2.5 `<tool_call>` JSON format."""
-    return f"<think>{think}</think>\n{tool_call_text(box, label)}<|im_end|>"
+def tool_call_turn(
+    label: str, box: Sequence[float] = DEFAULT_BOX, think: str = "look closer", turns: TurnFormat = JSON_TURNS
+) -> str:
+    """An assistant turn that thinks, then calls the zoom-in tool, as the chat template of `turns` has the model write
+    it (`utils.models.turn_format`; by default Qwen's `<tool_call>` JSON after a `<think>` block)."""
+    return f"{turns.think(think)}\n{turns.call(box, label)}<|im_end|>"
 
 
-def answer_turn(row: int) -> str:
-    """A final turn answering "A"; odd rows skip `<think>`, so format rewards (hence GRPO advantages) vary."""
-    return ("<think>seen</think>" if row % 2 == 0 else "") + "<answer>A</answer><|im_end|>"
+def answer_turn(row: int, turns: TurnFormat = JSON_TURNS) -> str:
+    """A final turn answering "A"; odd rows do not reason, so format rewards (hence GRPO advantages) vary."""
+    return turns.think("seen" if row % 2 == 0 else None) + "<answer>A</answer><|im_end|>"
 
 
 def _calls_now(tokenizer, ids, depth: Callable[[str], int] | None) -> bool:
@@ -50,13 +53,16 @@ def _calls_now(tokenizer, ids, depth: Callable[[str], int] | None) -> bool:
 
 def force_tool_calls(
     model, tokenizer, labels: Sequence[str] = DEFAULT_LABELS, first_turn: Callable[[int, str], str] | None = None,
-    answer: Callable[[int], str] = answer_turn, depth: Callable[[str], int] | None = None,
+    answer: Callable[[int], str] | None = None, depth: Callable[[str], int] | None = None,
 ) -> list[str]:  # fmt: skip
-    """Make `model.generate` emit a zoom-in call on turns without a tool response, and an answer after one; returns
-    the list the scripted turns are appended to. `first_turn(row, label)` overrides the call's text and `answer(row)`
-    the answer (`row`: the index in the generation batch); `depth(context)` is how many calls a rollout makes (1)."""
+    """Make `model.generate` emit a zoom-in call on turns without a tool response, and an answer after one, in the
+    tokenizer's chat template's own format (`utils.models.turn_format`); returns the list the scripted turns are
+    appended to. `first_turn(row, label)` overrides the call's text and `answer(row)` the answer (`row`: the index in
+    the generation batch); `depth(context)` is how many calls a rollout makes (1)."""
     original = model.generate
     scripts: list[str] = []
+    turns = turn_format(tokenizer.chat_template)
+    answer = answer or (lambda row: answer_turn(row, turns))
 
     def generate(*args, **kwargs):
         original(*args, **(kwargs | {"max_new_tokens": REAL_TOKENS}))  # the real generation runs; its tokens go
@@ -65,7 +71,7 @@ def force_tool_calls(
         for i, ids in enumerate(input_ids):
             if _calls_now(tokenizer, ids, depth):
                 label = labels[i % len(labels)]
-                text = first_turn(i, label) if first_turn else tool_call_turn(label)
+                text = first_turn(i, label) if first_turn else tool_call_turn(label, turns=turns)
             else:
                 text = answer(i)
             scripts.append(text)
@@ -90,6 +96,7 @@ def force_vllm_tool_calls(
 
     original = vllm_generation.generate
     calls: list[dict] = []
+    turns = turn_format(tokenizer.chat_template)
 
     def generate(prompts, images, num_generations, profiler=None):
         # Every process runs this on its own rollouts (after TRL's gather and slice in server mode).
@@ -97,7 +104,7 @@ def force_vllm_tool_calls(
         completion_ids, logprobs, token_ids = list(completion_ids), list(logprobs), list(token_ids)
         scripted = [i for i, ids in enumerate(prompts) if _calls_now(tokenizer, ids, depth)]
         for i in scripted:
-            text = tool_call_turn(labels[i % len(labels)])
+            text = tool_call_turn(labels[i % len(labels)], turns=turns)
             completion_ids[i] = tokenizer(text, add_special_tokens=False)["input_ids"]
             token_ids[i] = [[t] for t in completion_ids[i]]
             # The server's generate endpoint returns no prompt logprobs: there the scripted tokens keep 0.0, so a server

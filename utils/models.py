@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +24,10 @@ from transformers import (
 )
 from transformers.image_utils import SizeDict
 from transformers.integrations import deepspeed as hf_deepspeed
+from trl.chat_template_utils import qwen3_5_nothink_chat_template, qwen3_5_think_chat_template
 
-from tools.config import PixelBudget, open_clip_resize_mode
+from tools.config import MODEL_FAMILIES, PixelBudget, open_clip_resize_mode
+from tools.zoom_in import TOOL_NAME, tool_call_text
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -78,17 +81,71 @@ def check_loaded(model: torch.nn.Module, name: str | os.PathLike) -> None:
 
 
 def load_chat_template() -> str:
-    """The chat template every processor gets: TRL's `qwen3_vl.jinja`, byte for byte (TRL recognises it only if
-    unchanged). Qwen2.5-VL's stock template drops `tools` and cannot put images in tool responses."""
+    """The chat template of the Qwen2.5-VL and Qwen3-VL families' processors: TRL's `qwen3_vl.jinja`, byte for byte
+    (TRL recognises it only if unchanged). Qwen2.5-VL's stock template drops `tools` and cannot put images in tool
+    responses."""
     return CHAT_TEMPLATE_PATH.read_text(encoding="utf-8")
+
+
+# TRL 1.16's chat templates the families carry (`tools.config.Family.chat_templates`), by TRL's name, byte for byte:
+# TRL recognises a template only if unchanged (`add_response_schema`'s parser, `get_training_chat_template`'s
+# prefix-preserving, generation-marked variant, which GRPO and SFT swap in for Qwen3.5's).
+CHAT_TEMPLATES = {
+    "qwen3_vl": load_chat_template(),
+    "qwen3_5_think": qwen3_5_think_chat_template,
+    "qwen3_5_nothink": qwen3_5_nothink_chat_template,
+}
+
+
+def family_chat_template(kind: str | None, current: str | None) -> str:
+    """The chat template a processor of `model_type` `kind` gets: `current` (the checkpoint's own) when it is one of
+    its family's, else the family's first (a model of no known family: Qwen3-VL's). So a Qwen3.5-2B keeps its
+    non-thinking template and a checkpoint saved by a run keeps the one it trained with."""
+    family = MODEL_FAMILIES.get(kind)
+    names = family.chat_templates if family is not None else ("qwen3_vl",)
+    allowed = [CHAT_TEMPLATES[name] for name in names]
+    return current if current in allowed else allowed[0]
+
+
+@dataclass(frozen=True)
+class TurnFormat:
+    """How a chat template has the model write an assistant turn, for the places that write one by hand (scripted
+    tiny policies, the token budget): the tool-call format (`tools.zoom_in.CALL_FORMATS`) and whether the generation
+    prompt already opened `<think>` (Qwen3.5's thinking template), so the model writes its reasoning and `</think>`."""
+
+    call_format: str = "json"
+    think_opened: bool = False
+
+    def call(self, bbox_2d, label: str, name: str = TOOL_NAME) -> str:
+        """A zoom-in call as the model writes it."""
+        return tool_call_text(bbox_2d, label, name, call_format=self.call_format)
+
+    def think(self, text: str | None) -> str:
+        """The reasoning block as the model writes it; None: no reasoning (an empty block where the prompt opened
+        one, which must still be closed)."""
+        if self.think_opened:
+            return f"{text or ''}</think>"
+        return "" if text is None else f"<think>{text}</think>"
+
+
+JSON_TURNS = TurnFormat()  # TRL's qwen3_vl template: JSON calls, the model opens its own `<think>`
+
+
+def turn_format(chat_template: str | None) -> TurnFormat:
+    """The `TurnFormat` of a chat template: Qwen3.5's write XML calls (`<function=...>`), and its thinking template's
+    generation prompt opens `<think>`; any other, Qwen's JSON calls after a `<think>` block the model opens."""
+    if chat_template in (qwen3_5_think_chat_template, qwen3_5_nothink_chat_template):
+        return TurnFormat("xml", think_opened=chat_template == qwen3_5_think_chat_template)
+    return JSON_TURNS
 
 
 def load_processor(
     name_or_path: str | os.PathLike, *, min_pixels: int | None = None, max_pixels: int | None = None
 ) -> ProcessorMixin:
-    """`AutoProcessor.from_pretrained` with an optional image pixel budget and the repo's chat template. The budget
-    is set on the image processor's `size` after loading: passed to `from_pretrained`, transformers 5.17 also hands it
-    to the video processor and re-sends it on every call through a deprecated path."""
+    """`AutoProcessor.from_pretrained` with an optional image pixel budget and its family's chat template
+    (`family_chat_template`). The budget is set on the image processor's `size` after loading: passed to
+    `from_pretrained`, transformers 5.17 also hands it to the video processor and re-sends it on every call through a
+    deprecated path."""
     processor = AutoProcessor.from_pretrained(name_or_path)
     size = dict(processor.image_processor.size)
     if min_pixels is not None:
@@ -96,7 +153,8 @@ def load_processor(
     if max_pixels is not None:
         size["longest_edge"] = max_pixels
     processor.image_processor.size = SizeDict(**size)
-    processor.chat_template = processor.tokenizer.chat_template = load_chat_template()
+    template = family_chat_template(model_type(name_or_path), processor.chat_template)
+    processor.chat_template = processor.tokenizer.chat_template = template
     return processor
 
 

@@ -12,7 +12,13 @@ from peft import PeftConfig
 from transformers import PreTrainedModel, ProcessorMixin, Trainer, TrainingArguments
 
 from tools import ToolConfig, write_record
-from utils.checks import check_model, check_planned_master_weights, check_report_to, planned_distributed_type
+from utils.checks import (
+    check_model,
+    check_planned_master_weights,
+    check_report_to,
+    check_vllm_model,
+    planned_distributed_type,
+)
 from utils.models import load_model, load_processor, model_init_kwargs
 from utils.trainable import (
     QUANTIZATION_SKIP_MODULES,
@@ -60,6 +66,10 @@ def load_policy(
     flags = freeze_flags(training_args)
     config = check_model(model_args, freeze_vision_tower=flags["vision_tower"], freeze_projector=flags["projector"])
     check_planned_master_weights(model_args, config, planned_distributed_type(training_args))
+    if getattr(training_args, "use_vllm", False):  # a colocated engine loads at the dtype the recipe names
+        colocated = training_args.vllm_mode == "colocate"
+        dtype = getattr(training_args, "vllm_dtype", None) if colocated else None
+        check_vllm_model(path, config, dtype, colocated=colocated)
     processor = load_processor(path, min_pixels=tool.min_pixels, max_pixels=tool.max_pixels)
     kwargs = model_init_kwargs(model_args)
     quantization = quantization_config(model_args)
