@@ -1,6 +1,8 @@
 """Rewards by the name a recipe gives (`reward_funcs: [gated_outcome]`) or by import path (`package.module:name`), in
 TRL's signature `(completions, **kwargs) -> list[float | None]` (None: a row not scored, advantage 0): `outcome` (R_out,
-format, a tool bonus), `target_in_view` (grounding: a zoom that framed the row's target box), `judge` (an LLM judge), `deepeyes` (DeepEyes' whole reward, judged). R_sem is `MAPOTrainer`'s,
+format, a tool bonus), `target_in_view` (grounding: a zoom that framed the row's target box), `simulated_reader` (a
+noisy outcome paid by where the policy looked), `judge` (an LLM judge), `deepeyes` (DeepEyes' whole reward, judged).
+R_sem is `MAPOTrainer`'s,
 from `verifiers`' z_t (eq. 2).
 """
 
@@ -14,6 +16,7 @@ from rewards.deepeyes import deepeyes_reward
 from rewards.grounding import target_in_view_reward
 from rewards.judge import judge_reward, judge_settings
 from rewards.outcome import format_reward, gated_outcome_reward, outcome_reward, tool_bonus_reward
+from rewards.simulated_reader import simulated_reader_reward
 from rewards.verifiers import verifier_factory
 from utils.registry import required_columns, resolve
 
@@ -25,6 +28,7 @@ REWARDS: dict[str, RewardFunc] = {
     "gated_outcome": gated_outcome_reward,
     "tool_bonus": tool_bonus_reward,
     "target_in_view": target_in_view_reward,
+    "simulated_reader": simulated_reader_reward,
     "judge": judge_reward,
     "deepeyes": deepeyes_reward,
 }
@@ -32,7 +36,7 @@ ASKS_JUDGE = (judge_reward, deepeyes_reward)  # the rewards that read the JUDGE_
 
 
 # Rewards that compare the answer by rule (`data.task.is_correct`), or do not read it: no judge behind any of them.
-RULE_REWARDS = ("outcome", "format", "gated_outcome", "tool_bonus", "target_in_view")
+RULE_REWARDS = ("outcome", "format", "gated_outcome", "tool_bonus", "target_in_view", "simulated_reader")
 
 
 def get_reward_funcs(specs: Sequence[str]) -> list[RewardFunc]:

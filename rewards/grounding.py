@@ -1,7 +1,7 @@
 """Where the policy looked, scored against the row's annotated target box (`target_bbox`, original pixels): the
 grounding reward a recipe names as `target_in_view`, for data whose rows say where the answer is (the synthetic
-world's do). The tiny world trains it where its policy cannot read answers (`make demo`, docs/demo.md), and the
-research package's simulated reader is built on it.
+world's do). Its noise-free verdict logs what the tiny world's RL is judged on (`make demo`, docs/demo.md), and the
+simulated reader the demo trains on (`rewards.simulated_reader`) is built on it.
 """
 
 from __future__ import annotations

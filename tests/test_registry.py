@@ -72,7 +72,7 @@ def test_an_import_path_plugs_in_a_reward_and_a_verifier_with_their_columns(plug
     ("spec", "message"),
     [
         ("nope", r"reward_funcs: unknown 'nope'; known: \['deepeyes', 'format', 'gated_outcome', 'judge', 'outcome', "
-         r"'target_in_view', 'tool_bonus'\], or an import path 'package.module:name'"),
+         r"'simulated_reader', 'target_in_view', 'tool_bonus'\], or an import path 'package.module:name'"),
         ("no_such_module_xyz:f", r"reward_funcs: 'no_such_module_xyz:f': module 'no_such_module_xyz' does not import"),
         ("my_plugin:missing", r"reward_funcs: 'my_plugin:missing': 'my_plugin' has no attribute 'missing'"),
         ("my_plugin:NOT_CALLABLE", r"reward_funcs: 'my_plugin:NOT_CALLABLE' is a int, not a function or class"),
