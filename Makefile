@@ -80,7 +80,7 @@ $(TINY)/.built: $(STAMP) tiny/kit.py data/task.py tools/zoom_in.py
 
 tiny: $(TINY)/.built ## Build the tiny offline models (Qwen2.5-VL, Qwen3-VL, Qwen3.5, tokenizer, CLIP, text encoder) into outputs/tiny
 
-demo: tiny ## The main job on tiny models, CPU: train CLIP verifier, SFT, RL on a grounding reward, evaluate before/after (outputs/demo)
+demo: tiny ## The main job on tiny models, CPU: train CLIP verifier, SFT, then MAPO beside GRPO on a simulated reader, evaluate each (outputs/demo)
 	$(PY) -m scripts.demo $(ARGS)
 
 experiment: tiny ## Research (research/): MAPO's gradient claims at fixed tiny policies, ~31 min on 2 cores (+~20 min SFT of 4 checkpoints, cached, on first use) (research/reports/experiment.md)

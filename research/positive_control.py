@@ -3,8 +3,8 @@ a valid zoom-in call framed the target) raise greedy target-seen on held-out row
 
 Nothing an RL experiment on the tiny world says means anything unless RL moves the tiny policy at all, on the reward
 that pays exactly what is measured. This runs that check on its own, in the words world the demo trains in
-(`synthetic_region_hint`: each question names the cell that holds its target), with the demo's RL recipe
-(`recipes/tiny/rl/config_demo.yaml`: the same reward, budget and estimator):
+(`synthetic_region_hint`: each question names the cell that holds its target), with the grounding RL recipe
+(`recipes/tiny/rl/config_demo.yaml`, `tiny.stages.GROUNDING_RL_RECIPE`: the demo's budget, which its two arms keep):
 
 1. **Start**: the demo's stages (`tiny.stages`: verifier, data, SFT of `--sft_steps` at `--sft_learning_rate`), or
    `--sft_model` reused. `--image_side` makes the data square images of one side, so the frame the boxes are written
@@ -56,7 +56,7 @@ from research.runs import (
 )
 from tiny import stages
 
-RECIPE = stages.DEMO_RL_RECIPE  # the demo's RL: GRPO on `target_in_view`, what the control checks
+RECIPE = stages.GROUNDING_RL_RECIPE  # GRPO on `target_in_view`: what the control checks
 RISE_FLOOR = 0.15  # absolute rise in greedy target-seen a seed must reach
 SIGMAS = 2.0  # ... and in standard errors of the difference of two evaluations on the same rows
 # Each lever: the settings of the earlier route (research/recipes/config_experiment.yaml) it puts back, one at a time.

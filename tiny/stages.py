@@ -1,7 +1,7 @@
 """The demo's stages as functions, shared by `scripts/demo.py` and the research package: each runs what a user would
-(`make clip`, the tiny recipes' data, `make sft` / `make rl` in processes of their own, `make eval`). A tiny run can
-look fine while measuring nothing, so each evaluated stage reports the chance level of its own rows beside its
-accuracy, and `signal_warnings` names each stage whose signal was zero.
+(`make clip`, the tiny recipes' data, `make sft` / `make rl` / `make eval` in processes of their own or `make eval`
+in this one, the verifier gate). A tiny run can look fine while measuring nothing, so each evaluated stage reports the
+chance level of its own rows beside its accuracy, and `signal_warnings` names each stage whose signal was zero.
 """
 
 from __future__ import annotations
@@ -20,24 +20,34 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import datasets
+import torch
 from trl import ModelConfig
 
 from configs import EvalArguments, MAPOConfig, ScriptArguments, SFTConfig, ToolConfig, TrajectoryArguments
 from data import synthetic_world
+from data.benchmarks import load_saved_split
 from data.synthetic import build_synthetic, chance_accuracy
 from evaluation.metrics import mean
 from evaluation.run import ROLLOUT_FIELDS, SAMPLES_FILE, read_samples, run_evaluation
+from evaluation.verifier_check import GateResult, check_verifier
+from mapo import scale_similarity
 from rewards import REWARDS
 from rewards.grounding import frames_target
+from rewards.verifiers import build_verifier
 from tiny.clip import train_clip
 from tiny.kit import build_tiny_kit, kit_paths
+from tools import make_environment_factory
+from utils.models import load_processor, pixel_budget
 from utils.recipes import load_recipe, parse_args_and_record
 
 REPO = Path(__file__).resolve().parents[1]
 KIT_DIR = Path("outputs/tiny")
 SFT_RECIPE = "recipes/tiny/sft/config_sft.yaml"
 RL_RECIPE = "recipes/tiny/rl/config_mapo.yaml"
-DEMO_RL_RECIPE = "recipes/tiny/rl/config_demo.yaml"  # the demo's RL: a reward the tiny policy can earn
+# GRPO on the grounding reward, which the tiny policy can earn: the positive control's RL (research/positive_control.py)
+GROUNDING_RL_RECIPE = "recipes/tiny/rl/config_demo.yaml"
+# The demo's two RL arms, on one outcome (a simulated reader) from one SFT checkpoint: MAPO with the tiny CLIP, and GRPO
+DEMO_ARMS = {"mapo": "recipes/tiny/rl/config_demo_mapo.yaml", "grpo": "recipes/tiny/rl/config_demo_grpo.yaml"}
 SFT_TYPES = (ScriptArguments, SFTConfig, ModelConfig, TrajectoryArguments, ToolConfig)  # what sft.py parses
 RL_TYPES = (ScriptArguments, MAPOConfig, ModelConfig, ToolConfig)  # what rl.py parses
 TRAINER_STATE = "trainer_state.json"  # `Trainer.save_state`'s file, which `utils.policy.save_outputs` writes
@@ -117,11 +127,18 @@ def alone_threads() -> int:
     return int(os.environ.get("OMP_NUM_THREADS") or min(2, os.cpu_count() or 1))
 
 
-def start_entry(script: str, argv: Sequence[str], threads: int = 1) -> subprocess.Popen:
-    """Start an entry script (`sft.py`, `rl.py`) in a process of its own, as `make sft` / `make rl` does (one process,
-    no accelerate config: the tiny recipes' `cpu`), on `threads` torch threads; `wait_entry` collects it."""
+def start_entry(script: str, argv: Sequence[str], threads: int = 1, log: Path | None = None) -> subprocess.Popen:
+    """Start an entry script (`sft.py`, `rl.py`, `evaluate.py`) in a process of its own, as `make sft` / `make rl` /
+    `make eval` does (one process, no accelerate config: the tiny recipes' `cpu`), on `threads` torch threads, its
+    output appended to `log` when given (two runs side by side would interleave theirs on the console);
+    `wait_entry` collects it."""
     env = os.environ | {"OMP_NUM_THREADS": str(threads)}
-    return subprocess.Popen([sys.executable, str(REPO / script), *map(str, argv)], cwd=REPO, env=env)
+    command = [sys.executable, str(REPO / script), *map(str, argv)]
+    if log is None:
+        return subprocess.Popen(command, cwd=REPO, env=env)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a", encoding="utf-8") as sink:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(command, cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT)
 
 
 def wait_entry(process: subprocess.Popen) -> None:
@@ -130,9 +147,9 @@ def wait_entry(process: subprocess.Popen) -> None:
         raise subprocess.CalledProcessError(process.returncode, process.args)
 
 
-def run_entry(script: str, argv: Sequence[str], threads: int = 1) -> None:
+def run_entry(script: str, argv: Sequence[str], threads: int = 1, log: Path | None = None) -> None:
     """`start_entry`, then `wait_entry`."""
-    wait_entry(start_entry(script, argv, threads))
+    wait_entry(start_entry(script, argv, threads, log))
 
 
 def sft_argv(model: str | Path, data_dir: Path, output_dir: Path, steps: int, **overrides) -> list[str]:
@@ -163,11 +180,11 @@ def rl_args(argv: Sequence[str]) -> tuple:
     return parse_args_and_record(RL_TYPES, list(map(str, argv)))
 
 
-def run_rl(argv: Sequence[str], threads: int = 1) -> list[dict]:
-    """`make rl` on `argv` (from `rl_argv`) on `threads` torch threads; returns the run's `log_history` (its
-    `trainer_state.json`)."""
+def run_rl(argv: Sequence[str], threads: int = 1, log: Path | None = None) -> list[dict]:
+    """`make rl` on `argv` (from `rl_argv`) on `threads` torch threads (its output appended to `log` when given);
+    returns the run's `log_history` (its `trainer_state.json`)."""
     output_dir = Path(rl_args(argv)[1].output_dir)
-    run_entry("rl.py", argv, threads)
+    run_entry("rl.py", argv, threads, log)
     return json.loads((output_dir / TRAINER_STATE).read_text(encoding="utf-8"))["log_history"]
 
 
@@ -178,14 +195,38 @@ def rollout_budget(recipe: str = RL_RECIPE) -> dict[str, Any]:
     return {key: values[key] for key in ROLLOUT_FIELDS}
 
 
-def evaluate(model: str | Path, data: str | Path, output_dir: Path, limit: int, **overrides) -> dict:
-    """`make eval` on the synthetic test split; tool settings and rollout budget come from the checkpoint's record.
-    `output_dir` starts empty: a rerun retrains the checkpoint at the same path, and resuming would mix the old model's
+def eval_argv(model: str | Path, data: str | Path, output_dir: Path, limit: int, **overrides) -> list[str]:
+    """`evaluate.py`'s command line for `make eval` on the synthetic test split's first `limit` rows, with `--key
+    value` overrides; tool settings and rollout budget not given come from the checkpoint's record. Empties
+    `output_dir` first: a rerun retrains the checkpoint at the same path, and resuming would mix the old model's
     samples into the new one's metrics."""
     shutil.rmtree(output_dir, ignore_errors=True)
     fields = dict(model_name_or_path=model, benchmark="synthetic", data_path=data, split="test", output_dir=output_dir)
-    argv = flags(**fields, limit=limit, dtype="float32", **overrides)
+    return flags(**fields, limit=limit, dtype="float32", **overrides)
+
+
+def evaluate(model: str | Path, data: str | Path, output_dir: Path, limit: int, **overrides) -> dict:
+    """`make eval` (`eval_argv`) in this process, on the threads it has; returns the metrics."""
+    argv = eval_argv(model, data, output_dir, limit, **overrides)
     return run_evaluation(*parse_args_and_record((EvalArguments, ToolConfig), argv))
+
+
+def verifier_gate(argv: Sequence[str], data_dir: Path, rows: int) -> GateResult:
+    """The verifier gate (`evaluation.verifier_check.check_verifier`) of the verifier an RL run scores with, parsed
+    from its `rl.py` command line `argv` (`rl_argv`), on the first `rows` test rows of `data_dir` (all, if fewer),
+    under the run's `semantic_score`. As `research.experiment.verifier_gate` runs it, but with the crops the run's own
+    tool cuts (the starting checkpoint's record under the recipe, at its pixel budgets, where the research gate takes
+    `ToolConfig`'s defaults) and gold boxes as the SFT recipe draws them: the crops RL scores."""
+    _, training, model, tool = rl_args(argv)
+    processor = load_processor(model.model_name_or_path, min_pixels=tool.min_pixels, max_pixels=tool.max_pixels)
+    budget = pixel_budget(processor)
+    tool = tool.resolved(budget)
+    trajectory = parse_args_and_record(SFT_TYPES, ["--config", SFT_RECIPE])[3]
+    test = load_saved_split(str(data_dir), "test")
+    test = test.select(range(min(rows, len(test))))
+    verifier = build_verifier(training.semantic_verifier, tool)
+    how = training.semantic_score
+    return check_verifier(verifier, list(test), make_environment_factory(tool, budget), trajectory, (how,))[how]
 
 
 T = TypeVar("T")
@@ -234,6 +275,29 @@ def framing_calls(record: dict) -> list[dict]:
     (`rewards.grounding.frames_target`), in order."""
     size = tuple(record["image_size"])
     return [call for call in record["calls"] if frames_target(call["box"], record["target_bbox"], size)]
+
+
+def framing_z(records: Iterable[dict], semantic_score: str) -> dict:
+    """The mean z_t (the evaluation's CLIP cosine of each call's label with its crop, scaled as `semantic_score` scales
+    it in training: `mapo.scale_similarity`) of the scored calls of evaluated rows with a target box, apart for the
+    calls whose crop framed the target (`frames_target`) and those that missed it, with the number of each: a verifier
+    that rewards looking in the right place pays the first more. None for a group without a call."""
+    framed, missed = [], []
+    for record in records:
+        if not record.get("target_bbox"):
+            continue
+        size = tuple(record["image_size"])
+        for call in record["calls"]:
+            if call.get("z") is not None:
+                hit = frames_target(call["box"], record["target_bbox"], size)
+                (framed if hit else missed).append(call)
+    out = {}
+    for name, calls in (("framed", framed), ("missed", missed)):
+        cosine = torch.tensor([call["z"] for call in calls], dtype=torch.float64)
+        whole = torch.tensor([call["z_full"] for call in calls], dtype=torch.float64)
+        z = scale_similarity(cosine, semantic_score, whole if semantic_score == "contrastive" else None)
+        out |= {name: float(z.mean()) if calls else None, f"{name}_calls": len(calls)}
+    return out
 
 
 def eval_summary(metrics: dict, eval_dir: Path) -> dict:
@@ -289,11 +353,12 @@ def rl_overview(steps: Sequence[dict]) -> dict:
     }
 
 
-def signal_warnings(summary: dict) -> list[str]:
+def signal_warnings(summary: dict, rl: str = "RL") -> list[str]:
     """The stages of `summary` whose signal was zero, one sentence each: an evaluated stage with no valid zoom-in call
     (no z_t), RL whose R_sem was zero or unscored at every step, RL with no zoom-in call at all, RL that did not raise
     what it trains by more than its standard error. Reads `summary["eval"]` (stage -> `eval_summary`),
-    `summary["rl_steps"]` (`rl_step_log`) and `summary["rl_gain"]` (the demo's `rl_gain`), any of them may be absent."""
+    `summary["rl_steps"]` (`rl_step_log`) and `summary["rl_gain"]` (the demo's `rl_gain`), any of them may be absent;
+    the RL run's sentences start with its name `rl` (the demo's arms: "RL mapo", "RL grpo")."""
     warnings = []
     for stage, metrics in summary.get("eval", {}).items():
         if not metrics.get("valid_call_rate"):
@@ -302,16 +367,16 @@ def signal_warnings(summary: dict) -> list[str]:
     steps = summary.get("rl_steps")
     if steps is not None:
         if not steps:
-            warnings.append("RL: no training step was logged")
+            warnings.append(f"{rl}: no training step was logged")
         elif all(not step.get("r_sem") or step.get("z_mean") is None for step in steps):
-            warnings.append(f"RL: R_sem was zero (or no call was scored) at every one of its {len(steps)} steps")
+            warnings.append(f"{rl}: R_sem was zero (or no call was scored) at every one of its {len(steps)} steps")
         if steps and not any(step.get("calls_per_rollout") for step in steps):
-            warnings.append(f"RL: no zoom-in call in any of its {len(steps)} steps")
+            warnings.append(f"{rl}: no zoom-in call in any of its {len(steps)} steps")
     gain = summary.get("rl_gain") or {}
     if gain.get("rise") is not None and gain["rise"] <= gain["se"]:
         warnings.append(
-            f"RL: {gain['figure']} rose {gain['rise']:+.3f} ({gain['sft']:.3f} -> {gain['rl']:.3f}), not more than its "
-            f"standard error {gain['se']:.3f}: RL did not measurably raise what it trains"
+            f"{rl}: {gain['figure']} rose {gain['rise']:+.3f} ({gain['sft']:.3f} -> {gain['rl']:.3f}), not more than "
+            f"its standard error {gain['se']:.3f}: RL did not measurably raise what it trains"
         )
     return warnings
 
