@@ -27,6 +27,7 @@ from torch import nn
 from transformers import AutoConfig
 
 from configs import MAPOConfig, SFTConfig
+from utils.hybrid import FULL, LINEAR, layer_counts, linear_saved_elements, recurrent_state_bytes
 from utils.lora import (
     check_lora_targets,
     is_vision_module,
@@ -125,7 +126,8 @@ def activation_bytes(
     layer being recomputed, masks, allocator rounding; eager attention's `heads * seq_len**2` (SDPA is assumed).
     - Decoder, `T = micro_batch * seq_len` tokens in `dtype`: with gradient checkpointing every layer keeps its input
       (`T * hidden`) plus one recomputed layer's saved tensors, `T * (6 * hidden + 3 * kv_dim + 4 * intermediate)`;
-      without, every layer keeps the latter.
+      without, every layer keeps the latter. A hybrid's linear layers save `2 * hidden` and their own
+      (`utils.hybrid.linear_saved_elements`) in place of attention's, and the larger kind is the one recomputed.
     - Vision tower, only when some vision parameter trains: the same over `micro_batch * image_tokens *
       spatial_merge_size**2` patches (`image_tokens`: merged visual tokens per sample; 1280*28*28 pixels give 1280).
     - Logits of `N = micro_batch * logit_tokens` scored tokens (default `seq_len`; GRPO scores the completion only).
@@ -147,6 +149,15 @@ def activation_bytes(
 
     tokens = micro_batch * seq_len
     parts = {"text": stack(tokens, text.hidden_size, kv_dim, text.intermediate_size, text.num_hidden_layers, True)}
+    counts = layer_counts(text)
+    if counts[LINEAR]:  # a hybrid (Qwen3.5): its linear layers save their own tensors instead of attention's
+        linear = tokens * (2 * text.hidden_size + linear_saved_elements(text) + 4 * text.intermediate_size)
+        full = tokens * (HIDDEN_TENSORS_PER_LAYER * text.hidden_size + KV_TENSORS_PER_LAYER * kv_dim)
+        full += tokens * 4 * text.intermediate_size
+        kept = text.num_hidden_layers * tokens * text.hidden_size
+        parts["text"] = act * (
+            kept + max(linear, full) if gradient_checkpointing else counts[LINEAR] * linear + counts[FULL] * full
+        )
     vision = getattr(config, "vision_config", None)
     parts["vision"] = 0.0
     if vision is not None and image_tokens and vision_trainable:
@@ -175,7 +186,9 @@ def generation_bytes(
     gather_full_weights: bool = False,
 ) -> dict[str, float]:
     """Bytes per GPU one transformers generation call adds to what training keeps resident, by part
-    (`gathered_weights`, `kv_cache`, `prefill`, `logits`; recipes/README.md, "Recipes, hardware and memory").
+    (`gathered_weights`, `kv_cache`, `prefill`, `logits`, and a hybrid's `linear_state`; recipes/README.md, "Recipes,
+    hardware and memory"). A hybrid (Qwen3.5) keeps a KV cache in its full-attention layers only, and in each linear
+    layer a recurrent state whose size does not grow with the context (`utils.hybrid.recurrent_state_bytes`).
 
     TRL generates a process's generation batch (`rollouts`) in one `generate` call per tool round, each prefilling the
     whole context again: the worst case is every rollout at `context_len` with every image (`image_tokens` merged
@@ -191,12 +204,15 @@ def generation_bytes(
         patches = rollouts * image_tokens * vision.spatial_merge_size**2
         per_patch = GEN_HIDDEN_TENSORS * vision.hidden_size + GEN_MLP_TENSORS * vision.intermediate_size
         prefill = max(prefill, patches * per_patch * w)
-    return {
+    parts = {
         "gathered_weights": float(parameter_count(model) * w) if gather_full_weights else 0.0,
-        "kv_cache": float(tokens * text.num_hidden_layers * 2 * kv_dim * w),
+        "kv_cache": float(tokens * layer_counts(text)[FULL] * 2 * kv_dim * w),  # full-attention layers only
         "prefill": float(prefill),
         "logits": float(rollouts * text.vocab_size * GEN_LOGIT_BYTES),
     }
+    if layer_counts(text)[LINEAR]:  # a hybrid's linear layers: a fixed-size state per rollout, not a KV cache
+        parts["linear_state"] = float(rollouts * recurrent_state_bytes(text, w))
+    return parts
 
 
 def _resident(training: dict[str, float]) -> float:

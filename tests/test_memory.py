@@ -30,7 +30,7 @@ ROUND_FIGURES = {"Qwen2.5-VL-3B-Instruct": 3.75e9, "Qwen2.5-VL-7B-Instruct": 8.2
 
 @pytest.fixture(scope="module")
 def meta_models():
-    return {name: memory.build_on_meta(CONFIGS / name) for name in EXPECTED_PARAMS}
+    return {path.name: memory.build_on_meta(path) for path in CONFIGS.iterdir() if (path / "config.json").is_file()}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_PARAMS))
@@ -448,3 +448,25 @@ def test_the_readme_colocate_rows_are_memory_py_estimates(capsys):
         estimate = memory.main(args)
         assert estimate["generation_total"] == pytest.approx(generation, abs=0.01), args
         assert estimate["total"] == pytest.approx(training, abs=0.01), args
+
+
+def test_a_qwen3_5_keeps_a_kv_cache_in_its_attention_layers_and_a_state_in_its_linear_ones(tiny_kit):
+    """Issue 62: a hybrid's generation keeps a KV cache in its full-attention layers only, and in each Gated DeltaNet
+    layer a state per rollout whatever the context: worked by hand on the tiny Qwen3.5 (1 layer of each kind; 2 KV
+    heads of 32; 2 value heads of 128 x 128 keys, a conv over 2 x 128 + 256 channels of kernel 4, bf16 as its config
+    names no `mamba_ssm_dtype`) and on Qwen3.5-9B's shipped config (24 linear layers, 32 heads of 128 x 128 in float32:
+    ~49 MiB a rollout). Its linear layers' training activations are their own (`utils.hybrid.linear_saved_elements`).
+    Planted: the KV cache over every layer, the state grown with the context (each fails)."""
+    model = memory.build_on_meta(tiny_kit["qwen3_5"])
+    for context in (100, 1000):
+        parts = memory.generation_bytes(model, rollouts=2, context_len=context)
+        assert parts["kv_cache"] == 2 * context * 1 * 2 * (2 * 32) * 2
+        assert parts["linear_state"] == 2 * 1 * (2 * 128 * 128 * 2 + 512 * 3 * 2) == 137_216
+    nine = memory.build_on_meta(Path("recipes/model_configs/Qwen3.5-9B"))
+    parts = memory.generation_bytes(nine, rollouts=1, context_len=1)
+    assert parts["linear_state"] == 24 * (32 * 128 * 128 * 4 + 8192 * 3 * 2) == 51_511_296
+    assert parts["kv_cache"] == 8 * 2 * (4 * 256) * 2
+    # checkpointed: every layer's input, and one layer recomputed, the larger kind (here the Gated DeltaNet's)
+    text = memory.activation_bytes(model, micro_batch=1, seq_len=10, gradient_checkpointing=True)["text"]
+    linear = 10 * (2 * 64 + (2 * 512 + 3 * 256 + 4 * 2 + 2 * 2 * 128 * 128 / 64) + 4 * 128)
+    assert text == 2 * (2 * 10 * 64 + linear)

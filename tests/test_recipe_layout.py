@@ -120,8 +120,20 @@ def test_every_real_recipe_sets_the_same_precision_attention_and_seed():
 
 
 def test_every_real_lora_recipe_has_the_same_adapters():
+    """The same adapters everywhere, but their targets, which a hybrid's layers need more of: every Qwen3.5 recipe
+    names its Gated DeltaNet projections beside the attention's (`utils.lora.check_hybrid_layers`), and each family's
+    LoRA recipes name the same list."""
     lora = [r for r in REAL if load_recipe(r).values.get("use_peft")]
-    assert len(lora) >= 2 and not disagreements(lora, LORA_KEYS)
+    assert len(lora) >= 2 and not disagreements(lora, tuple(k for k in LORA_KEYS if k != "lora_target_modules"))
+    by_family = {}
+    for recipe in lora:
+        model = recipe.relative_to(RECIPES_DIR).parts[0]
+        model_type = json.loads((RECIPES_DIR / "model_configs" / model / "config.json").read_text())["model_type"]
+        by_family.setdefault(model_type.startswith("qwen3_5"), []).append(recipe)
+    for recipes in by_family.values():
+        assert not disagreements(recipes, ("lora_target_modules",))
+    hybrid = load_recipe(by_family[True][0]).values["lora_target_modules"]
+    assert set(load_recipe(by_family[False][0]).values["lora_target_modules"]) < set(hybrid)
 
 
 @pytest.mark.parametrize(
@@ -138,6 +150,18 @@ def test_every_real_lora_recipe_has_the_same_adapters():
             ("learning_rate", "gradient_accumulation_steps", *LORA_KEYS),  # the same 32 rows a step on 1 GPU, not 8
         ),
         ("Qwen2.5-VL-7B-Instruct/sft/config_sft_lora.yaml", "Qwen2.5-VL-3B-Instruct/sft/config_sft_lora.yaml", ()),
+        ("Qwen3-VL-8B-Instruct/sft/config_sft.yaml", "Qwen3.5-9B/sft/config_sft.yaml", ()),
+        ("Qwen3-VL-8B-Instruct/rl/config_mapo.yaml", "Qwen3.5-9B/rl/config_mapo.yaml", ()),
+        (
+            "Qwen2.5-VL-3B-Instruct/sft/config_sft_lora.yaml",
+            "Qwen3.5-4B/sft/config_sft_lora.yaml",
+            ("box_convention", "accept_img_idx", "lora_target_modules"),  # Qwen3.5's frame, its hybrid layers
+        ),
+        (
+            "Qwen2.5-VL-3B-Instruct/rl/config_mapo_lora.yaml",
+            "Qwen3.5-4B/rl/config_mapo_lora.yaml",
+            ("box_convention", "accept_img_idx", "lora_target_modules"),
+        ),
         ("Qwen2.5-VL-7B-Instruct/rl/config_mapo_lora.yaml", "Qwen2.5-VL-3B-Instruct/rl/config_mapo_lora.yaml", ()),
         (
             "Qwen2.5-VL-3B-Instruct/rl/config_mapo_lora.yaml",
