@@ -5,7 +5,9 @@ to run). Read from the run folder only: this module runs nothing."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +15,10 @@ from pathlib import Path
 from evaluation.reproduce_time import Work
 from repairs.resume import last_complete_checkpoint
 
-MARKER = ".done"
+MARKER = ".done"  # RUN_DIR/<stage>/.done: the record of a stage that exited 0
+STARTED = ".started"  # RUN_DIR/<stage>/.started: the record of its last start
+FORCED = ".forced"  # RUN_DIR/.forced: the stages forced to rerun and not yet done in their round (`forced_round`)
+WEIGHT_FILES = ("model*.safetensors", "adapter_model.*", "pytorch_model*.bin")  # a training stage's saved weights
 
 
 @dataclass
@@ -43,8 +48,13 @@ class Stage:
 
     @property
     def marker(self) -> dict | None:
-        path = self.output / MARKER
-        return json.loads(path.read_text(encoding="utf-8") or "{}") if path.is_file() else None
+        """The record the stage wrote when it exited 0 (`.done`), or None."""
+        return read_record(self.output / MARKER)
+
+    @property
+    def started(self) -> dict | None:
+        """The record the stage wrote when it last started (`.started`), or None."""
+        return read_record(self.output / STARTED)
 
     def checkpoint(self) -> Path | None:
         """The complete checkpoint an interrupted training stage resumes from."""
@@ -55,21 +65,88 @@ class Stage:
         """The command to run now: a training stage interrupted after a checkpoint continues from it."""
         return [*self.argv, "--resume_from_checkpoint", "true"] if self.checkpoint() else self.argv
 
+    def weights(self) -> list[str]:
+        """What a training stage's folder holds that took GPU hours to make: its `checkpoint-*` folders and saved
+        weights. The plan deletes none of it unless DISCARD names the stage."""
+        if not self.resumable or not self.output.is_dir():
+            return []
+        found = {p.name for p in self.output.glob("checkpoint-*") if p.is_dir()}
+        found |= {p.name for pattern in WEIGHT_FILES for p in self.output.glob(pattern) if p.is_file()}
+        return sorted(found, key=_natural)
+
+
+def _natural(name: str) -> tuple:
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
+def read_record(path: Path) -> dict | None:
+    return json.loads(path.read_text(encoding="utf-8") or "{}") if path.is_file() else None
+
+
+def write_record(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------------------------ the rounds
+def readers(stages: list[Stage], names: set[str]) -> set[str]:
+    """`names` and every stage that reads one of them, directly or through others."""
+    found = set(names)
+    for s in stages:  # in plan order: a stage's inputs come before it
+        if found & set(s.reads):
+            found.add(s.name)
+    return found
+
+
+def forced_round(run_dir: Path, stages: list[Stage], force: set[str], discard: set[str]) -> dict[str, dict]:
+    """The stages forced to rerun, each with the round it was asked in: those `RUN_DIR/.forced` keeps from an earlier
+    FORCE or DISCARD whose run did not finish, and those asked now (`force`, `discard`: DISCARD forces too) with every
+    stage that reads them. A forced stage reruns once in its round: a rerun of the same command, or of none, goes on
+    with the round (a stage that finished in it is done; one that started in it resumes) instead of starting again;
+    the round ends with the plan (`end_round`). `discard`: may delete what the stage's folder held before the round."""
+    pending = read_record(run_dir / FORCED) or {}
+    new = uuid.uuid4().hex[:12]
+    for name in sorted(readers(stages, force | discard)):
+        entry = pending.setdefault(name, {"round": new, "discard": False})
+        entry["discard"] = entry["discard"] or name in discard
+    return pending
+
+
+def keep_round(run_dir: Path, pending: dict[str, dict]) -> None:
+    """`RUN_DIR/.forced`: the round, kept before the first stage runs, so that an interrupted run goes on with it."""
+    if pending:
+        write_record(run_dir / FORCED, pending)
+
+
+def end_round(run_dir: Path) -> None:
+    """The plan finished: every forced stage ran in its round; a later FORCE starts a new one."""
+    (run_dir / FORCED).unlink(missing_ok=True)
+
 
 # ------------------------------------------------------------------------------------------------------ the states
-def stage_states(stages: list[Stage], force: set[str]) -> dict[str, str]:
+def stage_states(stages: list[Stage], pending: dict[str, dict] | set[str]) -> dict[str, str]:
     """Per stage: `done` (its marker's command is the plan's and its inputs were not rerun since), `changed` (the
-    marker holds another command), `stale` (a stage it reads was rerun after it, or will be), `forced` (`force` names
-    it or a stage it reads is forced), `resume from checkpoint-N`, or `to run`."""
+    marker, or the start of an interrupted run, holds another command), `stale` (a stage it reads was rerun after it,
+    or will be), `forced` (in the forced round, not finished in it: rerun from an empty folder), `resume from
+    checkpoint-N` (an SFT or RL stage interrupted after a complete checkpoint, forced in this round or not), `resume`
+    (a forced evaluation started in this round: it keeps its samples), `would delete` (forced, but its folder holds
+    checkpoints or weights from before the round that no DISCARD names), or `to run`. `pending`: the round
+    (`forced_round`), or a set of stage names forced in a round of their own."""
+    if isinstance(pending, set):
+        pending = {name: {"round": "-", "discard": False} for name in readers(stages, pending)}
     states: dict[str, str] = {}
     by_name = {s.name: s for s in stages}
     for s in stages:
-        record, reads = s.marker, [states[name] for name in s.reads]
-        if s.name in force or "forced" in reads:
-            states[s.name] = "forced"
+        record, started, reads = s.marker, s.started, [states[name] for name in s.reads]
+        entry = pending.get(s.name)
+        if entry is not None and (record or {}).get("round") != entry["round"]:
+            states[s.name] = _forced_state(s, entry, started)
         elif record is None:
             checkpoint = s.checkpoint()
-            states[s.name] = f"resume from {checkpoint.name}" if checkpoint else "to run"
+            if checkpoint and started is not None and started.get("command", s.argv) != s.argv:
+                states[s.name] = "changed"  # resuming would continue another command's run
+            else:
+                states[s.name] = f"resume from {checkpoint.name}" if checkpoint else "to run"
         elif record.get("command", s.argv) != s.argv:  # a marker by hand, without a command, is taken as it is
             states[s.name] = "changed"
         elif any(state != "done" for state in reads) or any(
@@ -81,26 +158,55 @@ def stage_states(stages: list[Stage], force: set[str]) -> dict[str, str]:
     return states
 
 
+def _forced_state(s: Stage, entry: dict, started: dict | None) -> str:
+    """The state of a stage forced in round `entry` and not finished in it."""
+    if started is not None and started.get("round") == entry["round"] and started.get("command") == s.argv:
+        checkpoint = s.checkpoint()
+        if checkpoint:
+            return f"resume from {checkpoint.name}"
+        if s.kind == "eval":
+            return "resume"
+        return "forced"  # started in this round and left nothing to resume from: what is there is this round's
+    return "would delete" if s.weights() and not entry["discard"] else "forced"
+
+
 def run_id(stage: Stage) -> str | None:
     return (stage.marker or {}).get("id")
 
 
 def blocked(stages: list[Stage], states: dict[str, str]) -> list[str]:
-    """What stops the run before it starts: a changed or stale stage, with the marker's command and the plan's."""
+    """What stops the run before it starts: a changed or stale stage, with the marker's command and the plan's; a
+    forced stage whose folder holds checkpoints or weights no DISCARD names. The advice names FORCE for the stages
+    whose folders hold nothing of value and DISCARD for the others."""
     lines = []
     for s in stages:
         if states[s.name] == "changed":
+            record = s.marker or s.started
+            what = "done" if s.marker else f"interrupted at {s.checkpoint().name}"
             lines += [
-                f"{s.name} is done with another command than the plan's:",
-                f"  done: {shlex.join(s.marker['command'])}",
+                f"{s.name} is {what} with another command than the plan's:",
+                f"  {'done' if s.marker else 'ran'}: {shlex.join(record['command'])}",
                 f"  plan: {shlex.join(s.argv)}",
             ]
         elif states[s.name] == "stale":
             lines.append(f"{s.name} is done, but {', '.join(s.reads)} changed or will run again since")
+        elif states[s.name] == "would delete":
+            lines.append(
+                f"{s.name} is forced, which reruns it from step 0 and deletes {s.output}: it holds "
+                f"{', '.join(s.weights())}; say so by name with DISCARD={s.name} (or copy the folder away first)"
+            )
     if lines:
         later = [s.name for s in stages if states[s.name] in ("changed", "stale")]
+        keep = [s.name for s in stages if (s.name in later or states[s.name] == "would delete") and s.weights()]
+        rest = [name for name in later if name not in readers(stages, set(keep))]
+        roots = [name for name in rest if name not in readers(stages, set(rest) - {name})]
+        asked = " ".join(
+            [*([f"FORCE={','.join(roots)}"] if roots else []), *([f"DISCARD={','.join(keep)}"] if keep else [])]
+        )
         lines.append(
-            f"FORCE={later[0]} reruns it from an empty folder, with the stages after it that read it "
-            f"(FORCE={','.join(later)} names each); or choose another RUN_DIR."
+            f"{asked} reruns {'them' if len(roots) + len(keep) > 1 else 'it'} from an empty folder, with the stages "
+            "after that read them"
+            + ("; DISCARD deletes the checkpoints and weights of the stages it names" if keep else "")
+            + "; or choose another RUN_DIR."
         )
     return lines

@@ -31,7 +31,6 @@ a leaf that loads no model. The memory estimate of `--dry_run` is `python -m scr
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 import shutil
@@ -39,14 +38,27 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 
 import yaml
 
-from evaluation.reproduce_state import MARKER, Stage, blocked, run_id, stage_states
+from evaluation.reproduce_gates import conversion_verdict, probe_verdict
+from evaluation.reproduce_inputs import missing_inputs
+from evaluation.reproduce_state import (
+    FORCED,
+    MARKER,
+    STARTED,
+    Stage,
+    blocked,
+    end_round,
+    forced_round,
+    keep_round,
+    run_id,
+    stage_states,
+    write_record,
+)
 from evaluation.reproduce_time import Clock, Measured, Throughput, parquet_rows, rl_rows, total_line
 from evaluation.reproduction import write_report
 from tools import ToolConfig
@@ -247,50 +259,6 @@ def merge(name: str, adapter: Path, output: Path, reads: str) -> Stage:
     return Stage(name, argv, output, reads=(reads,))
 
 
-# ------------------------------------------------------------------------------------------------------- the gates
-def conversion_verdict(convert_dir: Path, max_skip_rate: float) -> str | None:
-    """Why SFT must not start on the converted set (its `stats.json`): more than `max_skip_rate` of the release's rows
-    were skipped; the message names the top reasons with an example of each."""
-    stats_path = convert_dir / "stats.json"
-    if not stats_path.is_file():
-        return f"{stats_path} is missing: the convert stage did not finish"
-    stats = json.loads(stats_path.read_text(encoding="utf-8"))
-    read, skipped = stats["rows_read"], Counter(stats.get("rows_skipped", {}))
-    rate = skipped.total() / read if read else 1.0
-    if rate <= max_skip_rate:
-        return None
-    examples = stats.get("skipped_examples", {})
-    top = "; ".join(
-        f"{reason} {n} (e.g. {(examples.get(reason) or ['-'])[0]})" for reason, n in skipped.most_common(3)
-    )
-    return (
-        f"the conversion skipped {skipped.total()} of {read} rows ({rate:.0%} > --max_skip_rate {max_skip_rate:g}); "
-        f"top reasons: {top}. Look at {stats_path} and {convert_dir / 'preview' / 'index.html'} (docs/data.md, skip "
-        "reasons), or accept it with --max_skip_rate."
-    )
-
-
-def probe_verdict(probe_dir: Path, min_fired: int) -> str | None:
-    """Why RL must not start: its outcome rewards paid fewer than `min_fired` of the probe's rollouts of the RL data
-    (`metrics.json`'s `rewards`), so the run would learn from R_sem alone."""
-    metrics_path = probe_dir / "metrics.json"
-    if not metrics_path.is_file():
-        return f"{metrics_path} is missing: the rl_probe stage did not finish"
-    metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
-    rewards = metrics.get("rewards", {})
-    paid = max((summary["paid"] for summary in rewards.values()), default=0)
-    if paid >= min_fired:
-        return None
-    counts = ", ".join(f"{name} paid {s['paid']} of {s['scored']}" for name, s in rewards.items()) or "no reward ran"
-    return (
-        f"the RL recipe's outcome rewards paid none of the starting checkpoint's {metrics['n']} rollouts of the RL "
-        f"data ({counts}; answers correct by the benchmark rule: {metrics.get('accuracy')}; failures: "
-        f"{metrics.get('n_failed')}): RL would learn from R_sem alone. Read {probe_dir / 'report.html'}: a format the "
-        "reward does not read (no <answer>, a cut rollout), answers in another form than the data's ground truth "
-        "(ThinkLite's math), or an SFT that did not take. Fix the cause, then FORCE=rl_probe."
-    )
-
-
 # --------------------------------------------------------------------------------------------------------- running
 def executable(argv: list[str]) -> list[str]:
     """`python` and `accelerate` as this interpreter's own (the .venv's), the rest as printed."""
@@ -330,26 +298,6 @@ def estimate_memory(commands: dict[str, list[str]]) -> dict[str, str]:
             generation = f", generation {values['generation_total']} GiB" if "generation_total" in values else ""
             found[name] = f"training {values['total']} GiB{generation}"
     return found
-
-
-def missing_inputs(stages: list[Stage], states: dict[str, str]) -> list[str]:
-    """The DATA_ROOT paths the stages still to run read and that do not exist, each with the release to put there."""
-    seen, lines = set(), []
-    for s in stages:
-        for path, release in s.inputs.items():
-            if states[s.name] != "done" and not path.exists() and path not in seen:
-                seen.add(path)
-                lines.append(
-                    f"  {path}  <- {release}: hf download {release} --repo-type dataset "
-                    f"--local-dir {data_folder(path, release)}"
-                )
-    return lines
-
-
-def data_folder(path: Path, release: str) -> Path:
-    """The folder a release downloads into: the path's first part under DATA_ROOT named after it."""
-    name = release.split("/")[-1]
-    return next((p for p in [path, *path.parents] if p.name == name), path)
 
 
 def environment_problems(chosen: dict, stages: list[Stage], states: dict[str, str]) -> list[str]:
@@ -408,36 +356,37 @@ def print_sources(chosen: dict, spec: dict, files: list[Path]) -> None:
         print(f"  left out: {entry['file']} ({entry['rows']} rows; {entry['what']})")
 
 
-def run_stage(s: Stage, stages: list[Stage], forced: bool, clock: Clock, backend: str) -> None:
+def run_stage(s: Stage, stages: list[Stage], state: str, round_id: str | None, clock: Clock, backend: str) -> None:
     """Run one stage, measuring it as it runs (`clock`); on exit 0 write its marker (the plan's command, the one run,
-    when, a run id and the run ids of the stages it read). A forced stage, and one that is neither resumable nor an
-    evaluation (convert, a merge), starts from an empty folder: what an earlier or interrupted run left there does not
-    belong to this command. A failure under vLLM names the fallback."""
-    if s.output.exists() and (forced or (not s.resumable and not s.name.startswith(("eval_", "rl_probe")))):
+    when, a run id, the run ids of the stages it read and the forced round it ran in). A `forced` stage, and one that
+    is neither resumable nor an evaluation (convert, a merge), starts from an empty folder: what an earlier run left
+    there does not belong to this command (the states leave a folder holding checkpoints forced only under DISCARD).
+    Every start is recorded (`.started`), so a rerun knows what it would resume. A failure says how to resume and,
+    under vLLM, names the fallback."""
+    fresh = state == "forced" or (state == "to run" and not s.resumable and s.kind != "eval")
+    if fresh and s.output.exists():
         shutil.rmtree(s.output)
     argv = s.command()
+    by_name = {t.name: t for t in stages}
+    inputs = {name: run_id(by_name[name]) for name in s.reads}
+    write_record(s.output / STARTED, {"command": s.argv, "ran": argv, "round": round_id, "inputs": inputs,
+                                      "started": time.strftime("%Y-%m-%dT%H:%M:%S")})  # fmt: skip
     print(f"\n==> {s.name}: {shlex.join(argv)}", flush=True)
     start = time.monotonic()
     meter = clock.meter(s.name, s.output)
-    code = watch(subprocess.Popen(executable(argv), cwd=REPO), lambda: clock.look(s.name, meter()))
+    try:
+        code = watch(subprocess.Popen(executable(argv), cwd=REPO), lambda: clock.look(s.name, meter()))
+    except KeyboardInterrupt:
+        raise SystemExit(f"\nstage {s.name} interrupted.\n{resume_advice(s, round_id, backend)}") from None
     seconds = time.monotonic() - start
     if code:
-        fallback = ""
-        if backend == "vllm" and ("evaluate.py" in argv or "--use_vllm" in argv):
-            fallback = (
-                "\nThis stage generates with vLLM. If vLLM is what failed (the traceback above), RL_BACKEND="
-                "transformers runs RL's rollouts and every evaluation on transformers generation instead "
-                "(DRY=1 prints its time)."
-            )
         raise SystemExit(
-            f"stage {s.name} failed (exit {code}): {shlex.join(argv)}\nRerun the same command to resume.{fallback}"
+            f"stage {s.name} failed (exit {code}): {shlex.join(argv)}\n{resume_advice(s, round_id, backend)}"
         )
     measured = meter()
     if measured is None and s.kind == "eval" and s.work is not None:  # too short to look twice: its whole time
         measured = Measured(s.work.units, s.work.units, seconds / max(1, s.work.units))
     clock.finish(s.name, measured)
-    by_name = {t.name: t for t in stages}
-    inputs = {name: run_id(by_name[name]) for name in s.reads}
     record = {
         "command": s.argv,
         "ran": argv,
@@ -445,9 +394,35 @@ def run_stage(s: Stage, stages: list[Stage], forced: bool, clock: Clock, backend
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "id": uuid.uuid4().hex,
         "inputs": inputs,
+        "round": round_id,
     }
-    s.output.mkdir(parents=True, exist_ok=True)
-    (s.output / MARKER).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    write_record(s.output / MARKER, record)
+
+
+def resume_advice(s: Stage, round_id: str | None, backend: str) -> str:
+    """What to type after stage `s` failed: the same command, and what it will take up again; under vLLM, the
+    fallback."""
+    checkpoint = s.checkpoint()
+    kept = (
+        f": {s.name} goes on from {checkpoint.name}"
+        if checkpoint
+        else ": it keeps its samples"
+        if s.kind == "eval"
+        else ""
+    )
+    advice = f"Rerun the same command to resume{kept}."
+    if round_id is not None:
+        advice += (
+            f" FORCE and DISCARD may be left out: {s.output.parent / FORCED} keeps the forced stages until the plan "
+            "finishes, and a rerun deletes nothing the round has made."
+        )
+    if backend == "vllm" and ("evaluate.py" in s.argv or "--use_vllm" in s.argv):
+        advice += (
+            "\nThis stage generates with vLLM. If vLLM is what failed (the traceback above), RL_BACKEND="
+            "transformers runs RL's rollouts and every evaluation on transformers generation instead "
+            "(DRY=1 prints its time)."
+        )
+    return advice
 
 
 def watch(process: subprocess.Popen, look: Callable[[], None], every: float = POLL_SECONDS) -> int:
@@ -472,6 +447,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no_memory", action="store_true", help="skip the memory estimate")
     parser.add_argument(
         "--force", default="", help="stages to rerun (comma-separated), with the stages that read them"
+    )
+    parser.add_argument(
+        "--discard",
+        default="",
+        help="stages to rerun from step 0 whose folders' checkpoints and weights may be deleted (forces them too)",
     )
     parser.add_argument(
         "--rl_backend",
@@ -501,13 +481,15 @@ def main(argv: Sequence[str] | None = None) -> list[Stage]:
     extra = {stage: shlex.split(getattr(args, f"{stage}_args")) for stage in ("sft", "rl", "eval")}
     backend = default_backend(chosen, args.rl_backend)
     stages = plan(chosen, spec, data_root, run_dir, extra, rl_backend=backend, max_skip_rate=args.max_skip_rate)
-    force = {name for name in args.force.split(",") if name}
-    unknown = force - {s.name for s in stages}
-    if unknown:
-        raise SystemExit(
-            f"FORCE={args.force}: no stage {sorted(unknown)}; stages: {', '.join(s.name for s in stages)}"
-        )
-    states = stage_states(stages, force)
+    force, discard = ({name for name in value.split(",") if name} for value in (args.force, args.discard))
+    for word, names in (("FORCE", force), ("DISCARD", discard)):
+        unknown = names - {s.name for s in stages}
+        if unknown:
+            raise SystemExit(
+                f"{word}={','.join(sorted(names))}: no stage {sorted(unknown)}; stages: {', '.join(s.name for s in stages)}"
+            )
+    pending = forced_round(run_dir, stages, force, discard)
+    states = stage_states(stages, pending)
     memory_argv = memory_commands(chosen, stages)
     print(f"make reproduce: set {args.recipe_set}, DATA_ROOT {data_root}, RUN_DIR {run_dir}, RL {backend}")
     print_sources(chosen, spec, rl_files(spec, data_root))
@@ -537,11 +519,12 @@ def main(argv: Sequence[str] | None = None) -> list[Stage]:
         left = clock.left()
         known = sum(hours for hours in left.values() if hours is not None)
         source = f"{name} measured {first.seconds:.1f} s a {'step' if clock.plan[name][0] == 'train' else 'row'}"
-        print(f"\n==> re-estimate: {total_line(known, backend, source)} ({report()})", flush=True)
+        print(f"\n--> re-estimate: {total_line(known, backend, source)} ({report()})", flush=True)
 
     todo = [s.name for s in stages if states[s.name] != "done"]
     clock = Clock(run_dir, {s.name: (s.kind, s.work) for s in stages}, todo, backend, measured)
     clock.write()
+    keep_round(run_dir, pending)
     for s in stages:
         if states[s.name] == "done":
             print(f"\n==> {s.name}: done, skipped ({s.output / MARKER})")
@@ -550,7 +533,8 @@ def main(argv: Sequence[str] | None = None) -> list[Stage]:
         if verdict is not None:
             raise SystemExit(f"stage {s.name} not started: {verdict}")
         s.output.parent.mkdir(parents=True, exist_ok=True)
-        run_stage(s, stages, states[s.name] == "forced", clock, backend)
+        run_stage(s, stages, states[s.name], pending.get(s.name, {}).get("round"), clock, backend)
+    end_round(run_dir)
     print(f"\nreport: {report()}")
     return stages
 

@@ -120,7 +120,7 @@ LONGEST_FIRST = (
     "tests/test_multiprocess.py",
     "tests/test_mapo_trainer.py",
     "tests/test_demo.py",
-    "tests/test_reproduce.py",
+    "tests/test_reproduce_tiny.py",
     "tests/test_hpo_trainer.py",
     "tests/test_hostile_completions.py",
     "tests/test_hostile_evaluation.py",

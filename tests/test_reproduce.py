@@ -6,20 +6,15 @@ stage), ending with reproduce.md: the table and the curves."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
 from fake_checkpoint import write_checkpoint
-from release_fixtures import mini_o3_row, write_mini_o3
-from test_benchmarks import VSTAR_SUFFIX, b64, hrbench_rows, image_bytes, mme_items
+from test_benchmarks import image_bytes
 from trl import ModelConfig
 
 import rl
@@ -29,10 +24,9 @@ from data.benchmarks import BENCHMARKS
 from data.converters import FORMATS
 from evaluation import reproduce_time
 from evaluation.reproduction import PAPER_RECIPE, write_report
-from evaluation.run import read_samples
 from repairs.resume import last_complete_checkpoint
 from rewards import check_rule_rewards
-from scripts import memory, reproduce
+from scripts import reproduce
 from tools import ToolConfig
 from utils.recipes import flag_values, load_recipe, parse_args_and_record
 
@@ -393,173 +387,3 @@ def test_the_report_reads_each_evaluation_the_rl_recipe_and_its_log(tmp_path):
     assert "`max_steps: 3`" in page and "output_dir" not in page and "Stages: rl 5.0 s." in page
     for stem in ("reward", "r_sem", "zoom_calls", "gap"):
         assert f"](curves/{stem}.png)" in page and (run / "curves" / f"{stem}.png").stat().st_size > 1000
-
-
-# ----------------------------------------------------------------------------------------------- through make
-def make(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
-    # -o: the installed stack and the kit count as built (the tiny_kit fixture keeps the kit fresh, under its lock)
-    command = [
-        "make",
-        "--no-print-directory",
-        "-o",
-        ".venv/.installed",
-        "-o",
-        "outputs/tiny/.built",
-        "reproduce",
-        *args,
-    ]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=900)
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
-def test_the_dry_run_estimates_memory_per_gpu_with_the_repo_s_estimator(tmp_path):
-    """The 3B LoRA set's two training stages, as recipes/README.md's table gives them (scripts.memory), the RL stage
-    with the command line's flags over its recipe (here a smaller micro-batch), as the run will have them."""
-    done = make("DRY=1", "RECIPE_SET=qwen2.5-vl-3b-lora", f"DATA_ROOT={tmp_path}",
-                "ARGS=--rl_args '--per_device_train_batch_size 2'")  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    sft, _ = memory.estimate_recipe(REPO / SPEC["sets"]["qwen2.5-vl-3b-lora"]["sft"], "single_gpu", 1)
-    assert f"--accelerate single_gpu --num_gpus 1): training {sft['total']:.2f} GiB\n" in done.stdout
-    recipe = SPEC["sets"]["qwen2.5-vl-3b-lora"]["rl"]
-    flags = ["--per_device_train_batch_size", "2"]
-    smaller, _ = memory.estimate_recipe(REPO / recipe, "single_gpu", 1, recipe_args=flags)
-    full, _ = memory.estimate_recipe(REPO / recipe, "single_gpu", 1)
-    assert smaller["total"] < full["total"]  # recipes/README.md's table holds the full one (tests/test_recipes.py)
-    line = f"--recipe_args '--per_device_train_batch_size 2'): training {smaller['total']:.2f} GiB, generation "
-    assert line in done.stdout
-
-
-def write_releases(root: Path) -> None:
-    """DATA_ROOT as docs/reproduce.md lays it out, each release in its published layout, a few rows each: Mini-o3's
-    cold start (tests/release_fixtures.py), DeepEyes-47k, V*, HR-Bench 4K/8K and MME-RealWorld-Lite (the layouts of
-    tests/test_benchmarks.py's fixtures)."""
-    call = {"bbox_2d": [0.5, 0.2, 0.8, 0.6], "source": "original_image"}
-    write_mini_o3(root / "Mini-o3-Coldstart-Dataset", [mini_o3_row([call], index=i) for i in range(2)])
-    rows = [
-        {"data_source": "vstar", "images": [{"bytes": image_bytes((120, 90)), "path": None}],
-         "prompt": [{"role": "user", "content": f"<image>\n{question}"}], "ability": "vl", "env_name": "visual_toolbox_v2",
-         "reward_model": {"ground_truth": truth, "style": "model"}, "extra_info": {"question": f"<image>\n{question}"}}
-        for question, truth in [("What is the color of the bag?", "black"), ("How many cups?", "3")]
-    ]  # fmt: skip
-    (root / "DeepEyes-Datasets-47k").mkdir()
-    for entry, row in zip(SPEC["rl_data"]["files"], rows):  # one row in each of the files RL reads
-        pq.write_table(pa.Table.from_pylist([row]), root / "DeepEyes-Datasets-47k" / entry["file"])
-    vstar = root / "vstar_bench"
-    (vstar / "direct_attributes").mkdir(parents=True)
-    questions = [
-        ("What is the color of the cup?", ["red", "blue"], "B"),
-        ("What is the glove made of?", ["rubber", "cotton"], "A"),
-    ]
-    lines = []
-    for qid, (question, options, label) in enumerate(questions):
-        image = f"direct_attributes/sa_{qid}.jpg"
-        (vstar / image).write_bytes(image_bytes((80 + qid, 60)))
-        text = "\n".join([question, *(f"({chr(65 + i)}) {option}" for i, option in enumerate(options)), VSTAR_SUFFIX])
-        record = {"image": image, "text": text, "category": "direct_attributes", "question_id": qid, "label": label}
-        lines.append(json.dumps(record))
-    (vstar / "test_questions.jsonl").write_text("\n".join(lines) + "\n")
-    (root / "HR-Bench").mkdir()
-    for k in ("4k", "8k"):
-        pd.DataFrame(hrbench_rows()).to_csv(root / "HR-Bench" / f"hr_bench_{k}.tsv", sep="\t", index=False)
-    lite = root / "MME-RealWorld-lite-lmms-eval" / "data"
-    lite.mkdir(parents=True)
-    mme = [{"index": i, "question": item["Text"], "multi-choice options": item["Answer choices"],
-            "answer": item["Ground truth"], "category": f"{item['Task']}/{item['Subtask']}",
-            "l2-category": item["Category"], "bytes": b64(image_bytes())} for i, item in enumerate(mme_items())]  # fmt: skip
-    pq.write_table(pa.Table.from_pylist(mme), lite / "train-00000-of-00001.parquet")
-
-
-# 2 steps each, a short rollout budget and 2 rows of one benchmark: each evaluation is ~20 s of imports and model
-# loads on two processes, whatever its rows (the readers' layouts: tests/test_benchmarks.py)
-TINY_ARGS = ('--sft_args "--max_steps 2 --per_device_train_batch_size 2" --rl_args "--max_steps 2 '
-             '--max_completion_length 96" --eval_args "--limit 2" --benchmarks vstar')  # fmt: skip
-BENCHES = ["vstar"]
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tiny_kit, tmp_path_factory):
-    """`make reproduce RECIPE_SET=tiny` three times on the same folders: the run, a rerun that must skip it all, and
-    one whose SFT command changed, which must be refused before anything runs."""
-    root = tmp_path_factory.mktemp("reproduce")
-    write_releases(root / "data")
-    argv = ["RECIPE_SET=tiny", f"DATA_ROOT={root / 'data'}", f"RUN_DIR={root / 'run'}"]
-    first = make(*argv, f"ARGS={TINY_ARGS}")
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    second = make(*argv, f"ARGS={TINY_ARGS}")
-    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    changed = make(*argv, f"ARGS={TINY_ARGS.replace('--max_steps 2 --per', '--max_steps 3 --per')}")
-    return root / "run", first.stdout, second.stdout, changed
-
-
-STAGES = stage_names(SPEC["sets"]["tiny"], BENCHES)
-
-
-@pytest.mark.slow
-def test_the_tiny_reproduction_runs_every_stage_and_marks_it_done(tiny_run):
-    run, first, *_ = tiny_run
-    assert [
-        line.split(":")[0].removeprefix("==> ") for line in first.splitlines() if line.startswith("==> ")
-    ] == STAGES
-    ids = {}
-    for stage in STAGES:
-        record = json.loads((run / stage / ".done").read_text())
-        assert record["command"][0].endswith(("python", "python3", "accelerate")) and record["seconds"] > 0
-        assert record["inputs"] == {name: ids[name] for name in record["inputs"]}  # the run ids of what it read
-        ids[stage] = record["id"]
-    assert json.loads((run / "rl" / ".done").read_text())["inputs"].keys() == {"sft", "rl_probe"}
-    assert (run / "sft" / "model.safetensors").is_file() and (run / "rl" / "trainer_state.json").is_file()
-    assert (run / "convert" / "stats.json").is_file() and (run / "convert" / "preview" / "index.html").is_file()
-    for model in ("base", "sft", "rl"):  # data-parallel on 2 processes: merged, whole, no part left
-        metrics = json.loads((run / f"eval_{model}_vstar" / "metrics.json").read_text())
-        assert metrics["n"] == 2 and len(read_samples(run / f"eval_{model}_vstar" / "samples.jsonl")) == 2
-        assert not list((run / f"eval_{model}_vstar").glob("samples.rank*.jsonl"))
-        settings = json.loads((run / f"eval_{model}_vstar" / "eval_args.json").read_text())
-        assert settings["tool"]["max_pixels"] == 12544 and settings["max_completion_length"] == 96
-    # the plan's time from the run's own figures: RL's step time from its progress.json, each evaluation's rows
-    estimate = json.loads((run / "estimate.json").read_text())
-    assert estimate["backend"] == "transformers" and estimate["hours_left"] == 0 and not estimate["unknown"]
-    assert json.loads((run / "rl" / "progress.json").read_text())["max_steps"] == 2
-    for stage, units in (("rl", 2), ("sft", 2), ("eval_rl_vstar", 2)):
-        measured = estimate["stages"][stage]["measured"]
-        assert measured["units"] == units and measured["seconds"] > 0, stage
-    probe = json.loads((run / "rl_probe" / "metrics.json").read_text())
-    assert probe["n"] == 2 and set(probe["rewards"]) == {"gated_outcome"}  # the tiny set's probe: 2 of 2 rows
-    assert probe["rewards"]["gated_outcome"]["scored"] == 2
-
-
-@pytest.mark.slow
-def test_a_second_run_skips_every_finished_stage(tiny_run):
-    run, _, second, _ = tiny_run
-    assert [line for line in second.splitlines() if line.startswith("==> ")] == [
-        f"==> {stage}: done, skipped ({run / stage / '.done'})" for stage in STAGES
-    ]
-
-
-@pytest.mark.slow
-def test_a_changed_command_for_a_done_stage_is_refused_through_make(tiny_run):
-    run, *_, changed = tiny_run
-    assert changed.returncode != 0 and "==> " not in changed.stdout
-    assert "sft is done with another command than the plan's:" in changed.stderr
-    assert "--max_steps 3" in changed.stderr and "FORCE=sft reruns it" in changed.stderr
-
-
-@pytest.mark.slow
-def test_the_run_ends_with_reproduce_md_the_table_and_the_curves(tiny_run):
-    run, _, second, _ = tiny_run
-    page = (run / "reproduce.md").read_text()
-    assert f"report: {run / 'reproduce.md'}" in second
-    assert "| system | V* Bench | protocol |" in page
-    for title in ("base model", "SFT", "MAPO (RL)"):  # our three rows, each evaluated, each with its protocol
-        assert re.search(rf"^\| ours: {re.escape(title)} \| \d+\.\d \| greedy, 1 sample", page, re.M), title
-    assert (
-        "rules can_infer, no judge" in page and "| DeepEyes-7B [2] | 90.1 |" in page and "`max_steps`: " not in page
-    )  # paper sets no max_steps
-    assert "set by the run, not by the paper's recipe: " in page and "`max_steps: 2`" in page
-    assert "- gated_outcome: paid " in page  # the probe
-    for stem in ("reward", "r_sem", "zoom_calls"):
-        assert f"](curves/{stem}.png)" in page and (run / "curves" / f"{stem}.png").stat().st_size > 1000
-    assert "mean z_t per call" in page  # drawn, or said not logged (no valid call in one tiny step)
-    assert "## Time: the plan's estimate and the run's own figures" in page
-    assert re.search(r"^\| rl \| — \| \d+\.\d\d \| 2 of 2 \| [\d.]+ \| 0\.0 \|$", page, re.M), page

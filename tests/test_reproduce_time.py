@@ -123,7 +123,7 @@ def test_a_stage_failing_under_vllm_names_the_fallback(tmp_path):
     clock = Clock(tmp_path, {stage.name: (stage.kind, stage.work)}, [stage.name], "vllm")
     for backend, named in (("vllm", True), ("transformers", False)):
         with pytest.raises(SystemExit) as failed:
-            reproduce.run_stage(stage, [stage], False, clock, backend)
+            reproduce.run_stage(stage, [stage], "to run", None, clock, backend)
         assert str(failed.value).startswith("stage eval_base_vstar failed (exit 3)")
         assert ("RL_BACKEND=transformers runs RL's rollouts and every evaluation" in str(failed.value)) is named
     assert not (tmp_path / "eval_base_vstar" / ".done").exists()
@@ -136,6 +136,6 @@ def test_a_finished_short_evaluation_counts_its_whole_time(tmp_path, monkeypatch
     monkeypatch.setattr(reproduce.subprocess, "Popen", lambda *a, **k: _Process(0, 0))
     times = iter([10.0, 30.0, 31.0])  # the start, the end, the meter's last look
     monkeypatch.setattr(reproduce.time, "monotonic", lambda: next(times))
-    reproduce.run_stage(stage, [stage], False, clock, "transformers")
+    reproduce.run_stage(stage, [stage], "to run", None, clock, "transformers")
     assert clock.measured["eval_x"] == Measured(4, 4, 5.0)
     assert json.loads((tmp_path / "eval_x" / ".done").read_text())["seconds"] == 20.0
