@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from evaluation.run import PART_GLOB, SAMPLES_FILE
 from utils.progress import PROGRESS_FILE
+from utils.recipes import flag_values
 
 WEEK_HOURS = 7 * 24  # the budget a reproduction is planned for: one node for a week
 ESTIMATE_FILE = "estimate.json"  # RUN_DIR/estimate.json: the plan's time, assumed and measured, per stage
@@ -40,11 +41,13 @@ class Throughput:
     planning figure, printed beside each stage by the dry run. CPU sets have none: their seconds are None."""
 
     def __init__(self, assumed: dict, chosen: dict, backend: str):
-        self.assumed, self.chosen, self.backend = assumed, chosen, backend
-        self.scale = assumed.get("gpu_scale", {}).get(chosen.get("name", ""), 1.0)
+        # a set's own `throughput` over the file's: the only figures a CPU set is estimated with (the file's are GPUs')
+        self.assumed, self.chosen, self.backend = assumed | chosen.get("throughput", {}), chosen, backend
+        self.scale = self.assumed.get("gpu_scale", {}).get(chosen.get("name", ""), 1.0)
+        self.own = "throughput" in chosen or chosen["accelerate"] not in ("cpu", "multi_cpu")
 
     def _known(self, *keys: str) -> bool:
-        return all(key in self.assumed for key in keys) and self.chosen["accelerate"] not in ("cpu", "multi_cpu")
+        return all(key in self.assumed for key in keys) and self.own
 
     def evaluation(self, rows: int) -> Work:
         """`rows` evaluated data-parallel over the set's `eval_processes`, on the plan's backend."""
@@ -87,6 +90,24 @@ class Throughput:
         generate = self.assumed["generate_tokens_per_s"][self.backend]
         seconds = tokens / (generate * gpus * self.scale) + tokens / (self.assumed["train_tokens_per_s"] * gpus)
         return Work(steps, seconds)
+
+
+def save_flags(recipe: dict, flags: list[str], work: Work | None, hours: float) -> list[str]:
+    """The flags that make a training stage save a checkpoint at least every `hours` of its estimated wall time:
+    `--save_steps` the steps that take, when the recipe saves less often (and `--save_strategy steps`, with a
+    `--save_total_limit` of 2 where the recipe keeps every one, when it does not save by steps). None when the stage's
+    step time is not estimated, or when the command line's `flags` set their own saving. They depend on the recipe and
+    the step time only, never on the data's rows, so the stage's command does not change once its data is counted."""
+    given = flag_values(flags)
+    if work is None or work.seconds is None or {"save_steps", "save_strategy"} & set(given):
+        return []
+    every = max(1, int(hours * 3600 // work.seconds))
+    steps = recipe.get("save_strategy", "steps") == "steps"
+    if steps and isinstance(recipe.get("save_steps", 500), int) and recipe.get("save_steps", 500) <= every:
+        return []
+    added = [] if steps else ["--save_strategy", "steps"]
+    added += ["--save_steps", str(every)]
+    return added + ([] if recipe.get("save_total_limit") else ["--save_total_limit", "2"])
 
 
 def parquet_rows(path: Path) -> int | None:

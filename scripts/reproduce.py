@@ -59,7 +59,7 @@ from evaluation.reproduce_state import (
     stage_states,
     write_record,
 )
-from evaluation.reproduce_time import Clock, Measured, Throughput, parquet_rows, rl_rows, total_line
+from evaluation.reproduce_time import Clock, Measured, Throughput, parquet_rows, rl_rows, save_flags, total_line
 from evaluation.reproduction import write_report
 from tools import ToolConfig
 from utils.checks import check_accelerate_config, check_report_to
@@ -69,7 +69,7 @@ REPO = Path(__file__).resolve().parents[1]
 SETS_FILE = REPO / "recipes" / "reproduce.yaml"
 SET_KEYS = {
     "sft", "rl", "lora", "accelerate", "num_processes", "eval_processes", "convert_format", "eval_args", "rl_vllm",
-    "rl_probe", "rl_backend",
+    "rl_probe", "rl_backend", "throughput",
 }  # fmt: skip
 RL_BACKENDS = ("transformers", "vllm")
 # RL's vLLM flags (a set's `rl_vllm`) that evaluate.py's vLLM backend takes too, by its own name: the evaluations then
@@ -83,6 +83,7 @@ ROLLOUT_KEYS = ("max_completion_length", "max_tool_calling_iterations")
 TOOL_KEYS = tuple(f.name for f in fields(ToolConfig))
 PREVIEW_ROWS = 20
 POLL_SECONDS = 60  # how often a running stage's progress is read
+CHECKPOINT_HOURS = 2.0  # a training stage saves at least this often (estimated), unless recipes/reproduce.yaml says
 
 
 # ------------------------------------------------------------------------------------------------------- the set
@@ -190,6 +191,7 @@ def plan(
     base = recipe_values(chosen["sft"], extra["sft"])["model_name_or_path"]
     assumed = Throughput(spec.get("throughput", {}), chosen, rl_backend)
     rows = lambda n: eval_rows(n, [*chosen["eval_args"], *extra["eval"]])  # noqa: E731
+    every = spec.get("checkpoint_hours", CHECKPOINT_HOURS)
 
     def evaluations(model: str, policy: str | Path, reads: tuple[str, ...]) -> list[Stage]:
         stages = []
@@ -207,14 +209,15 @@ def plan(
     convert += ["--input", str(coldstart), "--output", str(out("convert")), "--rl_recipe", chosen["rl"]]
     convert += ["--preview", str(PREVIEW_ROWS)]
     stages.append(Stage("convert", convert, out("convert"), {coldstart: coldstart_release}))
+    sft_recipe = recipe_values(chosen["sft"], extra["sft"])
+    work = assumed.sft(sft_recipe, out("convert"))
     sft = [*launch, "sft.py", "--config", chosen["sft"], "--dataset_name", str(out("convert"))]
-    sft += ["--output_dir", str(out("sft")), *extra["sft"]]
+    sft += ["--output_dir", str(out("sft")), *save_flags(sft_recipe, extra["sft"], work, every), *extra["sft"]]
     skip_rate = spec.get("max_skip_rate", 0.2) if max_skip_rate is None else max_skip_rate
     stages.append(
         Stage(
             "sft", sft, out("sft"), reads=("convert",), recipe=chosen["sft"], recipe_args=extra["sft"],
-            resumable=True, gate=lambda: conversion_verdict(out("convert"), skip_rate),
-            work=assumed.sft(recipe_values(chosen["sft"], extra["sft"]), out("convert")), kind="train",
+            resumable=True, gate=lambda: conversion_verdict(out("convert"), skip_rate), work=work, kind="train",
         )
     )  # fmt: skip
     policy, last = out("sft"), "sft"
@@ -237,14 +240,15 @@ def plan(
             work=assumed.evaluation(probe["rows"]), kind="eval",
         )
     )  # fmt: skip
+    work = assumed.rl(rl_recipe, rl_rows(spec, files))
     rl = [*launch, "rl.py", "--config", chosen["rl"], "--model_name_or_path", str(policy)]
     rl += ["--dataset_name", spec["rl_data"]["dataset_name"], "--dataset_path", *map(str, files)]
-    rl += ["--output_dir", str(out("rl")), *rl_flags]
+    rl += ["--output_dir", str(out("rl")), *save_flags(rl_recipe, rl_flags, work, every), *rl_flags]
     stages.append(
         Stage(
             "rl", rl, out("rl"), dict.fromkeys(files, release), (last, "rl_probe"), recipe=chosen["rl"],
             recipe_args=rl_flags, resumable=True, gate=lambda: probe_verdict(out("rl_probe"), probe["min_fired"]),
-            work=assumed.rl(rl_recipe, rl_rows(spec, files)), kind="train",
+            work=work, kind="train",
         )
     )  # fmt: skip
     policy, last = out("rl"), "rl"

@@ -18,6 +18,8 @@ from evaluation.reproduction import time_lines
 from scripts import reproduce
 from utils.progress import PROGRESS_FILE, StepTimes, write_progress
 
+NO_EXTRA = {"sft": [], "rl": [], "eval": []}
+
 
 def test_the_remaining_time_takes_each_measured_rate_where_there_is_one():
     """An evaluation measured at 3.6 s a row (20 of 100 done): 80 rows left, 0.08 h; the evaluation after it, not yet
@@ -139,3 +141,39 @@ def test_a_finished_short_evaluation_counts_its_whole_time(tmp_path, monkeypatch
     reproduce.run_stage(stage, [stage], "to run", None, clock, "transformers")
     assert clock.measured["eval_x"] == Measured(4, 4, 5.0)
     assert json.loads((tmp_path / "eval_x" / ".done").read_text())["seconds"] == 20.0
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints by time
+def test_training_stages_save_at_least_every_two_estimated_hours(tmp_path):
+    """7B RL on vLLM: 8 x 4 x 8 = 256 rollouts of 2,500 tokens, 640,000 tokens a step, generated at 1,500 and trained
+    at 2,500 tokens/s on each of 8 GPUs: 53.3 + 32 = 85.3 s a step, 7,200 s / 85.3 = 84.4: every 84 steps, not the
+    recipe's 100 (its save_total_limit kept). On transformers (130 tokens/s): 615.4 + 32 = 647.4 s, every 11 steps.
+    SFT: 2 x 2 x 8 = 32 rows of 6,000 tokens at 2,500 tokens/s on 8 GPUs, 9.6 s a step, 750 in 2 h: its recipe's 200
+    already saves more often. A --save_steps of the command line is left as given."""
+    chosen, spec = reproduce.load_set("qwen2.5-vl-7b")
+    chosen = {**chosen, "name": "qwen2.5-vl-7b"}
+
+    def commands(backend: str, extra: dict = NO_EXTRA) -> dict[str, list[str]]:
+        return {s.name: s.argv for s in reproduce.plan(chosen, spec, tmp_path, tmp_path, extra, rl_backend=backend)}
+
+    for backend, every in (("vllm", "84"), ("transformers", "11")):
+        argv = commands(backend)
+        assert argv["rl"][argv["rl"].index("--save_steps") + 1] == every, backend
+        assert "--save_strategy" not in argv["rl"] and "--save_total_limit" not in argv["rl"]
+        assert "--save_steps" not in argv["sft"]
+    argv = commands("vllm", {**NO_EXTRA, "rl": ["--save_steps", "500"]})["rl"]
+    assert argv.count("--save_steps") == 1 and argv[argv.index("--save_steps") + 1] == "500"
+
+
+def test_a_tiny_set_with_its_own_throughput_saves_by_time_too(tmp_path):
+    """The tiny RL recipe saves nothing (save_strategy "no"). Given a set's own figures (4 rollouts of 100 tokens,
+    generated at 40 and trained at 400 tokens/s: 10 + 1 = 11 s a step) and checkpoints every 0.01 h (36 s), the plan
+    saves every 3 steps, keeping 2 checkpoints; without figures a CPU set is not estimated, and nothing is added."""
+    chosen, spec = reproduce.load_set("tiny")
+    figures = {"rl_rollout_tokens": 100, "generate_tokens_per_s": {"transformers": 40}, "train_tokens_per_s": 400}
+    own = {**chosen, "name": "tiny", "throughput": figures}
+    stages = {s.name: s for s in reproduce.plan(own, {**spec, "checkpoint_hours": 0.01}, tmp_path, tmp_path, NO_EXTRA)}
+    assert stages["rl"].work == Work(8, approx(11.0, FLOAT64, terms=3))  # the recipe's max_steps 8
+    assert stages["rl"].argv[-6:] == ["--save_strategy", "steps", "--save_steps", "3", "--save_total_limit", "2"]
+    plain = reproduce.plan({**chosen, "name": "tiny"}, spec, tmp_path, tmp_path, NO_EXTRA)
+    assert not any("--save_steps" in s.argv for s in plain)
