@@ -14,10 +14,12 @@ from pathlib import Path
 
 from evaluation.reproduce_time import Work
 from repairs.resume import last_complete_checkpoint
+from utils.recipes import flag_values, load_recipe
 
 MARKER = ".done"  # RUN_DIR/<stage>/.done: the record of a stage that exited 0
 STARTED = ".started"  # RUN_DIR/<stage>/.started: the record of its last start
 FORCED = ".forced"  # RUN_DIR/.forced: the stages forced to rerun and not yet done in their round (`forced_round`)
+REPO = Path(__file__).resolve().parents[1]  # the commands run from the repo root: their recipes are relative to it
 WEIGHT_FILES = ("model*.safetensors", "adapter_model.*", "pytorch_model*.bin")  # a training stage's saved weights
 
 
@@ -65,6 +67,28 @@ class Stage:
         """The command to run now: a training stage interrupted after a checkpoint continues from it."""
         return [*self.argv, "--resume_from_checkpoint", "true"] if self.checkpoint() else self.argv
 
+    def resolved(self) -> dict:
+        """Every field the stage's command sets, after bases and flags: its `--config` recipe with its bases merged
+        and the command's flags over it; for a stage without a recipe, its flags. What a change is read from."""
+        values = flag_values(self.argv[script_end(self.argv) :])
+        config = values.pop("config", None)
+        return (load_recipe(REPO / config).values if isinstance(config, str) else {}) | values
+
+    def differs(self, record: dict | None) -> list[str]:
+        """The fields in which a record (`.done` or `.started`) differs from the plan, each with both values (the
+        launcher's too: processes, accelerate config), or `command` when the record has another command and no recipe
+        to compare (a record from before recipes were kept). Empty: the same."""
+        if record is None or "command" not in record:  # no record, or a marker by hand: taken as it is
+            return []
+        before, now = record["command"], self.argv
+        launched = before[: script_end(before)], now[: script_end(now)]
+        fields = (
+            [f"launcher: {shlex.join(launched[0])} -> {shlex.join(launched[1])}"] if launched[0] != launched[1] else []
+        )
+        if "recipe" in record:
+            return fields + changed_fields(record["recipe"], self.resolved())
+        return fields + ([] if before[len(launched[0]) :] == now[len(launched[1]) :] else ["command"])
+
     def weights(self) -> list[str]:
         """What a training stage's folder holds that took GPU hours to make: its `checkpoint-*` folders and saved
         weights. The plan deletes none of it unless DISCARD names the stage."""
@@ -73,6 +97,24 @@ class Stage:
         found = {p.name for p in self.output.glob("checkpoint-*") if p.is_dir()}
         found |= {p.name for pattern in WEIGHT_FILES for p in self.output.glob(pattern) if p.is_file()}
         return sorted(found, key=_natural)
+
+
+def script_end(argv: list[str]) -> int:
+    """Where a command's own flags start: after its script (`x.py`) or its module (`-m pkg.mod`)."""
+    for i, arg in enumerate(argv):
+        if arg.endswith(".py") or (i and argv[i - 1] == "-m"):
+            return i + 1
+    return len(argv)
+
+
+def changed_fields(old: dict, new: dict) -> list[str]:
+    """`field: old -> new` for each field set differently (or only) in one of two resolved recipes, sorted."""
+    missing = "(unset)"
+    return [
+        f"{key}: {json.dumps(old.get(key, missing))} -> {json.dumps(new.get(key, missing))}"
+        for key in sorted(set(old) | set(new))
+        if old.get(key, missing) != new.get(key, missing)
+    ]
 
 
 def _natural(name: str) -> tuple:
@@ -143,11 +185,11 @@ def stage_states(stages: list[Stage], pending: dict[str, dict] | set[str]) -> di
             states[s.name] = _forced_state(s, entry, started)
         elif record is None:
             checkpoint = s.checkpoint()
-            if checkpoint and started is not None and started.get("command", s.argv) != s.argv:
-                states[s.name] = "changed"  # resuming would continue another command's run
+            if checkpoint and s.differs(started):
+                states[s.name] = "changed"  # resuming would continue another recipe's run (its schedule, its rate)
             else:
                 states[s.name] = f"resume from {checkpoint.name}" if checkpoint else "to run"
-        elif record.get("command", s.argv) != s.argv:  # a marker by hand, without a command, is taken as it is
+        elif s.differs(record):
             states[s.name] = "changed"
         elif any(state != "done" for state in reads) or any(
             record.get("inputs", {}).get(name, run_id(by_name[name])) != run_id(by_name[name]) for name in s.reads
@@ -160,7 +202,7 @@ def stage_states(stages: list[Stage], pending: dict[str, dict] | set[str]) -> di
 
 def _forced_state(s: Stage, entry: dict, started: dict | None) -> str:
     """The state of a stage forced in round `entry` and not finished in it."""
-    if started is not None and started.get("round") == entry["round"] and started.get("command") == s.argv:
+    if started is not None and started.get("round") == entry["round"] and not s.differs(started):
         checkpoint = s.checkpoint()
         if checkpoint:
             return f"resume from {checkpoint.name}"
@@ -183,11 +225,13 @@ def blocked(stages: list[Stage], states: dict[str, str]) -> list[str]:
         if states[s.name] == "changed":
             record = s.marker or s.started
             what = "done" if s.marker else f"interrupted at {s.checkpoint().name}"
-            lines += [
-                f"{s.name} is {what} with another command than the plan's:",
-                f"  {'done' if s.marker else 'ran'}: {shlex.join(record['command'])}",
-                f"  plan: {shlex.join(s.argv)}",
-            ]
+            lines.append(f"{s.name} is {what} with another command or recipe than the plan's:")
+            if record["command"] != s.argv:
+                lines += [
+                    f"  {'done' if s.marker else 'ran'}: {shlex.join(record['command'])}",
+                    f"  plan: {shlex.join(s.argv)}",
+                ]
+            lines += [f"  {field}" for field in s.differs(record)]
         elif states[s.name] == "stale":
             lines.append(f"{s.name} is done, but {', '.join(s.reads)} changed or will run again since")
         elif states[s.name] == "would delete":

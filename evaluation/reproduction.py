@@ -136,13 +136,25 @@ def command_overrides(run_dir: Path, stage: str) -> dict:
     return values
 
 
-def settings_that_differ(run_dir: Path, spec: dict) -> list[str]:
-    """The RL run's settings (its saved recipe, with the command line over it) against `recipes/mapo_paper.yaml`,
-    the paper's; then the notes of `recipes/reproduce.yaml` (what the paper's recipe itself could not take from it)."""
+def ran_recipe(run_dir: Path) -> dict | None:
+    """What the RL run ran: the resolved recipe its record holds (`.done`, or `.started` while it runs; kept from its
+    first start, since the plan refuses to resume it under another), else its saved recipe with the command line over
+    it (a run from before records kept recipes). `recipe.yaml` alone is not it: every start rewrites it."""
+    record = _read_json(run_dir / "rl" / ".done") or _read_json(run_dir / "rl" / ".started") or {}
+    if "recipe" in record:
+        return record["recipe"]
     saved = run_dir / "rl" / "recipe.yaml"
+    if not saved.is_file():
+        return None
+    return (yaml.safe_load(saved.read_text(encoding="utf-8")) or {}) | command_overrides(run_dir, "rl")
+
+
+def settings_that_differ(run_dir: Path, spec: dict) -> list[str]:
+    """The RL run's settings (`ran_recipe`) against `recipes/mapo_paper.yaml`, the paper's; then the notes of
+    `recipes/reproduce.yaml` (what the paper's recipe itself could not take from it)."""
+    ran = ran_recipe(run_dir)
     lines = []
-    if saved.is_file():
-        ran = (yaml.safe_load(saved.read_text(encoding="utf-8")) or {}) | command_overrides(run_dir, "rl")
+    if ran is not None:
         paper = yaml.safe_load(PAPER_RECIPE.read_text(encoding="utf-8"))
         differ = [k for k in sorted(set(ran) & set(paper)) if k not in PATH_KEYS and ran[k] != paper[k]]
         lines += [f"- `{k}`: {json.dumps(ran[k])} (the paper's recipe: {json.dumps(paper[k])})" for k in differ]
@@ -161,7 +173,7 @@ def settings_that_differ(run_dir: Path, spec: dict) -> list[str]:
         if not (differ or added or left):
             lines.append("- none: the RL run used the paper's recipe")
     else:
-        lines.append(f"- not known: {saved} is missing (the RL stage has not run)")
+        lines.append(f"- not known: {run_dir / 'rl'} holds no record of a run (the RL stage has not run)")
     return lines + [f"- {note}" for note in spec.get("notes", [])]
 
 

@@ -14,12 +14,14 @@ tool and rollout budget, greedy), data-parallel over the set's `eval_processes`,
 `rl_backend`, vLLM on the 8-GPU sets, or `--rl_backend`). While a stage runs its progress is read every minute and
 the plan's remaining time re-estimated from it (`evaluation.reproduce_time`: `RUN_DIR/estimate.json`).
 
-Each stage writes `RUN_DIR/<stage>/` and, when it exits 0, `RUN_DIR/<stage>/.done`: its command and the run ids of the
-stages it read. A stage with the marker is skipped; a marker whose command differs from the plan's ("changed"), or
-whose inputs were rerun since ("stale"), stops the run before anything starts, showing both, unless `FORCE=<stage>`
-(comma-separated), which reruns that stage from an empty folder and every stage after it that reads it. An SFT or RL
-stage with a complete `checkpoint-*` (its `trainer_state.json` written) and no marker resumes from it; an evaluation
-resumes by itself. Before the first stage: every DATA_ROOT input a stage still to run reads (named by full path and
+Each stage writes `RUN_DIR/<stage>/`, records each start (`.started`) and, when it exits 0, `.done`: its command, its
+resolved recipe and the run ids of the stages it read (`evaluation.reproduce_state`). A stage done is skipped; one
+whose command or resolved recipe differs from the plan's ("changed", each field named), or whose inputs were rerun
+since ("stale"), stops the run before anything starts, unless `FORCE=<stage>` (comma-separated) reruns it and every
+stage after it that reads it. A folder holding checkpoints or weights is deleted only when `DISCARD=<stage>` names it.
+FORCE and DISCARD form a round (`RUN_DIR/.forced`) that an interrupted run goes on with: an SFT or RL stage with a
+complete `checkpoint-*` and no marker resumes from it (never across a change of its recipe); an evaluation resumes
+by itself. Before the first stage: every DATA_ROOT input a stage still to run reads (named by full path and
 release), the accelerate configs' backends (DeepSpeed) and the recipes' `report_to` backends are checked.
 Layout of DATA_ROOT and what to expect: docs/reproduce.md.
 
@@ -207,6 +209,8 @@ def plan(
     stages = evaluations("base", base, ())
     convert = ["python", "-m", "data.convert", "--format", chosen["convert_format"]]
     convert += ["--input", str(coldstart), "--output", str(out("convert")), "--rl_recipe", chosen["rl"]]
+    # the rows it keeps depend on RL's tool rounds (it drops longer ones): given, so that a change of them changes it
+    convert += ["--max_calls", str(rl_recipe.get("max_tool_calling_iterations", 5))]
     convert += ["--preview", str(PREVIEW_ROWS)]
     stages.append(Stage("convert", convert, out("convert"), {coldstart: coldstart_release}))
     sft_recipe = recipe_values(chosen["sft"], extra["sft"])
@@ -331,6 +335,8 @@ def print_plan(
         state = f"done ({s.output / MARKER})" if states[s.name] == "done" else states[s.name]
         estimate = "" if s.hours is None else f"   [~{s.hours:.1f} h]"
         print(f"{i}. {s.name}: {state}{estimate}\n   {shlex.join(s.command())}")
+        if states[s.name] == "changed":  # what differs from the run the folder holds, field by field
+            print("\n".join(f"   changed: {field}" for field in s.differs(s.marker or s.started)))
         if s.name in memory_argv:
             print(f"   memory per GPU ({shlex.join(memory_argv[s.name])}): {memory.get(s.name, 'not estimated')}")
         if s.gate is not None and states[s.name] != "done":
@@ -373,8 +379,9 @@ def run_stage(s: Stage, stages: list[Stage], state: str, round_id: str | None, c
     argv = s.command()
     by_name = {t.name: t for t in stages}
     inputs = {name: run_id(by_name[name]) for name in s.reads}
-    write_record(s.output / STARTED, {"command": s.argv, "ran": argv, "round": round_id, "inputs": inputs,
-                                      "started": time.strftime("%Y-%m-%dT%H:%M:%S")})  # fmt: skip
+    recipe = s.resolved()  # what this run is, field by field: a later plan compares its own with it
+    write_record(s.output / STARTED, {"command": s.argv, "recipe": recipe, "ran": argv, "round": round_id,
+                                      "inputs": inputs, "started": time.strftime("%Y-%m-%dT%H:%M:%S")})  # fmt: skip
     print(f"\n==> {s.name}: {shlex.join(argv)}", flush=True)
     start = time.monotonic()
     meter = clock.meter(s.name, s.output)
@@ -393,6 +400,7 @@ def run_stage(s: Stage, stages: list[Stage], state: str, round_id: str | None, c
     clock.finish(s.name, measured)
     record = {
         "command": s.argv,
+        "recipe": recipe,
         "ran": argv,
         "seconds": round(seconds, 1),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -23,7 +23,7 @@ from data import load_split
 from data.benchmarks import BENCHMARKS
 from data.converters import FORMATS
 from evaluation import reproduce_time
-from evaluation.reproduction import PAPER_RECIPE, write_report
+from evaluation.reproduction import PAPER_RECIPE, settings_that_differ, write_report
 from repairs.resume import last_complete_checkpoint
 from rewards import check_rule_rewards
 from scripts import reproduce
@@ -249,7 +249,7 @@ def test_a_changed_command_is_refused_showing_both_unless_forced(tmp_path, capsy
     with pytest.raises(SystemExit) as refused:
         reproduce.main(["--recipe_set", "tiny", "--data_root", str(tmp_path / "data"), "--run_dir", str(run)])
     message = str(refused.value)
-    assert "sft is done with another command than the plan's:" in message
+    assert "sft is done with another command or recipe than the plan's:" in message
     assert "--max_steps 7" in message.split("done: ")[1].split("\n")[0]
     assert "  plan: " in message and "FORCE=sft reruns it" in message
     assert not (run / "sft_merge").exists() and not (run / "eval_base_vstar").exists()  # nothing ran
@@ -387,3 +387,17 @@ def test_the_report_reads_each_evaluation_the_rl_recipe_and_its_log(tmp_path):
     assert "`max_steps: 3`" in page and "output_dir" not in page and "Stages: rl 5.0 s." in page
     for stem in ("reward", "r_sem", "zoom_calls", "gap"):
         assert f"](curves/{stem}.png)" in page and (run / "curves" / f"{stem}.png").stat().st_size > 1000
+
+
+def test_the_report_states_the_recipe_rl_ran_not_one_edited_since(tmp_path):
+    """rl/recipe.yaml is rewritten by every start of rl.py; the resolved recipe the RL stage's record keeps is the one
+    its checkpoints were trained under (the plan refuses to resume them under another): the report reads that."""
+    run = tmp_path / "run"
+    (run / "rl").mkdir(parents=True)
+    paper = yaml.safe_load(PAPER_RECIPE.read_text())
+    (run / "rl" / "recipe.yaml").write_text(yaml.safe_dump({**paper, "learning_rate": 3.0e-6}))
+    record = {"command": ["accelerate", "launch", "rl.py"], "recipe": {**paper, "learning_rate": 5.0e-7}}
+    (run / "rl" / ".started").write_text(json.dumps(record))
+    assert "- `learning_rate`: 5e-07 (the paper's recipe: 1e-06)" in settings_that_differ(run, SPEC)
+    (run / "rl" / ".done").write_text(json.dumps({**record, "recipe": paper}))
+    assert settings_that_differ(run, SPEC)[0] == "- none: the RL run used the paper's recipe"

@@ -6,10 +6,12 @@ tests/test_reproduce.py."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from fake_checkpoint import write_checkpoint
 
 from evaluation.reproduce_state import FORCED, STARTED, end_round, forced_round, keep_round, stage_states
@@ -113,7 +115,7 @@ def test_an_interrupted_stage_is_not_resumed_under_another_command(tmp_path):
     states = stage_states(plan, set())
     assert states["rl"] == "changed"
     message = "\n".join(reproduce.blocked(plan, states))
-    assert "rl is interrupted at checkpoint-5 with another command than the plan's:" in message
+    assert "rl is interrupted at checkpoint-5 with another command or recipe than the plan's:" in message
     assert "--learning_rate 1" in message and "DISCARD=rl reruns it" in message
 
 
@@ -132,3 +134,86 @@ def test_the_advice_after_a_failure_says_what_a_rerun_takes_up(tmp_path):
 def test_an_unknown_stage_is_named(tmp_path, word):
     with pytest.raises(SystemExit, match=rf"{word.upper()}=nope: no stage \['nope'\]; stages: eval_base_vstar"):
         reproduce.main(["--recipe_set", "tiny", "--data_root", str(tmp_path), f"--{word}", "nope", "--dry_run"])
+
+
+# ------------------------------------------------------------------------------------------------ resolved recipes
+def edited_set(tmp_path: Path) -> Path:
+    """recipes/reproduce.yaml with the tiny set's SFT and RL recipes copied under `tmp_path`, to be edited."""
+    spec = yaml.safe_load(reproduce.SETS_FILE.read_text(encoding="utf-8"))
+    for key in ("sft", "rl"):
+        copy = tmp_path / f"{key}.yaml"
+        shutil.copy(reproduce.REPO / spec["sets"]["tiny"][key], copy)
+        spec["sets"]["tiny"][key] = str(copy)
+    sets = tmp_path / "sets.yaml"
+    sets.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    return sets
+
+
+def edit(recipe: Path, old: str, new: str) -> None:
+    text = recipe.read_text(encoding="utf-8")
+    assert old in text
+    recipe.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def dry_run(capsys, tmp_path: Path, sets: Path) -> tuple[dict[str, reproduce.Stage], str]:
+    argv = ["--recipe_set", "tiny", "--data_root", str(tmp_path / "data"), "--run_dir", str(tmp_path / "run")]
+    stages = reproduce.main([*argv, "--sets_file", str(sets), "--dry_run", "--no_memory"])
+    return {s.name: s for s in stages}, capsys.readouterr().out
+
+
+def recorded(stages: dict[str, reproduce.Stage]) -> None:
+    """Every stage done, its record as the run writes it: its command and its resolved recipe."""
+    for s in stages.values():
+        s.output.mkdir(parents=True, exist_ok=True)
+        record = {"command": s.argv, "recipe": s.resolved(), "id": f"{s.name}-1",
+                  "inputs": {name: f"{name}-1" for name in s.reads}}  # fmt: skip
+        (s.output / ".done").write_text(json.dumps(record))
+
+
+def test_an_edited_recipe_makes_its_stage_changed_and_the_dry_run_names_the_field(tmp_path, capsys):
+    """The command of RL is the same after its recipe's learning rate is edited (`--config` names the file): the
+    resolved recipe its record keeps is not, and the dry run says which field, with both values."""
+    sets = edited_set(tmp_path)
+    stages, _ = dry_run(capsys, tmp_path, sets)
+    recorded(stages)
+    assert "learning_rate" in stages["rl"].resolved() and stages["rl"].resolved()["learning_rate"] == 1.0e-4
+    _, out = dry_run(capsys, tmp_path, sets)
+    assert re.search(r"^\d+\. rl: done", out, re.M)
+    edit(tmp_path / "rl.yaml", "learning_rate: 1.0e-4", "learning_rate: 2.0e-4")
+    edited, out = dry_run(capsys, tmp_path, sets)
+    assert edited["rl"].argv == stages["rl"].argv  # the command did not change
+    assert re.search(r"^\d+\. rl: changed\n.*\n   changed: learning_rate: 0.0001 -> 0.0002$", out, re.M), out
+    assert re.search(r"^\d+\. eval_rl_vstar: stale$", out, re.M) and re.search(r"^\d+\. sft: done", out, re.M)
+    assert "would not start:\n  rl is done with another command or recipe than the plan's:\n" in out
+    assert "  learning_rate: 0.0001 -> 0.0002\n" in out and "FORCE=rl reruns it" in out
+
+
+def test_a_change_of_tool_rounds_makes_convert_and_sft_stale_too(tmp_path, capsys):
+    """The converter drops rows with more calls than RL's max_tool_calling_iterations: its command says the number
+    (--max_calls), so an edit of RL's makes convert changed and SFT, which reads it, stale."""
+    sets = edited_set(tmp_path)
+    stages, _ = dry_run(capsys, tmp_path, sets)
+    assert stages["convert"].argv[stages["convert"].argv.index("--max_calls") + 1] == "2"  # the tiny RL recipe's
+    recorded(stages)
+    edit(tmp_path / "rl.yaml", "max_tool_calling_iterations: 2", "max_tool_calling_iterations: 3")
+    _, out = dry_run(capsys, tmp_path, sets)
+    assert re.search(r"^\d+\. convert: changed\n.*\n   changed: max_calls: 2 -> 3$", out, re.M), out
+    assert re.search(r"^\d+\. sft: stale$", out, re.M)
+    assert re.search(r"^\d+\. rl: changed\n.*\n   changed: max_tool_calling_iterations: 2 -> 3$", out, re.M)
+
+
+def test_resuming_rl_across_an_edit_is_refused_naming_the_field(tmp_path, capsys):
+    """RL started under one learning rate and was interrupted at checkpoint-4; the recipe was edited since. Resuming
+    would continue the old run's schedule under a record of the new one: refused, the field named, DISCARD offered."""
+    sets = edited_set(tmp_path)
+    stages, _ = dry_run(capsys, tmp_path, sets)
+    rl = stages["rl"]
+    rl.output.mkdir(parents=True)
+    (rl.output / STARTED).write_text(json.dumps({"command": rl.argv, "recipe": rl.resolved(), "round": None}))
+    write_checkpoint(rl.output, 4)
+    _, out = dry_run(capsys, tmp_path, sets)
+    assert re.search(r"^\d+\. rl: resume from checkpoint-4$", out, re.M)
+    edit(tmp_path / "rl.yaml", "learning_rate: 1.0e-4", "learning_rate: 2.0e-4")
+    _, out = dry_run(capsys, tmp_path, sets)
+    assert "  rl is interrupted at checkpoint-4 with another command or recipe than the plan's:\n" in out
+    assert "  learning_rate: 0.0001 -> 0.0002\n" in out and "DISCARD=rl reruns it from an empty folder" in out

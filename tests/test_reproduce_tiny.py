@@ -211,7 +211,7 @@ def test_a_second_run_skips_every_finished_stage(tiny_run):
 def test_a_changed_command_for_a_done_stage_is_refused_through_make(tiny_run):
     changed = tiny_run.changed
     assert changed.returncode != 0 and "==> " not in changed.stdout
-    assert "sft is done with another command than the plan's:" in changed.stderr
+    assert "sft is done with another command or recipe than the plan's:" in changed.stderr
     # SFT's folder and RL's (which reads it) hold weights: the advice names both in DISCARD, which deletes them
     assert "--max_steps 3" in changed.stderr and "DISCARD=sft,rl reruns them from an empty folder" in changed.stderr
 
