@@ -43,6 +43,7 @@ class Stage:
     gate: Callable[[], str | None] | None = None
     work: Work | None = None
     kind: str | None = None
+    roots: dict[str, Path] = field(default_factory=dict)  # {"RUN_DIR": ..., "DATA_ROOT": ...}: what records abstract
 
     @property
     def hours(self) -> float | None:
@@ -80,14 +81,28 @@ class Stage:
         to compare (a record from before recipes were kept). Empty: the same."""
         if record is None or "command" not in record:  # no record, or a marker by hand: taken as it is
             return []
-        before, now = record["command"], self.argv
+        before, now = portable(record["command"], self.roots), portable(self.argv, self.roots)
         launched = before[: script_end(before)], now[: script_end(now)]
         fields = (
             [f"launcher: {shlex.join(launched[0])} -> {shlex.join(launched[1])}"] if launched[0] != launched[1] else []
         )
         if "recipe" in record:
-            return fields + changed_fields(record["recipe"], self.resolved())
+            return fields + changed_fields(portable(record["recipe"], self.roots), self.record()["recipe"])
         return fields + ([] if before[len(launched[0]) :] == now[len(launched[1]) :] else ["command"])
+
+    def record(self) -> dict:
+        """What a record of this stage keeps of it: its command and resolved recipe with the run's folders written
+        `$RUN_DIR/...` and `$DATA_ROOT/...` (`portable`), and where those were."""
+        return {
+            "command": portable(self.argv, self.roots),
+            "recipe": portable(self.resolved(), self.roots),
+            "roots": {name: str(path) for name, path in self.roots.items()},
+        }
+
+    def moved(self) -> bool:
+        """The stage started under other folders than the plan's: the run folder (or the data) moved since."""
+        started = self.started or {}
+        return "roots" in started and started["roots"] != self.record()["roots"]
 
     def weights(self) -> list[str]:
         """What a training stage's folder holds that took GPU hours to make: its `checkpoint-*` folders and saved
@@ -97,6 +112,22 @@ class Stage:
         found = {p.name for p in self.output.glob("checkpoint-*") if p.is_dir()}
         found |= {p.name for pattern in WEIGHT_FILES for p in self.output.glob(pattern) if p.is_file()}
         return sorted(found, key=_natural)
+
+
+def portable(value, roots: dict[str, Path]):
+    """`value` (a command, a recipe, any JSON) with each path under a root written from the root's name
+    (`$RUN_DIR/sft`, `$DATA_ROOT/vstar_bench`), the longest root first: what records keep, so that a run folder copied
+    elsewhere, or its data, still matches its plan. A record of absolute paths reads the same where it was made."""
+    if isinstance(value, str):
+        for name, root in sorted(roots.items(), key=lambda item: -len(str(item[1]))):
+            if value == str(root) or value.startswith(f"{root}/"):
+                return f"${name}{value[len(str(root)) :]}"
+        return value
+    if isinstance(value, list):
+        return [portable(item, roots) for item in value]
+    if isinstance(value, dict):
+        return {key: portable(item, roots) for key, item in value.items()}
+    return value
 
 
 def script_end(argv: list[str]) -> int:
@@ -172,7 +203,9 @@ def stage_states(stages: list[Stage], pending: dict[str, dict] | set[str]) -> di
     or will be), `forced` (in the forced round, not finished in it: rerun from an empty folder), `resume from
     checkpoint-N` (an SFT or RL stage interrupted after a complete checkpoint, forced in this round or not), `resume`
     (a forced evaluation started in this round: it keeps its samples), `would delete` (forced, but its folder holds
-    checkpoints or weights from before the round that no DISCARD names), or `to run`. `pending`: the round
+    checkpoints or weights from before the round that no DISCARD names), `moved` (an evaluation interrupted before
+    its run folder moved: evaluate.py resumes only under its first paths, so it starts again; it holds no
+    checkpoint), or `to run`. `pending`: the round
     (`forced_round`), or a set of stage names forced in a round of their own."""
     if isinstance(pending, set):
         pending = {name: {"round": "-", "discard": False} for name in readers(stages, pending)}
@@ -187,6 +220,8 @@ def stage_states(stages: list[Stage], pending: dict[str, dict] | set[str]) -> di
             checkpoint = s.checkpoint()
             if checkpoint and s.differs(started):
                 states[s.name] = "changed"  # resuming would continue another recipe's run (its schedule, its rate)
+            elif s.kind == "eval" and s.moved():
+                states[s.name] = "moved"  # evaluate.py resumes only under the paths it started with
             else:
                 states[s.name] = f"resume from {checkpoint.name}" if checkpoint else "to run"
         elif s.differs(record):
@@ -226,7 +261,7 @@ def blocked(stages: list[Stage], states: dict[str, str]) -> list[str]:
             record = s.marker or s.started
             what = "done" if s.marker else f"interrupted at {s.checkpoint().name}"
             lines.append(f"{s.name} is {what} with another command or recipe than the plan's:")
-            if record["command"] != s.argv:
+            if portable(record["command"], s.roots) != s.record()["command"]:
                 lines += [
                     f"  {'done' if s.marker else 'ran'}: {shlex.join(record['command'])}",
                     f"  plan: {shlex.join(s.argv)}",

@@ -58,6 +58,7 @@ from evaluation.reproduce_state import (
     forced_round,
     keep_round,
     run_id,
+    portable,
     stage_states,
     write_record,
 )
@@ -259,7 +260,10 @@ def plan(
     if chosen.get("lora"):
         stages.append(merge("rl_merge", policy, out("rl_merge"), last))
         policy, last = out("rl_merge"), "rl_merge"
-    return stages + evaluations("rl", policy, (last,))
+    stages += evaluations("rl", policy, (last,))
+    for s in stages:  # what the records write as $RUN_DIR and $DATA_ROOT, so that a moved run still matches
+        s.roots = {"RUN_DIR": run_dir, "DATA_ROOT": data_root}
+    return stages
 
 
 def merge(name: str, adapter: Path, output: Path, reads: str) -> Stage:
@@ -373,15 +377,16 @@ def run_stage(s: Stage, stages: list[Stage], state: str, round_id: str | None, c
     there does not belong to this command (the states leave a folder holding checkpoints forced only under DISCARD).
     Every start is recorded (`.started`), so a rerun knows what it would resume. A failure says how to resume and,
     under vLLM, names the fallback."""
-    fresh = state == "forced" or (state == "to run" and not s.resumable and s.kind != "eval")
+    fresh = state in ("forced", "moved") or (state == "to run" and not s.resumable and s.kind != "eval")
     if fresh and s.output.exists():
         shutil.rmtree(s.output)
     argv = s.command()
     by_name = {t.name: t for t in stages}
     inputs = {name: run_id(by_name[name]) for name in s.reads}
-    recipe = s.resolved()  # what this run is, field by field: a later plan compares its own with it
-    write_record(s.output / STARTED, {"command": s.argv, "recipe": recipe, "ran": argv, "round": round_id,
-                                      "inputs": inputs, "started": time.strftime("%Y-%m-%dT%H:%M:%S")})  # fmt: skip
+    kept = s.record()  # what this run is, field by field, its folders as $RUN_DIR and $DATA_ROOT: a later plan's match
+    ran = portable(argv, s.roots)
+    write_record(s.output / STARTED, {**kept, "ran": ran, "round": round_id, "inputs": inputs,
+                                      "started": time.strftime("%Y-%m-%dT%H:%M:%S")})  # fmt: skip
     print(f"\n==> {s.name}: {shlex.join(argv)}", flush=True)
     start = time.monotonic()
     meter = clock.meter(s.name, s.output)
@@ -399,9 +404,8 @@ def run_stage(s: Stage, stages: list[Stage], state: str, round_id: str | None, c
         measured = Measured(s.work.units, s.work.units, seconds / max(1, s.work.units))
     clock.finish(s.name, measured)
     record = {
-        "command": s.argv,
-        "recipe": recipe,
-        "ran": argv,
+        **kept,
+        "ran": ran,
         "seconds": round(seconds, 1),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "id": uuid.uuid4().hex,

@@ -217,3 +217,44 @@ def test_resuming_rl_across_an_edit_is_refused_naming_the_field(tmp_path, capsys
     _, out = dry_run(capsys, tmp_path, sets)
     assert "  rl is interrupted at checkpoint-4 with another command or recipe than the plan's:\n" in out
     assert "  learning_rate: 0.0001 -> 0.0002\n" in out and "DISCARD=rl reruns it from an empty folder" in out
+
+
+# ------------------------------------------------------------------------------------------------------ a moved run
+def test_a_moved_run_folder_resumes_instead_of_rerunning(tmp_path):
+    """Records as the run writes them (`Stage.record`: paths as $RUN_DIR/... and $DATA_ROOT/...). RUN_DIR and
+    DATA_ROOT moved to a bigger disk: every finished stage is still done, RL interrupted after checkpoint-3 resumes
+    from it, an evaluation interrupted half-way starts again (evaluate.py resumes only under its first paths; it
+    holds no checkpoint). Records of absolute paths, as before, would make every stage changed."""
+    stages = tiny_plan(tmp_path)
+    for s in stages.values():
+        s.output.mkdir(parents=True)
+        (s.output / ".done").write_text(json.dumps({**s.record(), "id": f"{s.name}-1",
+                                                    "inputs": {name: f"{name}-1" for name in s.reads}}))  # fmt: skip
+    for name in [n for n in stages if n.startswith("eval_rl_")]:  # not run yet: RL was interrupted
+        (stages[name].output / ".done").unlink()
+    for name in ("rl", "eval_rl_vstar"):  # interrupted: started, not done
+        s = stages[name]
+        (s.output / ".done").unlink(missing_ok=True)
+        (s.output / STARTED).write_text(json.dumps({**s.record(), "round": None}))
+    write_checkpoint(stages["rl"].output, 3)
+    assert json.loads((stages["sft"].output / ".done").read_text())["command"][-2:] == ["--output_dir", "$RUN_DIR/sft"]
+    assert "$DATA_ROOT/Mini-o3-Coldstart-Dataset" in stages["convert"].record()["command"]
+    (tmp_path / "bigger").mkdir()
+    (tmp_path / "data").mkdir()
+    for folder in ("run", "data"):
+        shutil.move(tmp_path / folder, tmp_path / "bigger" / folder)
+    chosen, spec = reproduce.load_set("tiny")
+    moved = reproduce.plan({**chosen, "name": "tiny"}, spec, tmp_path / "bigger" / "data", tmp_path / "bigger" / "run",
+                           NO_EXTRA)  # fmt: skip
+    states = stage_states(moved, set())
+    assert states.pop("rl") == "resume from checkpoint-3" and states.pop("eval_rl_vstar") == "moved"
+    assert {name: state for name, state in states.items() if state != "done"} == dict.fromkeys(
+        [f"eval_rl_{b}" for b in ("hrbench_4k", "hrbench_8k", "mme_realworld_lite")], "to run"
+    )
+    by_name = {s.name: s for s in moved}
+    assert by_name["rl"].command()[-2:] == ["--resume_from_checkpoint", "true"]
+    # before: records of absolute paths
+    sft = by_name["sft"]
+    (sft.output / ".done").write_text(json.dumps({"command": stages["sft"].argv, "id": "sft-1",
+                                                  "inputs": {"convert": "convert-1"}}))  # fmt: skip
+    assert stage_states(moved, set())["sft"] == "changed"

@@ -141,25 +141,40 @@ def interrupt_after_first_checkpoint(process: subprocess.Popen, rl: Path) -> tup
 def tiny_run(tiny_kit, tmp_path_factory) -> SimpleNamespace:
     """`make reproduce RECIPE_SET=tiny` on the same folders: the run, a rerun that must skip it all, one whose SFT
     command changed, which must be refused before anything runs, then FORCE=rl DISCARD=rl interrupted after RL's first
-    checkpoint, and the same command again, which must resume RL from its checkpoint."""
+    checkpoint; the run folder and the data moved to another disk and the same command again, which must resume RL
+    from its checkpoint; moved once more, a plain rerun, which must skip every stage."""
     root = tmp_path_factory.mktemp("reproduce")
     write_releases(root / "data")
-    run = root / "run"
-    argv = ["RECIPE_SET=tiny", f"DATA_ROOT={root / 'data'}", f"RUN_DIR={run}", f"ARGS={TINY_ARGS}"]
-    first = make(*argv)
+
+    def at(folder: Path, *more: str) -> list[str]:
+        return [
+            "RECIPE_SET=tiny",
+            f"DATA_ROOT={folder / 'data'}",
+            f"RUN_DIR={folder / 'run'}",
+            f"ARGS={TINY_ARGS}",
+            *more,
+        ]
+
+    first = make(*at(root))
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    estimate = json.loads((run / "estimate.json").read_text())
-    second = make(*argv)
+    estimate = json.loads((root / "run" / "estimate.json").read_text())
+    second = make(*at(root))
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    page = (run / "reproduce.md").read_text()
-    changed = make(*argv[:-1], f"ARGS={TINY_ARGS.replace('--max_steps 2 --per', '--max_steps 3 --per')}")
-    forced = [*argv, "FORCE=rl", "DISCARD=rl"]
-    interrupted = interrupt_after_first_checkpoint(make_process(*forced), run / "rl")
-    first_checkpoint = (run / "rl" / "checkpoint-1" / "trainer_state.json").stat()
-    resumed = make(*forced)
-    return SimpleNamespace(run=run, first=first.stdout, second=second.stdout, changed=changed, page=page,
-                           estimate=estimate, interrupted=interrupted, first_checkpoint=first_checkpoint,
-                           resumed=resumed)  # fmt: skip
+    page = (root / "run" / "reproduce.md").read_text()
+    changed = make(*at(root)[:-1], f"ARGS={TINY_ARGS.replace('--max_steps 2 --per', '--max_steps 3 --per')}")
+    interrupted = interrupt_after_first_checkpoint(
+        make_process(*at(root, "FORCE=rl", "DISCARD=rl")), root / "run" / "rl"
+    )
+    bigger = root.with_name(f"{root.name}-bigger")  # a copy to a bigger disk, between the Ctrl-C and the rerun
+    shutil.move(root, bigger)
+    first_checkpoint = (bigger / "run" / "rl" / "checkpoint-1" / "trainer_state.json").stat()
+    resumed = make(*at(bigger, "FORCE=rl", "DISCARD=rl"))
+    again = root.with_name(f"{root.name}-again")
+    shutil.move(bigger, again)
+    moved = make(*at(again))
+    return SimpleNamespace(first_run=root / "run", run=again / "run", first=first.stdout, second=second.stdout,
+                           changed=changed, page=page, estimate=estimate, interrupted=interrupted,
+                           first_checkpoint=first_checkpoint, resumed=resumed, moved=moved)  # fmt: skip
 
 
 STAGES = stage_names(SPEC["sets"]["tiny"], BENCHES)
@@ -203,8 +218,20 @@ def test_the_tiny_reproduction_runs_every_stage_and_marks_it_done(tiny_run):
 @pytest.mark.slow
 def test_a_second_run_skips_every_finished_stage(tiny_run):
     assert [line for line in tiny_run.second.splitlines() if line.startswith("==> ")] == [
+        f"==> {stage}: done, skipped ({tiny_run.first_run / stage / '.done'})" for stage in STAGES
+    ]
+
+
+@pytest.mark.slow
+def test_a_run_folder_moved_with_its_data_skips_every_finished_stage(tiny_run):
+    """Its records keep $RUN_DIR and $DATA_ROOT, not where they were: the moved run is the same plan."""
+    moved = tiny_run.moved
+    assert moved.returncode == 0, moved.stdout[-3000:] + moved.stderr[-3000:]
+    assert [line for line in moved.stdout.splitlines() if line.startswith("==> ")] == [
         f"==> {stage}: done, skipped ({tiny_run.run / stage / '.done'})" for stage in STAGES
     ]
+    record = json.loads((tiny_run.run / "sft" / ".done").read_text())
+    assert "$RUN_DIR/sft" in record["command"] and record["recipe"]["max_steps"] == 2
 
 
 @pytest.mark.slow
@@ -218,9 +245,9 @@ def test_a_changed_command_for_a_done_stage_is_refused_through_make(tiny_run):
 
 @pytest.mark.slow
 def test_a_forced_rl_interrupted_after_a_checkpoint_resumes_from_it(tiny_run):
-    """FORCE=rl DISCARD=rl, Ctrl-C after RL's first checkpoint: the advice is to rerun the same command; that command
-    resumes RL from its last complete checkpoint (the first one still there, untouched), reruns RL's evaluation
-    (forced in the round, not refused as stale), and ends the round."""
+    """FORCE=rl DISCARD=rl, Ctrl-C after RL's first checkpoint: the advice is to rerun the same command; that command,
+    after the run folder and its data moved, resumes RL from its last complete checkpoint (the first one still there,
+    untouched), reruns RL's evaluation (forced in the round, not refused as stale), and ends the round."""
     run, (_, err), resumed = tiny_run.run, tiny_run.interrupted, tiny_run.resumed
     assert "stage rl interrupted" in err and "Rerun the same command to resume: rl goes on from checkpoint-" in err
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
@@ -236,7 +263,7 @@ def test_a_forced_rl_interrupted_after_a_checkpoint_resumes_from_it(tiny_run):
 
 @pytest.mark.slow
 def test_the_run_ends_with_reproduce_md_the_table_and_the_curves(tiny_run):
-    run, page = tiny_run.run, tiny_run.page
+    run, page = tiny_run.first_run, tiny_run.page
     assert f"report: {run / 'reproduce.md'}" in tiny_run.second
     assert "| system | V* Bench | protocol |" in page
     for title in ("base model", "SFT", "MAPO (RL)"):  # our three rows, each evaluated, each with its protocol
@@ -247,7 +274,7 @@ def test_the_run_ends_with_reproduce_md_the_table_and_the_curves(tiny_run):
     assert "set by the run, not by the paper's recipe: " in page and "`max_steps: 3`" in page
     assert "- gated_outcome: paid " in page  # the probe
     for stem in ("reward", "r_sem", "zoom_calls"):
-        assert f"](curves/{stem}.png)" in page and (run / "curves" / f"{stem}.png").stat().st_size > 1000
+        assert f"](curves/{stem}.png)" in page and (tiny_run.run / "curves" / f"{stem}.png").stat().st_size > 1000
     assert "mean z_t per call" in page  # drawn, or said not logged (no valid call in one tiny step)
     assert "## Time: the plan's estimate and the run's own figures" in page
     assert re.search(r"^\| rl \| — \| \d+\.\d\d \| 3 of 3 \| [\d.]+ \| 0\.0 \|$", page, re.M), page
