@@ -409,6 +409,25 @@ def read_benchmark(
     return datasets.Dataset.from_list(rows, features=TASK_FEATURES), skipped
 
 
+def first_row(name: str, path: str | os.PathLike) -> dict[str, Any]:
+    """The first row of benchmark `name` (a format of `BENCHMARKS` read from files) at `path`, validated as
+    `read_benchmark` validates each row (its image's header parsed), without reading the rest: a check that a download
+    is there and readable. Raises what reading it whole would raise there (BadRowError, ValueError, OSError), naming
+    the file; a ValueError when it holds no row."""
+    if name not in _READERS:
+        raise ValueError(f"benchmark {name!r} is not read from files; known: {sorted(_READERS)}")
+    for raw in _named(_READERS[name](Path(path)), path):
+        if isinstance(raw, BadRowError):
+            raise _bounded(raw)
+        try:
+            return _validate(raw, set())
+        except (TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as err:
+            raise BadRowError(
+                raw.file, raw.row, "(row)", f"{type(err).__name__}: {cut(str(err), MESSAGE_CHARS)}"
+            ) from err
+    raise ValueError(f"{path}: no {name} rows")
+
+
 def _named(reader: Iterator[RawRow | BadRowError], path: Any) -> Iterator[RawRow | BadRowError]:
     """`reader`'s rows; an exception it did not turn into a bad row ends the file, so it becomes an error naming the
     file and where it stopped (a reader cannot resume after its row)."""

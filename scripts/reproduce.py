@@ -21,8 +21,9 @@ since ("stale"), stops the run before anything starts, unless `FORCE=<stage>` (c
 stage after it that reads it. A folder holding checkpoints or weights is deleted only when `DISCARD=<stage>` names it.
 FORCE and DISCARD form a round (`RUN_DIR/.forced`) that an interrupted run goes on with: an SFT or RL stage with a
 complete `checkpoint-*` and no marker resumes from it (never across a change of its recipe); an evaluation resumes
-by itself. Before the first stage: every DATA_ROOT input a stage still to run reads (named by full path and
-release), the accelerate configs' backends (DeepSpeed) and the recipes' `report_to` backends are checked.
+by itself. Before the first stage: every DATA_ROOT input a stage still to run reads is there (named by full path and
+release) and opens (`evaluation.reproduce_inputs`: no Git LFS pointer, parquet footers, a first row and its image),
+and the accelerate configs' backends (DeepSpeed) and the recipes' `report_to` backends are checked.
 Layout of DATA_ROOT and what to expect: docs/reproduce.md.
 
 Why subprocesses, never imports: each stage then runs exactly as its documented command does (its own process,
@@ -47,7 +48,7 @@ from pathlib import Path
 import yaml
 
 from evaluation.reproduce_gates import conversion_verdict, probe_verdict
-from evaluation.reproduce_inputs import missing_inputs
+from evaluation.reproduce_inputs import lfs_pointer, missing_inputs, unreadable_inputs
 from evaluation.reproduce_state import (
     FORCED,
     MARKER,
@@ -57,8 +58,8 @@ from evaluation.reproduce_state import (
     end_round,
     forced_round,
     keep_round,
-    run_id,
     portable,
+    run_id,
     stage_states,
     write_record,
 )
@@ -363,7 +364,9 @@ def print_sources(chosen: dict, spec: dict, files: list[Path]) -> None:
             counted = f"{rows:,} rows"
         else:
             counted = (
-                "not a readable parquet file" if path.is_file() else f"{entry['rows']} rows published, not downloaded"
+                ("a Git LFS pointer, not the file" if lfs_pointer(path) else "not a readable parquet file")
+                if path.is_file()
+                else f"{entry['rows']} rows published, not downloaded"
             )
         print(f"  {path}: {counted}; {entry['what']}")
     for entry in spec["rl_data"].get("left_out", []):
@@ -510,10 +513,15 @@ def main(argv: Sequence[str] | None = None) -> list[Stage]:
     print(f"make reproduce: set {args.recipe_set}, DATA_ROOT {data_root}, RUN_DIR {run_dir}, RL {backend}")
     print_sources(chosen, spec, rl_files(spec, data_root))
     missing, problems = missing_inputs(stages, states), environment_problems(chosen, stages, states)
+    unreadable = unreadable_inputs(stages, states)  # every input opened: a broken one stops the plan now
     refused = blocked(stages, states)
     if args.dry_run:
         print_plan(stages, states, {} if args.no_memory else estimate_memory(memory_argv), memory_argv, backend)
         print("\n".join(["missing inputs:", *missing]) if missing else "inputs: all present")
+        opened = (
+            "inputs opened: each present one reads (parquet footers, a first row and its image, no Git LFS pointer)"
+        )
+        print("\n".join(["unreadable inputs:", *unreadable]) if unreadable else opened)
         print("\n".join(["environment:", *(f"  {p}" for p in problems)]) if problems else "environment: ready")
         if refused:
             print("\n".join(["would not start:", *(f"  {line}" for line in refused)]))
@@ -528,6 +536,11 @@ def main(argv: Sequence[str] | None = None) -> list[Stage]:
         )
     if problems:
         raise SystemExit("\n".join(["the installed stack cannot run this plan (nothing was run):", *problems]))
+    if unreadable:
+        raise SystemExit(
+            f"unreadable inputs under DATA_ROOT={data_root} (nothing was run):\n" + "\n".join(unreadable) + "\n"
+            "Each was opened as its stage will read it; replace the file named, then rerun."
+        )
     print_plan(stages, states, {}, {}, backend)
     report = lambda: write_report(run_dir, args.recipe_set, chosen, spec, [s.name for s in stages])  # noqa: E731
 
