@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 from matplotlib.figure import Figure  # no pyplot: files only, no display or backend on a training node
 
+from evaluation.reproduce_gates import NO_ANSWER_REWARDS, paid_rates
 from evaluation.reproduce_time import ESTIMATE_FILE
 from utils.recipes import flag_values
 
@@ -112,18 +113,21 @@ def tool_table(run_dir: Path, spec: dict) -> list[str]:
     return lines
 
 
-def probe_lines(run_dir: Path) -> list[str]:
-    """What the RL recipe's rewards paid on the probe of the RL data (scripts/reproduce.py, stage rl_probe)."""
+def probe_lines(run_dir: Path, floor: float | None = None) -> list[str]:
+    """What the RL recipe's rewards paid on the probe of the RL data (scripts/reproduce.py, stage rl_probe): each
+    reward's paid rate with its standard error, and the floor RL's start was held to."""
     metrics = _read_json(run_dir / "rl_probe" / "metrics.json")
     if metrics is None:
         return ["- not run"]
-    paid = metrics.get("rewards", {})
-    return [
-        f"- {name}: paid {s['paid']} of {s['scored']} rollouts (mean {s['mean']:.3f})"
-        if s["mean"] is not None
-        else f"- {name}: scored none of {metrics['n']}"
-        for name, s in paid.items()
-    ] or ["- no reward ran"]
+    lines = [
+        f"- {name}: paid {paid} of {scored} rollouts ({rate:.1%} ± {se:.1%} SE, mean "
+        f"{metrics['rewards'][name]['mean']:.3f})"
+        + (": pays without a right answer, not counted" if name in NO_ANSWER_REWARDS else "")
+        for name, (paid, scored, rate, se) in paid_rates(metrics.get("rewards", {})).items()
+    ] or ["- no reward scored a rollout"]
+    if floor:
+        lines.append(f"- RL starts when a reward that reads the answer pays at least {floor:.0%} of the rollouts")
+    return lines
 
 
 def command_overrides(run_dir: Path, stage: str) -> dict:
@@ -264,7 +268,7 @@ def write_report(run_dir: Path, set_name: str, chosen: dict, spec: dict, stages:
         "",
         "The SFT checkpoint's rollouts of a sample of the RL data, scored by the RL recipe's rewards (stage `rl_probe`):",
         "",
-        *probe_lines(run_dir),
+        *probe_lines(run_dir, (spec.get("rl_probe", {}) | chosen.get("rl_probe", {})).get("min_paid_rate")),
         "",
         "## Settings that differ from the paper's",
         "",

@@ -8,7 +8,7 @@ Stages, each the entry point a user would run, with the set's recipes (`recipes/
 `python -m data.convert`, with its stats and preview; SFT does not start when too many rows were skipped), `sft`
 (`accelerate launch ... sft.py`), `sft_merge` (LoRA sets: `python -m scripts.merge_lora`), `eval_sft_<benchmark>`,
 `rl_probe` (the SFT checkpoint on a sample of the RL data, scored by the RL recipe's rewards: RL does not start when
-they pay none), `rl` (MAPO on DeepEyes-47k, `rl.py`), `rl_merge` (LoRA sets), `eval_rl_<benchmark>`; last,
+those that read the answer pay under a floor, 5% of the rollouts, unless --accept_probe), `rl` (MAPO on DeepEyes-47k, `rl.py`), `rl_merge` (LoRA sets), `eval_rl_<benchmark>`; last,
 `RUN_DIR/reproduce.md` (`evaluation.reproduction`). Every evaluation runs under the same settings (the RL recipe's
 tool and rollout budget, greedy), data-parallel over the set's `eval_processes`, on RL's generation backend (the set's
 `rl_backend`, vLLM on the 8-GPU sets, or `--rl_backend`). While a stage runs its progress is read every minute and
@@ -34,6 +34,7 @@ a leaf that loads no model. The memory estimate of `--dry_run` is `python -m scr
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import shutil
@@ -47,7 +48,7 @@ from pathlib import Path
 
 import yaml
 
-from evaluation.reproduce_gates import conversion_verdict, probe_verdict
+from evaluation.reproduce_gates import conversion_verdict, probe_summary, probe_verdict
 from evaluation.reproduce_inputs import lfs_pointer, missing_inputs, unreadable_inputs
 from evaluation.reproduce_state import (
     FORCED,
@@ -181,6 +182,7 @@ def plan(
     *,
     rl_backend: str = "transformers",
     max_skip_rate: float | None = None,
+    accept_probe: bool = False,
 ) -> list[Stage]:
     """Every stage of the set, in order, with its paths under `data_root` and `run_dir` passed as command-line
     overrides of the recipes' own (which name outputs/... and /data/...)."""
@@ -253,7 +255,8 @@ def plan(
     stages.append(
         Stage(
             "rl", rl, out("rl"), dict.fromkeys(files, release), (last, "rl_probe"), recipe=chosen["rl"],
-            recipe_args=rl_flags, resumable=True, gate=lambda: probe_verdict(out("rl_probe"), probe["min_fired"]),
+            recipe_args=rl_flags, resumable=True,
+            gate=lambda: probe_verdict(out("rl_probe"), probe["min_paid_rate"], accept_probe),
             work=work, kind="train",
         )
     )  # fmt: skip
@@ -478,6 +481,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="RL's rollouts and every evaluation: vllm (colocated) or transformers; default: the set's rl_backend",
     )
     parser.add_argument("--max_skip_rate", type=float, help="converted rows skipped above which SFT does not start")
+    parser.add_argument(
+        "--accept_probe",
+        action="store_true",
+        help="start RL even when the probe's answer rewards paid under the floor",
+    )
     parser.add_argument("--benchmarks", default="", help="evaluate only these (comma-separated keys of benchmarks:)")
     for stage in ("sft", "rl", "eval"):
         parser.add_argument(f"--{stage}_args", default="", help=f"flags appended to every {stage} command, quoted")
@@ -499,7 +507,10 @@ def main(argv: Sequence[str] | None = None) -> list[Stage]:
     data_root = args.data_root.resolve()
     extra = {stage: shlex.split(getattr(args, f"{stage}_args")) for stage in ("sft", "rl", "eval")}
     backend = default_backend(chosen, args.rl_backend)
-    stages = plan(chosen, spec, data_root, run_dir, extra, rl_backend=backend, max_skip_rate=args.max_skip_rate)
+    stages = plan(
+        chosen, spec, data_root, run_dir, extra, rl_backend=backend, max_skip_rate=args.max_skip_rate,
+        accept_probe=args.accept_probe,
+    )  # fmt: skip
     force, discard = ({name for name in value.split(",") if name} for value in (args.force, args.discard))
     for word, names in (("FORCE", force), ("DISCARD", discard)):
         unknown = names - {s.name for s in stages}
@@ -563,6 +574,9 @@ def main(argv: Sequence[str] | None = None) -> list[Stage]:
             raise SystemExit(f"stage {s.name} not started: {verdict}")
         s.output.parent.mkdir(parents=True, exist_ok=True)
         run_stage(s, stages, states[s.name], pending.get(s.name, {}).get("round"), clock, backend)
+        if s.name == "rl_probe":  # what RL will learn from, said before it starts (or is refused)
+            rewards = json.loads((s.output / "metrics.json").read_text(encoding="utf-8")).get("rewards", {})
+            print(f"\n--> the probe: {probe_summary(rewards)}", flush=True)
     end_round(run_dir)
     print(f"\nreport: {report()}")
     return stages
