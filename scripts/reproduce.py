@@ -66,6 +66,7 @@ from evaluation.reproduce_state import (
 )
 from evaluation.reproduce_time import Clock, Measured, Throughput, parquet_rows, rl_rows, save_flags, total_line
 from evaluation.reproduction import write_report
+from tiny.releases import write_releases
 from tools import ToolConfig
 from utils.checks import check_accelerate_config, check_report_to
 from utils.recipes import flag_values, load_recipe
@@ -74,7 +75,7 @@ REPO = Path(__file__).resolve().parents[1]
 SETS_FILE = REPO / "recipes" / "reproduce.yaml"
 SET_KEYS = {
     "sft", "rl", "lora", "accelerate", "num_processes", "eval_processes", "convert_format", "eval_args", "rl_vllm",
-    "rl_probe", "rl_backend", "throughput",
+    "rl_probe", "rl_backend", "throughput", "own_data",
 }  # fmt: skip
 RL_BACKENDS = ("transformers", "vllm")
 # RL's vLLM flags (a set's `rl_vllm`) that evaluate.py's vLLM backend takes too, by its own name: the evaluations then
@@ -523,12 +524,16 @@ def main(argv: Sequence[str] | None = None) -> list[Stage]:
     memory_argv = memory_commands(chosen, stages)
     print(f"make reproduce: set {args.recipe_set}, DATA_ROOT {data_root}, RUN_DIR {run_dir}, RL {backend}")
     print_sources(chosen, spec, rl_files(spec, data_root))
+    if chosen.get("own_data") and not args.dry_run:  # the offline kit's road needs no download (tiny/releases.py)
+        for path in write_releases(data_root, spec):
+            print(f"--> wrote release-shaped data: {path}")
     missing, problems = missing_inputs(stages, states), environment_problems(chosen, stages, states)
     unreadable = unreadable_inputs(stages, states)  # every input opened: a broken one stops the plan now
     refused = blocked(stages, states)
     if args.dry_run:
         print_plan(stages, states, {} if args.no_memory else estimate_memory(memory_argv), memory_argv, backend)
-        print("\n".join(["missing inputs:", *missing]) if missing else "inputs: all present")
+        written = " (the run writes its own, release-shaped: tiny/releases.py)" if chosen.get("own_data") else ""
+        print("\n".join([f"missing inputs{written}:", *missing]) if missing else "inputs: all present")
         opened = (
             "inputs opened: each present one reads (parquet footers, a first row and its image, no Git LFS pointer)"
         )

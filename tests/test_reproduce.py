@@ -109,7 +109,7 @@ def test_every_set_plans_commands_whose_files_exist(name, tmp_path, capsys):
         assert argv[argv.index("--dataset_path" if stage == "rl" else "--data_path") + 1 :][:2] == files
         assert "data_v0.8_visual_toolbox_v2.parquet" not in " ".join(argv)
     assert "~22k rows published, not downloaded" in out and "left out: data_v0.8_visual_toolbox_v2.parquet" in out
-    assert "missing inputs:" in out and str(tmp_path / "data" / "vstar_bench") in out
+    assert "missing inputs" in out and str(tmp_path / "data" / "vstar_bench") in out
     gpu = chosen["accelerate"] not in ("cpu", "multi_cpu")
     assert ("estimated time still to run: ~" in out) == gpu  # stated throughput assumptions, GPU sets only
     if gpu:
@@ -387,3 +387,29 @@ def test_the_report_states_the_recipe_rl_ran_not_one_edited_since(tmp_path):
     assert "- `learning_rate`: 5e-07 (the paper's recipe: 1e-06)" in settings_that_differ(run, SPEC)
     (run / "rl" / ".done").write_text(json.dumps({**record, "recipe": paper}))
     assert settings_that_differ(run, SPEC)[0] == "- none: the RL run used the paper's recipe"
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_the_three_rows_of_a_set_share_one_pixel_budget_and_crop_ceiling(name, tmp_path):
+    """Every evaluation names max_pixels and crop_max_pixels: the base model, which records none, then runs under the
+    ceilings the SFT and RL checkpoints record, not under mapo_paper.yaml's (the tiny set's base was evaluated with
+    401,408-pixel crops, its checkpoints with 12,544)."""
+    chosen, spec = reproduce.load_set(name)
+    for s in reproduce.plan({**chosen, "name": name}, spec, tmp_path, tmp_path / "run", NO_EXTRA):
+        if "evaluate.py" in s.argv:
+            assert {"max_pixels", "crop_max_pixels"} <= set(flag_values(s.argv)), (name, s.name)
+    if name == "tiny":  # the kit's processor budget, which its SFT checkpoint records
+        base = {s.name: s for s in reproduce.plan({**chosen, "name": name}, spec, tmp_path, tmp_path, NO_EXTRA)}
+        assert flag(base["eval_base_vstar"].argv, "--crop_max_pixels") == "12544"
+
+
+def test_reproduce_md_states_where_the_batch_departs_from_deepeyes():
+    """DeepEyes' released script (examples/agent/final_merged_v1v8_thinklite.sh): 256 prompts a step, 16 rollouts
+    each, 20,480 response tokens; the 7B recipe: 8 x 4 x 8 = 256 rollouts, 32 prompts of 8, 8,192 tokens. The note
+    says so, and no longer that the batch sizes follow DeepEyes."""
+    notes = " ".join(SPEC["notes"])
+    rl = reproduce.recipe_values(SPEC["sets"]["qwen2.5-vl-7b"]["rl"], [])
+    rollouts = rl["per_device_train_batch_size"] * rl["gradient_accumulation_steps"] * 8
+    assert (rollouts // rl["num_generations"], rl["num_generations"], rl["max_completion_length"]) == (32, 8, 8192)
+    assert "256 prompts a step x 16 rollouts" in notes and "20,480 response tokens" in notes
+    assert "32 prompts x 8 rollouts" in notes and "8,192" in notes and "Batch sizes" not in notes

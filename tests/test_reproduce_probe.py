@@ -9,11 +9,13 @@ import math
 
 import pytest
 import yaml
-from test_reproduce_tiny import write_releases
 from tolerance import FLOAT64, approx
 
 from evaluation.reproduce_gates import paid_rates, probe_summary, probe_verdict
 from scripts import reproduce
+from tiny.releases import write_releases
+
+SPEC = yaml.safe_load(reproduce.SETS_FILE.read_text(encoding="utf-8"))
 
 
 def probe(tmp_path, **paid: int):
@@ -65,7 +67,7 @@ def test_the_tiny_plan_stops_before_rl_when_the_probe_paid_one_rollout_in_64(tmp
     sets = tmp_path / "sets.yaml"
     sets.write_text(yaml.safe_dump(spec))
     data, run = tmp_path / "data", tmp_path / "run"
-    write_releases(data)
+    write_releases(data, SPEC)
     argv = ["--recipe_set", "tiny", "--data_root", str(data), "--run_dir", str(run), "--sets_file", str(sets),
             "--benchmarks", "vstar"]  # fmt: skip
     stages = reproduce.main([*argv, "--dry_run", "--no_memory"])

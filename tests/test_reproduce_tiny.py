@@ -1,5 +1,5 @@
-"""`make reproduce` through the Makefile: the dry run's memory estimate, and the tiny set run end to end on
-release-shaped data written here (a second run skips every stage; a changed command is refused; a forced RL
+"""`make reproduce` through the Makefile: the dry run's memory estimate, and the tiny set run end to end on the
+release-shaped data it writes itself (tiny/releases.py) (a second run skips every stage; a changed command is refused; a forced RL
 interrupted after a checkpoint resumes from it on a rerun of the same command), ending with reproduce.md: the table,
 the curves and the plan's time."""
 
@@ -15,12 +15,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from release_fixtures import mini_o3_row, write_mini_o3
-from test_benchmarks import VSTAR_SUFFIX, b64, hrbench_rows, image_bytes, mme_items
 from test_reproduce import SPEC, stage_names
 
 from evaluation.run import read_samples
@@ -65,46 +60,6 @@ def test_the_dry_run_estimates_memory_per_gpu_with_the_repo_s_estimator(tmp_path
     assert line in done.stdout
 
 
-def write_releases(root: Path) -> None:
-    """DATA_ROOT as docs/reproduce.md lays it out, each release in its published layout, a few rows each: Mini-o3's
-    cold start (tests/release_fixtures.py), DeepEyes-47k, V*, HR-Bench 4K/8K and MME-RealWorld-Lite (the layouts of
-    tests/test_benchmarks.py's fixtures)."""
-    call = {"bbox_2d": [0.5, 0.2, 0.8, 0.6], "source": "original_image"}
-    write_mini_o3(root / "Mini-o3-Coldstart-Dataset", [mini_o3_row([call], index=i) for i in range(2)])
-    rows = [
-        {"data_source": "vstar", "images": [{"bytes": image_bytes((120, 90)), "path": None}],
-         "prompt": [{"role": "user", "content": f"<image>\n{question}"}], "ability": "vl", "env_name": "visual_toolbox_v2",
-         "reward_model": {"ground_truth": truth, "style": "model"}, "extra_info": {"question": f"<image>\n{question}"}}
-        for question, truth in [("What is the color of the bag?", "black"), ("How many cups?", "3")]
-    ]  # fmt: skip
-    (root / "DeepEyes-Datasets-47k").mkdir()
-    for entry, row in zip(SPEC["rl_data"]["files"], rows):  # one row in each of the files RL reads
-        pq.write_table(pa.Table.from_pylist([row]), root / "DeepEyes-Datasets-47k" / entry["file"])
-    vstar = root / "vstar_bench"
-    (vstar / "direct_attributes").mkdir(parents=True)
-    questions = [
-        ("What is the color of the cup?", ["red", "blue"], "B"),
-        ("What is the glove made of?", ["rubber", "cotton"], "A"),
-    ]
-    lines = []
-    for qid, (question, options, label) in enumerate(questions):
-        image = f"direct_attributes/sa_{qid}.jpg"
-        (vstar / image).write_bytes(image_bytes((80 + qid, 60)))
-        text = "\n".join([question, *(f"({chr(65 + i)}) {option}" for i, option in enumerate(options)), VSTAR_SUFFIX])
-        record = {"image": image, "text": text, "category": "direct_attributes", "question_id": qid, "label": label}
-        lines.append(json.dumps(record))
-    (vstar / "test_questions.jsonl").write_text("\n".join(lines) + "\n")
-    (root / "HR-Bench").mkdir()
-    for k in ("4k", "8k"):
-        pd.DataFrame(hrbench_rows()).to_csv(root / "HR-Bench" / f"hr_bench_{k}.tsv", sep="\t", index=False)
-    lite = root / "MME-RealWorld-lite-lmms-eval" / "data"
-    lite.mkdir(parents=True)
-    mme = [{"index": i, "question": item["Text"], "multi-choice options": item["Answer choices"],
-            "answer": item["Ground truth"], "category": f"{item['Task']}/{item['Subtask']}",
-            "l2-category": item["Category"], "bytes": b64(image_bytes())} for i, item in enumerate(mme_items())]  # fmt: skip
-    pq.write_table(pa.Table.from_pylist(mme), lite / "train-00000-of-00001.parquet")
-
-
 # 2 SFT steps, 3 RL steps saved after each, a short rollout budget and 2 rows of one benchmark: each evaluation is ~20 s
 # of imports and model loads on two processes, whatever its rows (the readers' layouts: tests/test_benchmarks.py)
 TINY_ARGS = ('--sft_args "--max_steps 2 --per_device_train_batch_size 2" --rl_args "--max_steps 3 '
@@ -143,8 +98,7 @@ def tiny_run(tiny_kit, tmp_path_factory) -> SimpleNamespace:
     command changed, which must be refused before anything runs, then FORCE=rl DISCARD=rl interrupted after RL's first
     checkpoint; the run folder and the data moved to another disk and the same command again, which must resume RL
     from its checkpoint; moved once more, a plain rerun, which must skip every stage."""
-    root = tmp_path_factory.mktemp("reproduce")
-    write_releases(root / "data")
+    root = tmp_path_factory.mktemp("reproduce")  # DATA_ROOT root/data not there: the tiny set writes its own
 
     def at(folder: Path, *more: str) -> list[str]:
         return [
@@ -157,6 +111,7 @@ def tiny_run(tiny_kit, tmp_path_factory) -> SimpleNamespace:
 
     first = make(*at(root))
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert f"--> wrote release-shaped data: {root / 'data' / 'vstar_bench'}" in first.stdout
     estimate = json.loads((root / "run" / "estimate.json").read_text())
     second = make(*at(root))
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
@@ -203,6 +158,8 @@ def test_the_tiny_reproduction_runs_every_stage_and_marks_it_done(tiny_run):
         assert not list((run / f"eval_{model}_vstar").glob("samples.rank*.jsonl"))
         settings = json.loads((run / f"eval_{model}_vstar" / "eval_args.json").read_text())
         assert settings["tool"]["max_pixels"] == 12544 and settings["max_completion_length"] == 96
+        # one crop ceiling for the three rows: the base model's is the one the checkpoints record (it was 401,408)
+        assert settings["tool"]["crop_max_pixels"] == 12544, model
     # the plan's time from the run's own figures: RL's step time from its progress.json, each evaluation's rows
     estimate = tiny_run.estimate
     assert estimate["backend"] == "transformers" and estimate["hours_left"] == 0 and not estimate["unknown"]
@@ -211,8 +168,8 @@ def test_the_tiny_reproduction_runs_every_stage_and_marks_it_done(tiny_run):
         measured = estimate["stages"][stage]["measured"]
         assert measured["units"] == units and measured["seconds"] > 0, stage
     probe = json.loads((run / "rl_probe" / "metrics.json").read_text())
-    assert probe["n"] == 2 and set(probe["rewards"]) == {"gated_outcome"}  # the tiny set's probe: 2 of 2 rows
-    assert probe["rewards"]["gated_outcome"]["scored"] == 2
+    assert probe["n"] == 4 and set(probe["rewards"]) == {"gated_outcome"}  # the tiny set's probe: 4 of its 8 rows
+    assert probe["rewards"]["gated_outcome"]["scored"] == 4
 
 
 @pytest.mark.slow
