@@ -113,6 +113,31 @@ def binned(values: dict[int, float | None], window: int) -> dict[int, float | No
     return {step: statistics.fmean(v) if v else None for step, v in sorted(bins.items())}
 
 
+@dataclass(frozen=True)
+class Paired:
+    """An arm against another on the same seeds: the per-seed differences, their mean and its standard error (sample
+    std with ddof 1 over sqrt(n); NaN with one seed). `research/training_tail.py` reads it; the learning-curve verdict
+    pairs by row as well (`research.curve_stats`)."""
+
+    diffs: tuple[float, ...]
+    mean: float
+    se: float
+
+    @property
+    def n(self) -> int:
+        return len(self.diffs)
+
+
+def paired(arm: dict[int, float], reference: dict[int, float]) -> Paired | None:
+    """`Paired` over the seeds both have a value for; None when they share none."""
+    seeds = sorted(set(arm) & set(reference))
+    diffs = tuple(arm[s] - reference[s] for s in seeds)
+    if not diffs:
+        return None
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
+    return Paired(diffs, statistics.fmean(diffs), se)
+
+
 def format_spread(spread: Spread | None) -> str:
     """`mean ± std`, with `(n/of seeds)` when some seeds had no value, and `—` when none had."""
     if spread is None:
