@@ -11,7 +11,7 @@ import shutil
 import pytest
 import torch
 from PIL import Image
-from transformers import AutoConfig
+from transformers import AutoConfig, Qwen3_5Config, Qwen3_5MoeConfig
 from trl import ModelConfig
 from trl.chat_template_utils import (
     add_response_schema,
@@ -26,6 +26,7 @@ from trl.data_utils import prepare_multimodal_messages
 import evaluate
 from data.task import build_prompt
 from repairs import rollout
+from tests.vllm_launch import vllm_env
 from tools import ToolConfig, crop_box, environment_tools, make_environment_factory
 from tools.config import FAMILY_TOOL_SETTINGS, MODEL_FAMILIES
 from utils import checks, models
@@ -34,6 +35,19 @@ from utils import checks, models
 TINY_QWEN3_BUDGET = ["--max_pixels", str(32 * 32 * 16), "--crop_max_pixels", str(32 * 32 * 4)]
 TINY_QWEN3_BUDGET += ["--crop_min_pixels", str(32 * 32 * 4)]
 QWEN_AGENT_ZOOM = "QwenLM/Qwen-Agent qwen_agent/tools/image_zoom_in_qwen3vl.py @ d04611b"
+
+
+@pytest.fixture(autouse=True)
+def transformers_own_qwen3_5_configs(request):
+    """vLLM's import registers its own `qwen3_5` config classes in AutoConfig for the whole process
+    (vllm/transformers_utils/config.py, `_register_config_class`: `AutoConfig.register(..., exist_ok=True)`, vLLM
+    0.31); its vision config lacks transformers' `attribute_map`, so transformers' Qwen3.5 cannot be built from it. A
+    test after a vLLM test in the same pytest worker gets transformers' own back. Known, not yet repaired in
+    production (issue 62): a process that imports vLLM and then builds the transformers Qwen3.5 fails the same way."""
+    if request.node.get_closest_marker("vllm") is None:
+        for model_type, config in (("qwen3_5", Qwen3_5Config), ("qwen3_5_moe", Qwen3_5MoeConfig)):
+            AutoConfig.register(model_type, config, exist_ok=True)
+    yield
 
 
 def qwen_agent_crop(bbox_2d, width: int, height: int) -> list[float]:
@@ -181,11 +195,13 @@ def test_a_vllm_that_cannot_run_qwen3_5_is_refused_before_it_starts(qwen3_5):
 
 
 @pytest.mark.vllm
-def test_vllms_cpu_build_rolls_out_the_tiny_qwen3_5_in_bfloat16_only(qwen3_5, tmp_path):
+def test_vllms_cpu_build_rolls_out_the_tiny_qwen3_5_in_bfloat16_only(qwen3_5, tmp_path, monkeypatch):
     """vLLM 0.31's CPU build registers both Qwen3.5 architectures and rolls out the tiny Qwen3.5's evaluation in
     bfloat16 (its Gated DeltaNet on vLLM's CPU kernels, the prompt image and crops through its vision tower, vLLM's
     image expansion checked against the processor's on every call); in float32 `evaluate.py --backend vllm` stops at
     its start-up check, before vLLM's engine (which would fail loading the conv weights)."""
+    for name, value in vllm_env().items():  # a 1 GiB KV cache, not 90% of the machine's memory; a port of its own
+        monkeypatch.setenv(name, value)
     registered, on_cpu = checks.vllm_engine()
     assert {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"} <= registered and on_cpu
     argv = ["--model_name_or_path", str(qwen3_5), "--benchmark", "synthetic", "--backend", "vllm", "--limit", "2"]
