@@ -11,7 +11,7 @@ import shutil
 import pytest
 import torch
 from PIL import Image
-from transformers import AutoConfig, Qwen3_5Config, Qwen3_5MoeConfig
+from transformers import AutoConfig
 from trl import ModelConfig
 from trl.chat_template_utils import (
     add_response_schema,
@@ -35,19 +35,6 @@ from utils import checks, models
 TINY_QWEN3_BUDGET = ["--max_pixels", str(32 * 32 * 16), "--crop_max_pixels", str(32 * 32 * 4)]
 TINY_QWEN3_BUDGET += ["--crop_min_pixels", str(32 * 32 * 4)]
 QWEN_AGENT_ZOOM = "QwenLM/Qwen-Agent qwen_agent/tools/image_zoom_in_qwen3vl.py @ d04611b"
-
-
-@pytest.fixture(autouse=True)
-def transformers_own_qwen3_5_configs(request):
-    """vLLM's import registers its own `qwen3_5` config classes in AutoConfig for the whole process
-    (vllm/transformers_utils/config.py, `_register_config_class`: `AutoConfig.register(..., exist_ok=True)`, vLLM
-    0.31); its vision config lacks transformers' `attribute_map`, so transformers' Qwen3.5 cannot be built from it. A
-    test after a vLLM test in the same pytest worker gets transformers' own back. Known, not yet repaired in
-    production (issue 62): a process that imports vLLM and then builds the transformers Qwen3.5 fails the same way."""
-    if request.node.get_closest_marker("vllm") is None:
-        for model_type, config in (("qwen3_5", Qwen3_5Config), ("qwen3_5_moe", Qwen3_5MoeConfig)):
-            AutoConfig.register(model_type, config, exist_ok=True)
-    yield
 
 
 def qwen_agent_crop(bbox_2d, width: int, height: int) -> list[float]:

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 from PIL import Image
-from transformers import AutoConfig, GenerationConfig, Qwen3_5Config, Qwen3_5MoeConfig
+from transformers import GenerationConfig
 from trl import ModelConfig
 from trl.data_utils import prepare_multimodal_messages
 
@@ -38,19 +38,6 @@ LAYER_KINDS = (
     "model.language_model.layers.0.linear_attn.in_proj_qkv.weight",
     "model.language_model.layers.1.self_attn.q_proj.weight",
 )
-
-
-@pytest.fixture(autouse=True)
-def transformers_own_qwen3_5_configs(request):
-    """vLLM's import registers its own `qwen3_5` config classes in AutoConfig for the whole process
-    (vllm/transformers_utils/config.py, `_register_config_class`: `AutoConfig.register(..., exist_ok=True)`, vLLM
-    0.31); its vision config lacks transformers' `attribute_map`, so transformers' Qwen3.5 cannot be built from it. A
-    test after a vLLM test in the same pytest worker gets transformers' own back. Known, not yet repaired in
-    production (issue 62): a process that imports vLLM and then builds the transformers Qwen3.5 fails the same way."""
-    if request.node.get_closest_marker("vllm") is None:
-        for model_type, config in (("qwen3_5", Qwen3_5Config), ("qwen3_5_moe", Qwen3_5MoeConfig)):
-            AutoConfig.register(model_type, config, exist_ok=True)
-    yield
 
 
 def changed(model, name_or_path) -> set[str]:
