@@ -185,8 +185,9 @@ def transformers_own_qwen3_5_configs(request):
     """vLLM's import registers its own `qwen3_5` config classes in AutoConfig for the whole process
     (vllm/transformers_utils/config.py, `_register_config_class`: `AutoConfig.register(..., exist_ok=True)`, vLLM
     0.31); its vision config lacks transformers' `attribute_map`, so transformers' Qwen3.5 cannot be built from it. Every
-    test but a vLLM one gets transformers' own back, whatever ran before it in the worker. Known, not yet repaired in
-    production (issue 62): a process that imports vLLM and then builds the transformers Qwen3.5 fails the same way."""
+    test but a vLLM one gets transformers' own back, whatever ran before it in the worker, so a test reading AutoConfig
+    directly sees transformers' classes. Production does not rely on the registry: it builds every model from
+    `utils.models.native_config` (tests/test_native_config.py)."""
     if request.node.get_closest_marker("vllm") is None:
         for model_type, config in (("qwen3_5", Qwen3_5Config), ("qwen3_5_moe", Qwen3_5MoeConfig)):
             AutoConfig.register(model_type, config, exist_ok=True)

@@ -26,12 +26,12 @@ from accelerate import PartialState
 from accelerate.utils import DistributedType
 from packaging.version import InvalidVersion, Version
 from PIL import Image
-from transformers import AutoConfig, PretrainedConfig
+from transformers import PretrainedConfig
 from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
 from tools.config import MODEL_FAMILIES
 from utils.lora import check_lora_targets
-from utils.models import build_on_meta, pixel_budget, resolve_config_path
+from utils.models import build_on_meta, native_config, pixel_budget, resolve_config_path
 from utils.trainable import frozen_prefixes
 
 logger = logging.getLogger(__name__)
@@ -205,7 +205,7 @@ def model_config(model_args: trl.ModelConfig) -> PretrainedConfig | None:
         )
         return None
     check_family(name, raw.get("model_type"), raw.get("architectures") or [])
-    return AutoConfig.from_pretrained(source, revision=revision)
+    return native_config(source, revision=revision)
 
 
 def check_model(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import open_clip
 import torch
+import transformers
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -24,6 +25,7 @@ from transformers import (
 )
 from transformers.image_utils import SizeDict
 from transformers.integrations import deepspeed as hf_deepspeed
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 from trl.chat_template_utils import qwen3_5_nothink_chat_template, qwen3_5_think_chat_template
 
 from tools.config import MODEL_FAMILIES, PixelBudget, open_clip_resize_mode
@@ -171,8 +173,24 @@ def context_length(model: str | os.PathLike | PreTrainedModel | PretrainedConfig
     name (read without weights)."""
     config = model if isinstance(model, PretrainedConfig) else getattr(model, "config", None)
     if config is None:
-        config = AutoConfig.from_pretrained(model)
+        config = native_config(model)
     return config.get_text_config().max_position_embeddings
+
+
+def native_config(name_or_path: str | os.PathLike, **kwargs: Any) -> PretrainedConfig:
+    """`AutoConfig.from_pretrained` through the class transformers itself defines for the checkpoint's `model_type`.
+
+    AutoConfig's registry is process-wide and other libraries write to it: vLLM 0.31, on loading a Qwen3.5 config,
+    registers its own `qwen3_5` classes (`_register_config_class`, `exist_ok=True`), whose vision config lacks
+    transformers' `attribute_map`, so a transformers Qwen3.5 built afterwards in that process (the trainer's model
+    beside a colocated vLLM, an evaluation after a rollout) fails on `num_attention_heads`. Naming the class from
+    transformers' own table makes the result independent of what ran before. Types transformers does not know
+    (remote code) go through AutoConfig as before."""
+    raw, _ = PretrainedConfig.get_config_dict(name_or_path, **kwargs)
+    class_name = CONFIG_MAPPING_NAMES.get(raw.get("model_type"))
+    if class_name is None:
+        return AutoConfig.from_pretrained(name_or_path, **kwargs)
+    return getattr(transformers, class_name).from_pretrained(name_or_path, **kwargs)
 
 
 def load_model(
@@ -182,9 +200,11 @@ def load_model(
     attn_implementation: str | None = None,
     **kwargs: Any,
 ) -> PreTrainedModel:
-    """The policy: `AutoModelForImageTextToText.from_pretrained` (extra kwargs go straight through)."""
+    """The policy: `AutoModelForImageTextToText.from_pretrained` on its `native_config` (extra kwargs go straight
+    through)."""
+    config = native_config(name_or_path, revision=kwargs.get("revision"))
     return AutoModelForImageTextToText.from_pretrained(
-        name_or_path, dtype=dtype, attn_implementation=attn_implementation, **kwargs
+        name_or_path, config=config, dtype=dtype, attn_implementation=attn_implementation, **kwargs
     )
 
 
@@ -268,6 +288,6 @@ def build_on_meta(config: PretrainedConfig | str | os.PathLike) -> PreTrainedMod
     shapes, no storage, built in about a second even for 8B models. `config` is a config or what
     `resolve_config_path` takes."""
     if not isinstance(config, PretrainedConfig):
-        config = AutoConfig.from_pretrained(resolve_config_path(config))
+        config = native_config(resolve_config_path(config))
     with torch.device("meta"):
         return AutoModelForImageTextToText.from_config(config)
