@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
+from research import gradient_arms
 from research import gradient_claims as gc
 from research.report import unbacked_numbers
 from tests.tolerance import FLOAT64, HAND_TERMS, tolerance
@@ -63,7 +64,7 @@ SETUP = {"date": "today", "command": "test", "start": "x", "sft_steps": 0, "para
 @pytest.fixture(scope="module")
 def analysed():
     patch = pytest.MonkeyPatch()
-    patch.setattr(gc, "PERMUTATIONS", 3)  # the randomised controls' draws: their count changes no code path
+    patch.setattr(gradient_arms, "PERMUTATIONS", 3)  # the randomised controls' draws: their count changes no code path
     try:
         ms = [synthetic(24, 0), synthetic(16, 2, first=24)]
         results = gc.analyse(ms, folds=4, bootstrap=12, log=lambda *_: None)
