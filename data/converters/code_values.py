@@ -1,6 +1,6 @@
 """What code under reading evaluates to (pictures, images it showed, modules, values it does not follow) and the
-bounds that keep any row's reading quick: the numbers, sequences and code sizes `data.converters.code_reader.CodeReader`
-reads, and the skips it raises past them."""
+bounds that keep any row's reading quick: the numbers, sequences and code sizes
+`data.converters.code_reader.CodeReader` reads, and the skips it raises past them."""
 
 from __future__ import annotations
 
