@@ -347,6 +347,17 @@ class EvalArguments(JudgeArguments):
     temperature: float = field(default=0.0, metadata={"help": "0: greedy decoding."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling, when temperature > 0."})
     seed: int = field(default=0, metadata={"help": "Seed for sampled decoding."})
+    samples: int = field(
+        default=1,
+        metadata={"help": "Rollouts per question (k of Avg@k, needs temperature > 0); metrics.json's avg_at_k."},
+    )
+    shuffle_options: str = field(
+        default="auto",
+        metadata={
+            "help": "Also evaluate each question with its options shuffled by this seed: 'auto' (V*, whose right "
+            "option is always first, with seed 0), 'off', or a seed; metrics.json's answer_order."
+        },
+    )
     dtype: str = field(default="auto", metadata={"help": "Model dtype (auto, bfloat16, float32...)."})
     attn_implementation: str | None = field(default=None, metadata={"help": "e.g. sdpa or flash_attention_2."})
     device: str | None = field(default=None, metadata={"help": "Model and CLIP device (default: cuda if any)."})

@@ -17,6 +17,7 @@ from data.task import (
     OPTION_LETTERS,
     USER_SUFFIX,
     extract_answer,
+    final_text,
     is_correct,
     message_text,
     parse_choice,
@@ -40,6 +41,14 @@ DECIDING_RULES = (
     "strict", "boxed", "letter", "option_text", "judge", "empty_read_as_A", "none", "judge_unscored", "empty",
     "no_answer",
 )  # fmt: skip
+
+# The reply-level reading recorded beside ours (`rule_reply`, `correct_reply`; metrics' `accuracy_reply`,
+# `decided_by_reply`): the published pipelines read a reply without <answer> tags whole (docs/evaluation.md).
+REPLY_RULE = (
+    "the <answer> block when the last reply has one, else the whole last reply, scored by the benchmark's rule: "
+    "DeepEyes' eval/eval_vstar.py (output_text = the whole response without <answer>...</answer>), MME-RealWorld's "
+    "eval_your_results.py and lmms-eval's mme_realworld read the model's output whole"
+)
 
 # VLMEvalKit's can_infer reads these characters as spaces, and these replies as refusals (no option).
 _CAN_INFER_SPACES = str.maketrans(dict.fromkeys(".()[],:;!*#{}", " "))
@@ -157,6 +166,13 @@ def score_answer(
     return Verdict(choice is not None and choice == gold, strict, rule, failure)
 
 
+def reply_verdict(benchmark: str, prediction: str | None, reply: str, row: dict) -> Verdict:
+    """The reply-level reading (`REPLY_RULE`): our verdict when the last reply has an <answer> block; else its whole
+    text scored by the benchmark's rule (an empty reply: no answer)."""
+    text = prediction if prediction is not None else (reply if reply.strip() else None)
+    return score_answer(benchmark, text, row["answer"], row["options"], row["source"])
+
+
 def judge_question(user_turn: str) -> str:
     """The bare question of a sample's user turn (`task.format_question`: question, options, format instruction), as
     DeepEyes' evaluation shows it to its judge (its annotation's `question`)."""
@@ -203,6 +219,8 @@ def judge_records(records: Sequence[dict], benchmark: str, settings: JudgeSettin
             records[i] = records[i] | {"rule": "judge_unscored", "judge_error": why}
         else:
             records[i] = records[i] | {"correct": verdict == 1.0, "rule": "judge", "failure": None}
+            if records[i].get("rule_reply") == "none" and records[i]["prediction"] is not None:  # the same text
+                records[i] |= {"correct_reply": verdict == 1.0, "rule_reply": "judge"}
     return records
 
 
@@ -269,6 +287,7 @@ def episode_record(
 ) -> dict:
     """The `samples.jsonl` line of one sample; `calls` are `episode.calls`, `scores` their `clip_scores`."""
     verdict = score_answer(benchmark, episode.prediction, row["answer"], row["options"], row["source"])
+    reply = reply_verdict(benchmark, episode.prediction, final_text(episode.completion), row)
     messages = _messages(episode, tokenizer)
     turn_of_call, turn = {}, 0
     for message in messages:
@@ -302,6 +321,8 @@ def episode_record(
         "correct": verdict.correct,
         "correct_strict": verdict.correct_strict,
         "rule": verdict.rule,
+        "correct_reply": reply.correct,
+        "rule_reply": reply.rule,
         "failure": episode.failure or verdict.failure,
         "num_turns": episode.num_turns,
         "completion_tokens": len(episode.completion_ids),
@@ -311,6 +332,7 @@ def episode_record(
         "box_frame": list(episode.env.box_frame) if episode.env is not None else None,
         "target_bbox": row.get("target_bbox"),
         "target_label": row.get("target_label"),
+        **{key: row[key] for key in ("question_id", "order", "sample", "option_order") if key in row},
         "messages": messages,
         "calls": records,
     }
@@ -361,6 +383,17 @@ def compute_metrics(records: Sequence[dict], benchmark: str, skipped_rows: int =
     }
     paid = reward_summary(records)
     return metrics | benchmark_metrics(benchmark, records) | ({"rewards": paid} if paid else {})
+
+
+def reply_metrics(records: Sequence[dict]) -> dict[str, Any]:
+    """The reply-level reading beside ours (`REPLY_RULE`): its accuracy (None when a record predates it: a run
+    resumed across versions), what decided it, and the rule."""
+    reply = [record.get("correct_reply") for record in records]
+    return {
+        "accuracy_reply": None if None in reply or not reply else mean([float(c) for c in reply]),
+        "decided_by_reply": dict(sorted(Counter(r.get("rule_reply", "unrecorded") for r in records).items())),
+        "reply_rule": REPLY_RULE,
+    }
 
 
 def reward_summary(records: Sequence[dict]) -> dict[str, dict[str, float | int | None]]:

@@ -57,11 +57,12 @@ def our_protocol(run_dir: Path, model: str, spec: dict) -> str:
     rules = sorted({rule for run in runs for rule in (_read_json(run / "metrics.json") or {}).get("scoring", {})})
     tool = args.get("tool", {})
     decoding = "greedy" if not args.get("temperature") else f"temperature {args['temperature']}"
+    k = args.get("samples", 1)
     pixels = f"images <= {tool.get('max_pixels') or 'the processor default'} px"
     crops = f"crops <= {tool.get('crop_max_pixels') or tool.get('max_pixels') or 'the same'} px"
     judge = "an LLM judge where no rule reads the answer" if args.get("judge") else "no judge"
     return (
-        f"{decoding}, 1 sample (Avg@1); {pixels}, {crops}; <= {args.get('max_tool_calling_iterations')} zoom "
+        f"{decoding}, {k} sample{'s' if k > 1 else ''} (Avg@{k}); {pixels}, {crops}; <= {args.get('max_tool_calling_iterations')} zoom "
         f"rounds in {args.get('max_completion_length')} tokens; rules {', '.join(rules) or 'unrecorded'}, {judge} "
         "(docs/evaluation.md)"
     )
@@ -77,7 +78,7 @@ def score_table(run_dir: Path, spec: dict) -> list[str]:
         cells = []
         for bench, entry in benches.items():
             metrics = _read_json(run_dir / f"eval_{model}_{bench}" / "metrics.json") or {}
-            cells.append(_percent(metrics.get(entry["score"])))
+            cells.append(_percent(metrics.get(entry["score"])) + score_notes(metrics))
         lines.append(f"| ours: {title} | " + " | ".join(cells) + f" | {our_protocol(run_dir, model, spec)} |")
     notes = []
     for i, published in enumerate(spec.get("published", []), 1):
@@ -94,6 +95,19 @@ def score_table(run_dir: Path, spec: dict) -> list[str]:
     lines += [f"[{i}] {p['name']}: {p['source']}" for i, p in enumerate(spec.get("published", []), 1)]
     lines += [f"({'*' * k}) {note}" for k, note in enumerate(notes, 1)]
     return lines
+
+
+def score_notes(metrics: dict) -> str:
+    """What follows a score in the table: its bootstrap interval over questions (`avg_at_k`) and, where options were
+    shuffled, the score in the released order (`answer_order`; docs/evaluation.md)."""
+    notes = ""
+    interval = (metrics.get("avg_at_k") or {}).get("interval")
+    if interval:
+        notes += f" [{_percent(interval[0])}, {_percent(interval[1])}]"
+    order = metrics.get("answer_order")
+    if order:
+        notes += f"; released order {_percent(order.get('released'))}, flips {_percent(order.get('flip_rate'))}"
+    return notes
 
 
 def tool_table(run_dir: Path, spec: dict) -> list[str]:
@@ -254,7 +268,10 @@ def write_report(run_dir: Path, set_name: str, chosen: dict, spec: dict, stages:
         "",
         "Ours: the base model, the SFT checkpoint and the RL checkpoint, each evaluated by the same harness under the "
         "same settings; accuracy (HR-Bench: the mean of its single and cross accuracies, as published). Each row's "
-        "protocol says how its numbers were obtained: rows of different protocols are not the same measurement.",
+        "protocol says how its numbers were obtained: rows of different protocols are not the same measurement. "
+        "Beside ours: the 95% bootstrap interval over questions ([low, high]) and, where the options were shuffled "
+        "(V*: its right option is always first as released), the score in the released order and the share of "
+        "verdicts that flip between the orders.",
         "",
         *score_table(run_dir, spec),
         "",

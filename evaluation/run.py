@@ -28,8 +28,28 @@ from trl import ModelConfig
 from configs import EvalArguments
 from data.benchmarks import read_benchmark
 from evaluation.agent import Episode, TransformersBackend, VLLMBackend, ZoomAgent, open_image
-from evaluation.metrics import clip_scores, compute_metrics, episode_record, judge_records, no_valid_call
+from evaluation.grounding import grounding, z_by_hit
+from evaluation.metrics import (
+    clip_scores,
+    compute_metrics,
+    episode_record,
+    judge_records,
+    no_valid_call,
+    reply_metrics,
+)
 from evaluation.report import write_report
+from evaluation.robustness import (
+    RELEASED,
+    SHUFFLED,
+    Unit,
+    avg_at_k,
+    check_samples,
+    draw_seed,
+    order_check,
+    plan_units,
+    shuffle_seed,
+    unit_row,
+)
 from repairs.rollout import check_token_budget
 from rewards import get_reward_funcs
 from rewards.judge import JudgeSettings, judge_settings
@@ -45,12 +65,18 @@ logger = logging.getLogger(__name__)
 RESULT_FIELDS = (
     "model_name_or_path", "benchmark", "data_path", "split", "backend", "dtype", "max_completion_length",
     "max_tool_calling_iterations", "temperature", "top_p", "seed", "sample_seed", "reward_funcs", "judge",
-    "judge_model", "judge_prompt", "judge_verdict",
+    "judge_model", "judge_prompt", "judge_verdict", "samples", "option_shuffle_seed",
 )  # fmt: skip
+# What a run recorded before a field existed meant: its value then (a run of one greedy sample in the released order).
+UNRECORDED_RESULT_FIELDS = {"samples": 1, "option_shuffle_seed": None}
 SAMPLES_FILE = "samples.jsonl"  # one record a sample (`evaluation.metrics.episode_record`), in the output folder
 PART_GLOB = "samples.rank*.jsonl"  # a data-parallel process's records, merged into SAMPLES_FILE at the end
 ROLLOUT_FIELDS = ("max_completion_length", "max_tool_calling_iterations")  # the rollout budget, `GRPOConfig`'s fields
 MERGE_POLL_SECONDS = 5.0
+# The verifier's z_t over crops that hit and missed the target box (`grounding.z_by_hit`), beside metrics.json, whose
+# figures a data-parallel run reproduces up to float rounding: this split depends on which label went with which crop,
+# which the tests' scripted policy sets by batch position (docs/evaluation.md, "Grounding").
+GROUNDING_FILE = "grounding_z.json"
 
 
 def read_samples(path: Path, *, mend: bool = True) -> list[dict]:
@@ -154,10 +180,11 @@ def reward_scores(
     return scores
 
 
-def _check_resume(out: Path, args: EvalArguments, tool: ToolConfig) -> None:
-    """Record the run's settings; refuse to resume a run made with different result-defining ones."""
+def _check_resume(out: Path, args: EvalArguments, tool: ToolConfig, seed: int | None = None) -> None:
+    """Record the run's settings (with the option-shuffling seed `seed` they resolve to); refuse to resume a run made
+    with different result-defining ones."""
     path = out / "eval_args.json"
-    current = asdict(args) | {"tool": asdict(tool)}
+    current = asdict(args) | {"tool": asdict(tool), "option_shuffle_seed": seed}
     if path.exists():
         try:
             previous = json.loads(path.read_text(encoding="utf-8"))
@@ -170,7 +197,8 @@ def _check_resume(out: Path, args: EvalArguments, tool: ToolConfig) -> None:
             raise ValueError(
                 f"{path} holds a JSON {type(previous).__name__}, not a run's settings; choose another --output_dir"
             )
-        changed = {k: (previous.get(k), current[k]) for k in (*RESULT_FIELDS, "tool") if previous.get(k) != current[k]}
+        recorded = {k: previous.get(k, UNRECORDED_RESULT_FIELDS.get(k)) for k in (*RESULT_FIELDS, "tool")}
+        changed = {k: (recorded[k], current[k]) for k in (*RESULT_FIELDS, "tool") if recorded[k] != current[k]}
         if changed:
             raise ValueError(f"{out} holds a run with other settings {changed}; choose another --output_dir")
     path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
@@ -221,9 +249,11 @@ def run_evaluation(
     rank), by default the launcher's (`process_shard`)."""
     out = Path(args.output_dir)
     rank, world, local_rank = shard or process_shard()
+    check_samples(args.samples, args.temperature)
+    seed = shuffle_seed(args.benchmark, args.shuffle_options)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        _check_resume(out, args, tool)
+        _check_resume(out, args, tool, seed)
     else:
         _wait_for(lambda: (out / "eval_args.json").is_file(), "the first process's eval_args.json", out)
     # a sampled selection draws from every row, so the synthetic split is drawn whole
@@ -234,8 +264,9 @@ def run_evaluation(
     # Rows are decoded by the agent, so that an image that does not decode fails its sample, not the run.
     dataset = dataset.cast_column("image", datasets.Image(decode=False))
     ids = dataset["id"]
-    selected = select_rows(len(dataset), args.limit, args.sample_seed)
-    mine = process_share(selected, ids, recorded_ids(out), rank, world)
+    units = plan_units(ids, select_rows(len(dataset), args.limit, args.sample_seed), args.samples, seed)
+    unit_ids = [unit.id for unit in units]
+    mine = process_share(list(range(len(units))), unit_ids, recorded_ids(out), rank, world)
     samples_path = out / (SAMPLES_FILE if world == 1 else f"samples.rank{rank}.jsonl")
 
     judge = eval_judge_settings(args) if args.judge else None
@@ -245,13 +276,18 @@ def run_evaluation(
         device = args.device or (cuda if torch.cuda.is_available() else "cpu")
         agent = build_agent(args, tool, device)
         verifier = ClipVerifier(tool, device=device)
-        total = len(selected) if world == 1 else len(mine)
+        total = len(units) if world == 1 else len(mine)
         progress = tqdm(
             total=total, initial=total - len(mine), desc=f"{args.benchmark} [{rank}/{world}]", unit="sample"
         )
         with samples_path.open("a", encoding="utf-8") as sink, progress:
             for start in range(0, len(mine), args.batch_size):
-                rows = [dataset[i] for i in mine[start : start + args.batch_size]]
+                rows = [
+                    _unit_row(dataset[units[i].row], units[i], seed, args)
+                    for i in mine[start : start + args.batch_size]
+                ]
+                if args.temperature > 0:  # each batch's draw fixed by the seed and its first unit, whoever runs it
+                    set_seed(draw_seed(args.seed, rows[0]["id"]))
                 episodes = agent.run(rows)
                 calls = [episode.calls for episode in episodes]
                 scores = clip_scores(verifier, [episode.image for episode in episodes], calls)
@@ -270,15 +306,18 @@ def run_evaluation(
 
     if rank != 0:
         return None
-    wanted = {ids[i] for i in selected}
+    wanted = set(unit_ids)
     _wait_for(lambda: wanted <= recorded_ids(out), f"the other {world - 1} processes' samples", out)
     records = [record for record in merge_parts(out) if record["id"] in wanted]
-    metrics = compute_metrics(records, args.benchmark, skipped_rows=len(skipped))
+    metrics = run_metrics(records, args, seed, skipped_rows=len(skipped))
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    if "grounding" in metrics:  # z_t of the crops that hit and missed: `GROUNDING_FILE`
+        z_split = {"z_by_hit": z_by_hit(records_in_order(records, seed))}
+        (out / GROUNDING_FILE).write_text(json.dumps(z_split, indent=2) + "\n", encoding="utf-8")
     silent = no_valid_call(records, args.max_completion_length, args.max_tool_calling_iterations)
     if silent is not None:
         logger.warning(silent)
-    index = {row_id: i for i, row_id in enumerate(ids)}
+    index = {unit.id: unit.row for unit in units}
 
     def image_of(row_id: str):
         try:
@@ -291,6 +330,38 @@ def run_evaluation(
         out / "report.html", records, image_of, metrics=metrics, title=title, max_samples=args.report_max_samples,
         budgets=rollout_budgets(args, tool),
     )  # fmt: skip
+    return metrics
+
+
+def _unit_row(row: dict, unit: Unit, seed: int | None, args: EvalArguments) -> dict:
+    """The dataset row as `unit` shows it (`robustness.unit_row`), its id the unit's; a run of one greedy sample in
+    the released order keeps its rows (and records) as they were."""
+    if args.samples == 1 and seed is None:
+        return row
+    shown = unit_row(row, unit, seed)
+    extra = {"question_id": unit.question_id, "order": unit.order, "sample": unit.sample}
+    return shown | {"id": unit.id} | extra | ({} if seed is None else {"option_order": shown["option_order"]})
+
+
+def records_in_order(records: list[dict], seed: int | None) -> list[dict]:
+    """The records of the headline order: the shuffled one when options are shuffled, else the released one."""
+    headline = SHUFFLED if seed is not None else RELEASED
+    return [record for record in records if record.get("order", RELEASED) == headline]
+
+
+def run_metrics(records: list[dict], args: EvalArguments, seed: int | None, skipped_rows: int = 0) -> dict[str, Any]:
+    """metrics.json: `compute_metrics` of the headline order's records (the shuffled order when options are
+    shuffled) with the reply-level reading beside (`reply_metrics`), their grounding on rows with a target box
+    (`grounding`), their Avg@k with its interval (`avg_at_k`), and with shuffling the released order's figure beside it
+    and the verdicts that flip (`answer_order`)."""
+    primary = records_in_order(records, seed)
+    metrics = compute_metrics(primary, args.benchmark, skipped_rows=skipped_rows) | reply_metrics(primary)
+    metrics["avg_at_k"] = avg_at_k(args.benchmark, primary, args.samples, args.temperature)
+    if seed is not None:
+        metrics["answer_order"] = order_check(args.benchmark, records, seed)
+    grounded = grounding(primary)
+    if grounded is not None:
+        metrics["grounding"] = grounded
     return metrics
 
 
