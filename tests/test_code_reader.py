@@ -1,7 +1,7 @@
 """`CodeReader` (DeepEyesV2's and Thyme's crops read with `ast`) against code no release was meant to hold (issue 49,
 item 7): a number no image coordinate needs is `unsupported_code` before it is built, a row's code has a time limit
 (`slow_code`), and generated code never raises anything but a counted skip nor builds a huge integer. The release
-forms the reader must read are in tests/test_convert.py."""
+forms the reader must read are in tests/test_convert_code.py."""
 
 from __future__ import annotations
 

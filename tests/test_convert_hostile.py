@@ -21,8 +21,8 @@ from PIL.PngImagePlugin import PngInfo
 from data import convert
 from data.converters import FORMATS
 from data.converters.common import MAX_IMAGE_FILE_BYTES, MAX_SKIP_DETAIL, ImageStore, LayoutError, SkipRow
+from tests.conversions import release
 from tests.release_fixtures import cof_record, png, scene, think, write_cof
-from tests.test_convert import release
 from tools import ToolConfig
 
 SQUARE = [240, 90, 300, 150]
@@ -250,7 +250,7 @@ def _bigger_box(record: dict, box: str) -> dict:
     return json.loads(json.dumps(record).replace(box, f"[{10**400}, " + box[1:], 1))
 
 
-# Per format, bad rows after `test_convert.release`'s two good ones: (what, the record, its reason). Parquet's typed
+# Per format, bad rows after `conversions.release`'s two good ones: (what, the record, its reason). Parquet's typed
 # columns hold no field of another type: Mini-o3's bad rows are in its strings.
 BAD_ROWS = {
     "mini_o3_coldstart": lambda good: [
