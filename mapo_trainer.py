@@ -28,7 +28,15 @@ from repairs.rollout import ban_placeholder_tokens, check_token_budget, over_tur
 from repairs.tool_rounds import AgreedToolRounds
 from repairs.vllm_images import VLLMImagePlaceholders, colocate_engine_options, reset_encoder_cache_after_sync
 from rewards.verifiers import ClipVerifier, Scene, build_verifier
-from tools import ToolConfig, ToolConfigRecorder, ZoomCall, executed_calls, make_environment_factory
+from tools import (
+    ToolConfig,
+    ToolConfigRecorder,
+    ZoomCall,
+    calls_per_tool,
+    executed_calls,
+    get_tools,
+    make_environment_factory,
+)
 from utils.checks import check_vllm_server
 from utils.diagnostics import (
     GradientVariance,
@@ -109,7 +117,7 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
             raise ValueError("MAPOTrainer builds its zoom-in environment from `tool_config`; pass that instead.")
         tool_config = tool_config or ToolConfig()
         for name in ("train_dataset", "eval_dataset"):  # the system turn says the frame the tool reads boxes in
-            kwargs[name] = prompts_in_box_convention(kwargs.get(name), tool_config.box_convention)
+            kwargs[name] = prompts_in_box_convention(kwargs.get(name), tool_config.box_convention, tool_config.tools)
         budget = pixel_budget(processing_class)
         for name in ("min_pixels", "max_pixels"):
             wanted = getattr(tool_config, name)
@@ -240,6 +248,10 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         scores = [[z_of.get(id(call), 0.0) for call in rollout] for rollout in calls]
         rewards = [semantic_reward(s, args.semantic_lambda, empty=args.no_tool_semantic) for s in scores]
 
+        tools = get_tools(self.tool_config.tools)
+        for completion in completions:  # every other tool's calls (`tools.calls_per_tool`): no label, no z_t
+            for metric, count in calls_per_tool(completion, tools).items():
+                log_metric(metric, count)
         for rollout in calls:
             log_metric("tools/zoom_calls_per_rollout", float(len(rollout)))
             for call in rollout:

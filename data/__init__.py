@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import datasets
@@ -14,6 +14,7 @@ import datasets
 from data.benchmarks import load_benchmark, load_saved_split
 from data.synthetic import build_synthetic
 from data.task import in_box_convention
+from tools import DEFAULT_TOOLS
 
 DATASETS: dict[str, Callable[..., datasets.Dataset]] = {
     "synthetic": build_synthetic,
@@ -61,20 +62,21 @@ def load_split(script_args: Any, split: str) -> datasets.Dataset:
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
-def prompts_in_box_convention(dataset: Any, box_convention: str) -> Any:
-    """`dataset` with each row's `prompt` saying `box_convention`'s frame in its system turn (`data.task.
-    in_box_convention`). A `Dataset` has only its `prompt` column replaced (its images are not rewritten); an
+def prompts_in_box_convention(dataset: Any, box_convention: str, tools: Sequence[str] = DEFAULT_TOOLS) -> Any:
+    """`dataset` with each row's `prompt` saying `box_convention`'s frame and the run's `tools` in its system turn
+    (`data.task.in_box_convention`). A `Dataset` has only its `prompt` column replaced (its images are not rewritten); an
     `IterableDataset` is mapped lazily; a dict of them (TRL's several eval sets), each; None, or a dataset without a
     `prompt` column, is returned as it is."""
     if isinstance(dataset, dict):
-        return {name: prompts_in_box_convention(split, box_convention) for name, split in dataset.items()}
+        return {name: prompts_in_box_convention(split, box_convention, tools) for name, split in dataset.items()}
     if dataset is None or "prompt" not in (dataset.column_names or ()):
         return dataset
     if isinstance(dataset, datasets.Dataset):
         prompts = list(dataset["prompt"])
-        converted = [in_box_convention(prompt, box_convention) for prompt in prompts]
+        converted = [in_box_convention(prompt, box_convention, tools) for prompt in prompts]
         if converted == prompts:
             return dataset
         feature = dataset.features["prompt"]
         return dataset.remove_columns("prompt").add_column("prompt", converted, feature=feature)
-    return dataset.map(lambda prompt: {"prompt": in_box_convention(prompt, box_convention)}, input_columns="prompt")
+    convert = lambda prompt: {"prompt": in_box_convention(prompt, box_convention, tools)}  # noqa: E731
+    return dataset.map(convert, input_columns="prompt")

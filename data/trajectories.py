@@ -16,7 +16,7 @@ import numpy as np
 
 from data.synthetic import region_cell, region_of
 from data.task import in_box_convention
-from tools import TOOL_NAME, ToolError, ZoomInEnv, boxes_overlap, crop_box, validate_label
+from tools import TOOL_NAME, ToolError, ZoomInEnv, boxes_overlap, crop_box, replay_call, validate_label
 
 logger = logging.getLogger(__name__)
 
@@ -142,9 +142,7 @@ def replay_calls(row: dict, env: ZoomInEnv) -> list[dict]:
     calls = []
     for call in row["gold_calls"]:
         bbox = seen_box(call["box"], env.image.size, env.box_frame)
-        env.image_zoom_in_tool(bbox_2d=bbox, label=call["label"])
-        if not env.calls[-1].ok:
-            raise ToolError(env.calls[-1].error)
+        replay_call(env, TOOL_NAME, {"bbox_2d": bbox, "label": call["label"]})  # ToolError when refused
         calls.append({"bbox_2d": bbox, "label": env.calls[-1].label, "thought": call["thought"]})
     return calls
 
@@ -249,15 +247,16 @@ class GoldTrajectoryRenderer:
     def messages(self, row: dict) -> list[dict]:
         """The row's prompt followed by its gold completion (assistant and tool turns, as TRL's tool loop writes them)."""
         self.env.reset(**row)
-        messages = in_box_convention(row["prompt"], self.env.box_convention)
+        messages = in_box_convention(row["prompt"], self.env.box_convention, self.env.config.tools)
         for call in row["calls"]:
             arguments = {"bbox_2d": call["bbox_2d"], "label": call["label"]}
             tool_call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}
             content = f"<think>{call['thought']}</think>"
             messages.append({"role": "assistant", "content": content, "tool_calls": [tool_call]})
-            observation = self.env.image_zoom_in_tool(**arguments)
-            if not self.env.calls[-1].ok:  # planning validated the call: a failure here is a bug, not bad data
-                raise RuntimeError(f"gold call {call} of row {row.get('id')} failed: {self.env.calls[-1].error}")
+            try:
+                observation = replay_call(self.env, TOOL_NAME, arguments)
+            except ToolError as err:  # planning validated the call: a failure here is a bug, not bad data
+                raise RuntimeError(f"gold call {call} of row {row.get('id')} failed: {err}") from err
             messages.append({"role": "tool", "name": TOOL_NAME, "content": observation})
         think = row.get("final_thought") or (THINK_SEEN if row["calls"] else THINK_NO_ZOOM)
         messages.append({"role": "assistant", "content": f"<think>{think}</think><answer>{row['answer']}</answer>"})

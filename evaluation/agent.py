@@ -254,7 +254,7 @@ class ZoomAgent:
             image = open_image(row["image"])
             env = self.make_env()
             env.reset(image=image)
-            prompt = in_box_convention(row["prompt"], env.box_convention)  # the system turn says the tool's frame
+            prompt = in_box_convention(row["prompt"], env.box_convention, env.config.tools)  # the tools, their frame
             prompt = prepare_multimodal_messages(prompt, images=[env.image])
             ids = rollout.prompt_ids(self.processor, prompt, env)
         except Exception as err:  # noqa: BLE001

@@ -18,7 +18,8 @@ from transformers import PreTrainedTokenizerBase, ProcessorMixin
 from trl.data_utils import prepare_multimodal_messages
 
 from data.task import build_prompt
-from tools import TOOL_NAME, ToolConfig, ZoomInEnv, environment_tools, make_environment_factory
+from tools import ToolConfig, ZoomInEnv, environment_tools, get_tools, make_environment_factory
+from tools.zoom_in import CALL_FORMATS
 from utils.models import pixel_budget, turn_format
 
 logger = logging.getLogger(__name__)
@@ -137,8 +138,8 @@ class TokenBudget:
 
     prompt_image: int  # tokens of the largest prompt image
     prompt_text: int  # system prompt, tools schema and a one-word question
-    crop_response: int  # one tool response with the largest crop, plus the next assistant header
-    call_turn: int  # the shortest well-formed turn that calls the tool
+    crop_response: int  # one tool response with the largest image, plus the next assistant header
+    call_turn: int  # the shortest well-formed turn that calls that tool
     answer_turn: int  # the shortest well-formed answering turn
     iterations: int
     max_completion_length: int
@@ -182,33 +183,39 @@ def token_budget(
     max_tool_calling_iterations: int,
     context_length: int,
 ) -> TokenBudget:
-    """Measure a rollout's worst case with the real chat template: the largest prompt image and crop the budgets
-    allow, the tool response exactly as TRL renders it, and the shortest well-formed turns."""
+    """Measure a rollout's worst case with the real chat template: the largest prompt image and tool image the
+    budgets allow, the tool response exactly as TRL renders it, and the shortest well-formed turns. With several tools
+    (`config.tools`), a round costs what the dearest tool's call turn and response cost together."""
     budget = pixel_budget(processor)
     env = make_environment_factory(config, budget)()
     side = int(budget.max_pixels**0.5)
-    env.reset(image=Image.new("RGB", (side, side)))  # a box in this frame has as many digits as real ones
-    response = env.image_zoom_in_tool([0, 0, *env.box_frame], "the object")  # the whole image, in the model's frame
-    suffix = tool_suffix_ids(processor, [{"role": "tool", "name": TOOL_NAME, "content": response}])
     pad = processor.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
-    # The response's text as rendered, and the largest crop the budget allows (smart_resize keeps h * w under it).
-    crop_response = len(suffix) - suffix.count(pad) + env.crop_budget.max_tokens
-    small = Image.new("RGB", (budget.factor, budget.factor))
-    prompt = build_prompt("?", box_convention=config.box_convention)
-    text_ids = prompt_ids(processor, prepare_multimodal_messages(prompt, images=[small]), env)
     tokenizer = processor.tokenizer
     turns = turn_format(processor.chat_template)  # the turns as this template has the model write them
 
     def length(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    rounds = []  # (call turn, response) of each tool
+    for tool in get_tools(config.tools):
+        env.reset(image=Image.new("RGB", (side, side)))  # a box in this frame has as many digits as real ones
+        response = getattr(env, tool.function)(**tool.budget_arguments(env))
+        suffix = tool_suffix_ids(processor, [{"role": "tool", "name": tool.function, "content": response}])
+        images = sum(isinstance(part, dict) and part.get("type") == "image" for part in response)
+        # The response's text as rendered, and the largest image the budget allows (smart_resize keeps h * w under it).
+        tool_response = len(suffix) - suffix.count(pad) + images * env.crop_budget.max_tokens
+        call = CALL_FORMATS[turns.call_format](tool.function, tool.short_arguments)
+        rounds.append((length(f"{turns.think('zoom')}\n{call}{tokenizer.eos_token}"), tool_response))
+    call_turn, crop_response = max(rounds, key=sum)
+    small = Image.new("RGB", (budget.factor, budget.factor))
+    prompt = build_prompt("?", box_convention=config.box_convention, tools=config.tools)
+    text_ids = prompt_ids(processor, prepare_multimodal_messages(prompt, images=[small]), env)
+
     return TokenBudget(
         prompt_image=budget.max_tokens,
         prompt_text=len(text_ids) - text_ids.count(pad),
         crop_response=crop_response,
-        call_turn=length(
-            f"{turns.think('zoom')}\n{turns.call([10, 20, 100, 200], 'the object')}{tokenizer.eos_token}"
-        ),
+        call_turn=call_turn,
         answer_turn=length(f"{turns.think('seen')}<answer>A</answer>{tokenizer.eos_token}"),
         iterations=max_tool_calling_iterations,
         max_completion_length=max_completion_length,

@@ -46,9 +46,12 @@ from transformers import (
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
 from data import task
-from tools import tool_call_text
+from tools import get_tools, tool_call_text
 from utils.models import CHAT_TEMPLATES, load_chat_template, save_clip
 
+# The tools whose schemas the kit's tokenizer trains on (`Tool.kit_schema`): another tool tokenizes all the same,
+# byte-level, in more tokens; adding it here retrains the tokenizer, and so every tiny model.
+KIT_TOOLS = ("zoom_in",)
 BPE_VOCAB_SIZE = 1024
 VOCAB_SIZE = 1088  # BPE vocab + 22 added tokens, padded to a multiple of 64 as Qwen pads its embedding matrix
 MAX_POSITIONS = 4096  # room for multi-turn rollouts with several images
@@ -96,10 +99,7 @@ def tokenizer_corpus() -> list[str]:
     """Deterministic training text: the prompts, tool schema and tool calls, answers and digits the agents see."""
     lines = [load_chat_template(), task.SYSTEM_PROMPT, task.USER_SUFFIX, " ".join(str(i) for i in range(1000))]
     lines += [
-        '{"type": "function", "function": {"name": "image_zoom_in_tool", "description": "Zoom in on a region of '
-        'the image.", "parameters": {"type": "object", "properties": {"bbox_2d": {"type": "array", "items": '
-        '{"type": "integer"}, "description": "Box [x1, y1, x2, y2] in pixels."}, "label": {"type": "string", '
-        '"description": "What the box shows."}}, "required": ["bbox_2d", "label"]}}}',
+        *(tool.kit_schema for tool in get_tools(KIT_TOOLS)),
         "Options:\n" + "\n".join(f"{letter}. {colour}" for letter, colour in zip(task.OPTION_LETTERS, COLOURS)),
     ]
     for i, (colour, shape, place) in enumerate(itertools.product(COLOURS, SHAPES, PLACES)):

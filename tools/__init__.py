@@ -1,5 +1,6 @@
-"""The zoom-in tool the agent calls: its geometry (`zoom_in`), its TRL environment and call record (`env`), and its
-settings and their checkpoint record (`config`)."""
+"""The tools the agent calls, one module each, registered by name (`registry`: `Tool`, `TOOLS`): the zoom-in tool
+(`zoom_in`: its geometry), the rotate tool (`rotate`); their TRL environment and the call record (`env`), and their
+settings and checkpoint record (`config`). Adding a tool: docs/tools.md."""
 
 from __future__ import annotations
 
@@ -18,7 +19,19 @@ from tools.config import (
     warn_on_mismatch,
     write_record,
 )
-from tools.env import ENVIRONMENTS, RelativeZoomInEnv, ZoomCall, ZoomInEnv, environment_tools, executed_calls
+from tools.env import (
+    ENVIRONMENTS,
+    RelativeZoomInEnv,
+    ZoomCall,
+    ZoomInEnv,
+    calls_per_tool,
+    environment_class,
+    environment_tools,
+    executed_calls,
+    replay_call,
+)
+from tools.registry import DEFAULT_TOOLS, TOOLS, Tool, get_tool, get_tools, register_tool
+from tools.rotate import ROTATE
 from tools.zoom_in import (
     TOOL_NAME,
     ToolError,
@@ -34,12 +47,24 @@ from tools.zoom_in import (
 
 def make_environment_factory(config: ToolConfig, image_budget: PixelBudget) -> functools.partial:
     """A zero-argument factory for TRL's `environment_factory`: the `ZoomInEnv` of `config.box_convention` and
-    `accept_img_idx` in the processor's frame (`utils.models.pixel_budget(processor)`)."""
-    return functools.partial(ENVIRONMENTS[config.box_convention, config.accept_img_idx], config, image_budget)
+    `accept_img_idx` with the tools `config.tools` enables (`tools.env.environment_class`), in the processor's frame
+    (`utils.models.pixel_budget(processor)`)."""
+    return functools.partial(environment_class(config), config, image_budget)
 
 
 __all__ = [
     "BOX_CONVENTIONS",
+    "DEFAULT_TOOLS",
+    "ENVIRONMENTS",
+    "ROTATE",
+    "TOOLS",
+    "Tool",
+    "calls_per_tool",
+    "environment_class",
+    "get_tool",
+    "get_tools",
+    "register_tool",
+    "replay_call",
     "RECORD_NAME",
     "TOOL_NAME",
     "PixelBudget",

@@ -20,6 +20,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from tools.registry import DEFAULT_TOOLS, get_tools
+
 RECORD_NAME = "tool_config.json"
 # `clip_resize` values, and open_clip's names for them (`create_model_and_transforms(image_resize_mode=...)`).
 OPEN_CLIP_RESIZE_MODE = {"pad": "longest", "squash": "squash", "center_crop": "shortest"}
@@ -168,6 +170,14 @@ class ToolConfig(VerifierConfig):
     )
     max_label_words: int = field(default=12, metadata={"help": "Longest label (words); MAPO section 3.3."})
     max_label_chars: int = field(default=80, metadata={"help": "Longest label (characters) the tool accepts."})
+    tools: list[str] = field(
+        default_factory=lambda: list(DEFAULT_TOOLS),
+        metadata={
+            "help": "The tools the agent may call, by name (tools.TOOLS: zoom_in, rotate) or import path "
+            "'package.module:NAME' of a tools.Tool; zoom_in must be one. The environment, the system prompt and the "
+            "token budget follow it (docs/tools.md)."
+        },
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -190,6 +200,9 @@ class ToolConfig(VerifierConfig):
             raise ValueError(f"min_side must be a whole number of pixels >= 1; got {self.min_side!r}")
         if not 1.0 <= self.max_aspect < math.inf:
             raise ValueError(f"max_aspect must be a finite ratio >= 1 (long side over short); got {self.max_aspect!r}")
+        if isinstance(self.tools, str):  # one tool, from a recipe's `tools: zoom_in`
+            self.tools = [self.tools]
+        get_tools(self.tools)  # an unknown name, a broken import path or no zoom_in fails at parse, naming it
         if self.max_label_words < 1 or self.max_label_chars < 1:
             raise ValueError(
                 f"max_label_words and max_label_chars must be >= 1; got {self.max_label_words}, {self.max_label_chars}"

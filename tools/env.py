@@ -17,6 +17,8 @@ from typing import Any
 from PIL import Image
 
 from tools.config import PixelBudget, ToolConfig
+from tools.registry import Tool, get_tools
+from tools.rotate import turned, unturn_box
 from tools.zoom_in import (
     TOOL_NAME,
     ToolError,
@@ -72,8 +74,11 @@ class ZoomInEnv:
         self.seen_size: tuple[int, int] | None = None  # the resized image the model sees, in pixels
         self.box_frame: tuple[int, int] | None = None  # the frame its bbox_2d is written in (`tools.box_frame`)
         self.calls: list[ZoomCall] = []
-        # Every image shown (the original, then each crop), as (its region of the original, its box frame): `img_idx`.
+        # Every image shown (the original, then each crop or turned image), as (its region of the original, its box
+        # frame): `img_idx`; and the quarter turns counter-clockwise each is shown at (`tools.rotate`).
         self.shown: list[tuple[tuple[int, int, int, int], tuple[int, int]]] = []
+        self.turns: list[int] = []
+        self.last_error: str | None = None  # the last tool call's error, or None (`replay_call`)
 
     def reset(self, **row) -> None:
         """Start a rollout on `row["image"]` (or the first of `row["images"]`); returns no extra observation."""
@@ -87,6 +92,8 @@ class ZoomInEnv:
         self.box_frame = box_frame(self.seen_size, self.box_convention)
         self.calls = []
         self.shown = [((0, 0, *self.image.size), self.box_frame)]
+        self.turns = [0]
+        self.last_error = None
 
     def image_zoom_in_tool(self, bbox_2d: list[float], label: str) -> list[dict]:
         """Zoom in on a region of the image by cropping it with a bounding box, to see small details clearly.
@@ -100,23 +107,29 @@ class ZoomInEnv:
 
     def _zoom(self, bbox_2d: list[float], label: str, img_idx: Any = None) -> list[dict]:
         """The tool's work: `bbox_2d` read in the frame of the image `img_idx` names (`self.shown`; None or 0: the
-        original), composed into the original's pixels."""
+        original), as the model saw it (turned, `tools.rotate`), composed into the original's pixels."""
         config, turn = self.config, len(self.calls) + 1
         arguments = {"bbox_2d": bbox_2d, "label": label} | ({} if img_idx is None else {"img_idx": img_idx})
         try:
             clean_label = validate_label(label, config.max_label_words, config.max_label_chars)
-            (x1, y1, x2, y2), frame = self.shown[self._image_index(img_idx)]
-            left, top, right, bottom = crop_box(
-                (x2 - x1, y2 - y1), bbox_2d, seen_size=frame, min_side=config.min_side, max_aspect=config.max_aspect
-            )
+            index = self._image_index(img_idx)
+            (x1, y1, x2, y2), frame = self.shown[index]
+            turns = self.turns[index]
+            size = (x2 - x1, y2 - y1)
+            seen = size if turns % 2 == 0 else size[::-1]  # the region as the model saw it
+            box = crop_box(seen, bbox_2d, seen_size=frame, min_side=config.min_side, max_aspect=config.max_aspect)
+            left, top, right, bottom = unturn_box(box, size, turns)
             box = (x1 + left, y1 + top, x1 + right, y1 + bottom)
         except ToolError as err:
             raw_label = label if isinstance(label, str) else None
             self.calls.append(ZoomCall(turn, arguments, raw_label, None, None, str(err)))
+            self.last_error = str(err)
             return observation(None, f"Error: {err} Fix the call, or answer if you can.")
-        crop = resize_to_budget(self.image.crop(box), self.crop_budget)
+        crop = resize_to_budget(turned(self.image.crop(box), turns), self.crop_budget)
         self.calls.append(ZoomCall(turn, arguments, clean_label, box, crop))
         self.shown.append((box, box_frame(crop.size, self.box_convention)))
+        self.turns.append(turns)
+        self.last_error = None
         return observation(crop, f"Zoomed in on {list(bbox_2d)}.")
 
     def _image_index(self, img_idx: Any) -> int:
@@ -181,6 +194,36 @@ ENVIRONMENTS = {
     for env in (ZoomInEnv, RelativeZoomInEnv)
     for accept in (False, True)
 }
+
+
+def environment_class(config: ToolConfig) -> type[ZoomInEnv]:
+    """The environment of `config`: `ENVIRONMENTS`' zoom-in environment of its box convention and `accept_img_idx`,
+    with the method of every other tool `config.tools` enables (`Tool.method`); the default tools: that class."""
+    base = ENVIRONMENTS[config.box_convention, config.accept_img_idx]
+    methods = {tool.function: tool.method(config) for tool in get_tools(config.tools)}
+    methods = {name: method for name, method in methods.items() if method is not None}
+    if not methods:
+        return base
+    name = base.__name__.removesuffix("Env") + "".join(tool.name.title().replace("_", "") for tool in get_tools(
+        config.tools) if tool.function in methods) + "Env"  # fmt: skip
+    return type(name, (base,), {**methods, "__doc__": f"`{base.__name__}` with {', '.join(methods)}."})
+
+
+def replay_call(env: ZoomInEnv, function: str, arguments: dict) -> list[dict] | str:
+    """A gold call (SFT) run through the tool as TRL runs it: its observation, or `ToolError` when the tool refused
+    it (`env.last_error`)."""
+    env.last_error = None
+    result = getattr(env, function)(**arguments)
+    if env.last_error is not None:
+        raise ToolError(env.last_error)
+    return result
+
+
+def calls_per_tool(completion: list[dict] | str, tools: list[Tool]) -> dict[str, float]:
+    """How many times a trained `completion` called each of `tools` but zoom-in (whose count is `executed_calls`'),
+    by `Tool.metric_name`: every tool message of its name, failed calls included."""
+    names = [] if isinstance(completion, str) else [m.get("name") for m in completion if m.get("role") == "tool"]
+    return {tool.metric_name: float(names.count(tool.function)) for tool in tools if tool.function != TOOL_NAME}
 
 
 def environment_tools(environment: object) -> list[Callable]:

@@ -21,6 +21,7 @@ from PIL import Image
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
 from tools.config import BOX_CONVENTIONS, PixelBudget
+from tools.registry import Tool, register_tool
 
 TOOL_NAME = "image_zoom_in_tool"
 RELATIVE_GRID = 1000  # `relative_1000`: (0, 0) is the image's top-left corner, (1000, 1000) its bottom-right
@@ -197,3 +198,43 @@ def observation(crop_image: Image.Image | None, text: str) -> list[dict]:
     """A tool response as TRL forwards it to the model: the crop (if any), then text."""
     parts = [{"type": "image", "image": crop_image}] if crop_image is not None else []
     return parts + [{"type": "text", "text": text}]
+
+
+# ------------------------------------------------------------------------------------------------ the tool's record
+# Where the system prompt says in which frame `bbox_2d` is written, by `ToolConfig.box_convention`.
+BOX_WORDS = {
+    "pixels": "in pixels of the image you see",
+    "relative_1000": "on a 0-1000 grid over the image you see ((0, 0) its top-left, (1000, 1000) its bottom-right "
+    "corner)",
+}
+
+
+def prompt(box_convention: str) -> str:
+    """The zoom-in tool's sentences of the system prompt (`data.task.system_prompt`)."""
+    return (
+        f"To look closer, call {TOOL_NAME} with bbox_2d = [x1, y1, x2, y2] {BOX_WORDS[box_convention]}, and label = "
+        "a few words naming what you expect to see in that box. You may zoom several times."
+    )
+
+
+# The tiny kit's tokenizer learns this schema (`tiny.kit.tokenizer_corpus`): a change retrains the kit's tokenizer.
+KIT_SCHEMA = (
+    '{"type": "function", "function": {"name": "image_zoom_in_tool", "description": "Zoom in on a region of '
+    'the image.", "parameters": {"type": "object", "properties": {"bbox_2d": {"type": "array", "items": '
+    '{"type": "integer"}, "description": "Box [x1, y1, x2, y2] in pixels."}, "label": {"type": "string", '
+    '"description": "What the box shows."}}, "required": ["bbox_2d", "label"]}}}'
+)
+
+# The environment class defines the method itself (`tools.env.ZoomInEnv`: its description depends on the box
+# convention and `accept_img_idx`). Worst case of the token budget: the whole image, whose crop is the largest.
+ZOOM_IN = register_tool(
+    Tool(
+        name="zoom_in",
+        function=TOOL_NAME,
+        prompt=prompt,
+        budget_arguments=lambda env: {"bbox_2d": [0, 0, *env.box_frame], "label": "the object"},
+        short_arguments={"bbox_2d": [10, 20, 100, 200], "label": "the object"},
+        metric="tools/zoom_calls_per_rollout",
+        kit_schema=KIT_SCHEMA,
+    )
+)
