@@ -11,6 +11,7 @@ Messages show a row's values cut short (`data.quoting`): a hostile row must not 
 
 from __future__ import annotations
 
+import ast
 import base64
 import csv
 import io
@@ -36,7 +37,9 @@ from data.task import OPTION_LETTERS, build_prompt, parse_choice
 
 logger = logging.getLogger(__name__)
 
-BENCHMARKS = ("vstar", "hrbench", "mme_realworld", "synthetic", "deepeyes", "mini_o3", "cof_rl")
+BENCHMARKS = (
+    "vstar", "hrbench", "mme_realworld", "treebench", "visualprobe", "synthetic", "deepeyes", "mini_o3", "cof_rl",
+)  # fmt: skip
 SYNTHETIC_EVAL_ROWS = 32  # the test split generated when no synthetic folder is given (~0.35 s a row to draw)
 MESSAGE_CHARS = 160  # of a value, a path or an error quoted in a bad row's message
 INT32 = 2**31  # target_bbox is saved as int32 (`TASK_FEATURES`)
@@ -201,16 +204,25 @@ def _vstar_target(annotation: Path) -> dict[str, Any]:
             raise ValueError(f"a box that is not 4 numbers: {brief(box)}")
         x, y, w, h = box
         boxes.append((x, y, x + w, y + h))
+    target = _union(boxes)
+    labels = record["target_object"]
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        raise ValueError(f"target_object is not a list of names: {brief(labels)}")
+    return {"target_bbox": target, "target_label": " and ".join(labels)}
+
+
+def _union(boxes: Sequence[Sequence[float]]) -> list[int]:
+    """The box around `boxes` (x1, y1, x2, y2 each), rounded to pixels; a ValueError for none, a box that is not
+    finite, or one past the int32 column."""
+    if not boxes:
+        raise ValueError("no box")
     union = [min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes)]
     if not all(math.isfinite(v) for v in union):
         raise ValueError(f"a box that is not finite: {brief(union)}")
     target = [round(v) for v in union]
     if not all(-INT32 <= v < INT32 for v in target):  # the column is int32: saving it would fail after every row
         raise ValueError(f"a box past the int32 range: {brief(target)}")
-    labels = record["target_object"]
-    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
-        raise ValueError(f"target_object is not a list of names: {brief(labels)}")
-    return {"target_bbox": target, "target_label": " and ".join(labels)}
+    return target
 
 
 def _is_number(value: Any) -> bool:
@@ -333,10 +345,88 @@ def _read_mme_realworld_lite(data: Path) -> Iterator[RawRow]:
             yield RawRow(file, row, values, _MME_LITE_FIELDS)
 
 
+def _read_treebench(file: Path) -> Iterator[RawRow | BadRowError]:
+    """TreeBench as VLMEvalKit downloads it (`HaochenWang/TreeBench`'s TreeBench.tsv; `vlmeval/dataset/image_mcq.py`,
+    class TreeBench): `index`, `image` (base64), `question`, options in columns A, B, ..., `answer` (a letter),
+    `category` (`Perception/<subtask>` or `Reasoning/<subtask>`) and `target_instances` (a Python list of x1, y1, x2,
+    y2 boxes, read as VLMEvalKit reads it: `ast.literal_eval`); the target box is the box around them."""
+    expect_file(file, "TreeBench.tsv (VLMEvalKit's download of HaochenWang/TreeBench) or a .parquet of its columns")
+    records = _parquet_records(file) if file.suffix == ".parquet" else _tsv_rows(file)
+    fields = {
+        "id": "index",
+        "question": "question",
+        "answer": "answer",
+        "image": "image",
+        "target_bbox": "target_instances",
+    }
+    for row, record in enumerate(records):
+        column = _not_utf8(record)
+        if column is not None:
+            yield BadRowError(file, row, column, "not UTF-8 text")
+            continue
+        options = []
+        for letter in OPTION_LETTERS:
+            if record.get(letter) in (None, "") or (
+                isinstance(record.get(letter), float) and math.isnan(record[letter])
+            ):
+                break
+            options.append(str(record[letter]).strip())
+        values = {
+            "id": record.get("index"),
+            "source": f"treebench/{_label(record.get('category'))}",
+            "question": record.get("question"),
+            "options": options,
+            "answer": record.get("answer"),
+            "image": record.get("image"),
+        }
+        instances = record.get("target_instances")
+        if instances not in (None, ""):
+            try:
+                boxes = ast.literal_eval(instances) if isinstance(instances, str) else instances
+                if not isinstance(boxes, list | tuple) or not all(
+                    isinstance(b, list | tuple) and len(b) == 4 and all(_is_number(v) for v in b) for b in boxes
+                ):
+                    raise ValueError(f"not a list of [x1, y1, x2, y2] boxes: {brief(boxes)}")
+                if boxes:
+                    values["target_bbox"] = _union(boxes)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as err:
+                yield BadRowError(file, row, "target_instances", cut(str(err), MESSAGE_CHARS) or type(err).__name__)
+                continue
+        yield RawRow(file, row, values, fields)
+
+
+# Mini-o3's VisualProbe validation files under its BASE_IMAGE_DIR (README, "RL"), easiest first
+VISUALPROBE_SPLITS = ("VisualProbe_Easy", "VisualProbe_Medium", "VisualProbe_Hard")
+
+
+def _read_visualprobe(path: Path) -> Iterator[RawRow | BadRowError]:
+    """VisualProbe as Mini-o3 releases it (its README: `${BASE_IMAGE_DIR}/VisualProbe_{Easy,Medium,Hard}/val.json`),
+    each file a JSON list of `{"images": [path relative to BASE_IMAGE_DIR], "doc_id", "problem", "solution",
+    "data_source"}`, read as Mini-o3's RL files are (`data.rl_sets.read_mini_o3`). `path`: BASE_IMAGE_DIR (every
+    split there), one split's folder, or a val.json; ids are `<split folder>/<doc_id>`, sources
+    `visualprobe/<split folder>`."""
+    if path.is_dir() and any((path / split / "val.json").is_file() for split in VISUALPROBE_SPLITS):
+        files = [path / split / "val.json" for split in VISUALPROBE_SPLITS if (path / split / "val.json").is_file()]
+    else:
+        files = [path / "val.json" if path.is_dir() else path]
+        expect_file(
+            files[0], "Mini-o3's BASE_IMAGE_DIR holding VisualProbe_{Easy,Medium,Hard}/val.json, or one of them"
+        )
+    for file in files:
+        split = file.parent.name
+        for raw in read_mini_o3(file):
+            if isinstance(raw, RawRow):
+                values = raw.values | {"id": f"{split}/{raw.values['id']}", "source": f"visualprobe/{split}"}
+                raw = raw._replace(values=values)
+            yield raw
+
+
 _READERS = {
     "vstar": _read_vstar,
     "hrbench": _read_hrbench,
     "mme_realworld": _read_mme_realworld,
+    "treebench": _read_treebench,
+    "visualprobe": _read_visualprobe,
     "deepeyes": read_deepeyes,
     "mini_o3": read_mini_o3,
     "cof_rl": read_cof_rl,

@@ -35,11 +35,15 @@ SCORING_RULES = {
     "text), then the LLM judge if asked",
     "mme_realworld": "MME-RealWorld's evaluation/eval_your_results.py (extract_characters_regex)",
     "mme_realworld_lite": "lmms-eval's tasks/mme_realworld/utils.py (extract_characters_regex, letters (A)-(E) only)",
+    "treebench": "VLMEvalKit's TreeBench.evaluate (vlmeval/dataset/image_mcq.py): the <answer> block upper-cased, "
+    "then extract_characters_regex, letters (A)-(E)",
+    "mini_o3_mc": "Mini-o3's verl/utils/reward_score/general_qa_tool_mc.py (inner_acc_reward): the last <answer> "
+    "block equal to the solution, or starting '(X)' or 'X.' with X the solution",
 }
 # What decided a sample's verdict (`rule` in samples.jsonl, counted in metrics.json's `decided_by`).
 DECIDING_RULES = (
     "strict", "boxed", "letter", "option_text", "judge", "empty_read_as_A", "none", "judge_unscored", "empty",
-    "no_answer",
+    "no_answer", "exact",
 )  # fmt: skip
 
 # The reply-level reading recorded beside ours (`rule_reply`, `correct_reply`; metrics' `accuracy_reply`,
@@ -87,7 +91,7 @@ def scoring_rule(benchmark: str, source: str = "") -> str:
     fallback after training's rule everywhere else."""
     if benchmark == "mme_realworld":
         return "mme_realworld_lite" if source.startswith("mme_realworld_lite/") else "mme_realworld"
-    return "can_infer"
+    return {"treebench": "treebench", "visualprobe": "mini_o3_mc"}.get(benchmark, "can_infer")
 
 
 def can_infer(prediction: str, options: Sequence[str]) -> tuple[int | None, str]:
@@ -131,8 +135,22 @@ def mme_choice(prediction: str, options: Sequence[str], lite: bool = False) -> t
     return "", "none"
 
 
+def mini_o3_choice(prediction: str, answer: str) -> tuple[bool, str]:
+    r"""(right, the step that decided) by Mini-o3's `general_qa_tool_mc.inner_acc_reward` on an <answer> block: equal
+    to the solution once stripped ("exact"), else `^\(([A-Z])\).*$` or `^([A-Z])\..*$` whose letter is the solution
+    ("letter"); case-sensitive, as there."""
+    text, gold = prediction.strip(), answer.strip()
+    if text == gold:
+        return True, "exact"
+    for pattern in (r"^\(([A-Z])\).*$", r"^([A-Z])\..*$"):
+        match = re.match(pattern, text, re.DOTALL)
+        if match and match.group(1) == gold:
+            return True, "letter"
+    return False, "none"
+
+
 def score_answer(
-    benchmark: str, prediction: str | None, answer: str, options: Sequence[str], source: str = ""
+    benchmark: str, prediction: str | None, answer: str, options: Sequence[str], source: str = "", tagged: bool = True
 ) -> Verdict:
     """The `Verdict` on a final answer (`prediction`; None: the agent gave none, its failure already recorded).
 
@@ -145,8 +163,12 @@ def score_answer(
         return Verdict(False, False, "no_answer")
     strict = is_correct(prediction, answer, options)
     family = scoring_rule(benchmark, source)
+    if family == "mini_o3_mc":
+        right, rule = mini_o3_choice(prediction, answer)
+        return Verdict(right, strict, rule, None if right else f"not the solution: {prediction[:100]!r}")
     if family != "can_infer":
-        letter, rule = mme_choice(prediction, options, lite=family == "mme_realworld_lite")
+        text = prediction.strip().upper() if family == "treebench" and tagged else prediction  # an <answer> block
+        letter, rule = mme_choice(text, options, lite=family in ("mme_realworld_lite", "treebench"))
         failure = None if letter else f"answer outside the options: {prediction[:100]!r}"
         return Verdict(bool(letter) and letter == answer.strip(), strict, rule, failure)
     if not prediction.strip():
@@ -168,9 +190,11 @@ def score_answer(
 
 def reply_verdict(benchmark: str, prediction: str | None, reply: str, row: dict) -> Verdict:
     """The reply-level reading (`REPLY_RULE`): our verdict when the last reply has an <answer> block; else its whole
-    text scored by the benchmark's rule (an empty reply: no answer)."""
-    text = prediction if prediction is not None else (reply if reply.strip() else None)
-    return score_answer(benchmark, text, row["answer"], row["options"], row["source"])
+    text scored by the benchmark's rule (an empty reply: no answer). VisualProbe's rule reads <answer> blocks only
+    (Mini-o3 scores a reply without one 0), so its reading is ours."""
+    whole = prediction is None and scoring_rule(benchmark, row["source"]) != "mini_o3_mc" and reply.strip()
+    text = reply if whole else prediction
+    return score_answer(benchmark, text, row["answer"], row["options"], row["source"], tagged=not whole)
 
 
 def judge_question(user_turn: str) -> str:
@@ -242,6 +266,11 @@ def benchmark_metrics(benchmark: str, records: Sequence[dict]) -> dict:
         by_category = accuracy_by(records, lambda r: r["source"].rsplit("/", 1)[-1])
         single, cross = by_category.get("single"), by_category.get("cross")
         return {"single": single, "cross": cross, "mean": mean([v for v in (single, cross) if v is not None])}
+    if benchmark == "treebench":  # sources are treebench/<Task>/<Subtask>; its Overall is `accuracy`
+        return {
+            "accuracy_by_task": accuracy_by(records, lambda r: r["source"].split("/")[1]),
+            "accuracy_by_subtask": accuracy_by(records, lambda r: "/".join(r["source"].split("/")[1:3])),
+        }
     if benchmark == "mme_realworld":  # sources are <variant>/<Task>/<Subtask>/<Category>
         return {
             "accuracy_by_task": accuracy_by(records, lambda r: r["source"].split("/")[1]),

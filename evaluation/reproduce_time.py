@@ -170,8 +170,9 @@ class RowMeter:
         self.first: tuple[float, int] | None = None
 
     def rows(self) -> int:
+        """Rows done: records written over the records a row makes (`records_per_row`)."""
         files = [self.output / SAMPLES_FILE, *self.output.glob(PART_GLOB)]
-        return sum(_complete_lines(path) for path in files)
+        return sum(_complete_lines(path) for path in files) // records_per_row(self.output)
 
     def look(self, now: float | None = None) -> Measured | None:
         now, rows = time.monotonic() if now is None else now, self.rows()
@@ -181,6 +182,17 @@ class RowMeter:
         if self.first is None or rows <= self.first[1] or now <= self.first[0]:
             return None
         return Measured(rows, self.units, (now - self.first[0]) / (rows - self.first[1]))
+
+
+def records_per_row(output: Path) -> int:
+    """How many `samples.jsonl` records an evaluation writes a benchmark row, from its `eval_args.json`: its `samples`
+    (k of Avg@k), twice when its options are also shuffled (`option_shuffle_seed`: both orders run); 1 before the
+    run has written it."""
+    try:
+        args = json.loads((output / "eval_args.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # not written yet
+        return 1
+    return max(1, int(args.get("samples") or 1)) * (1 if args.get("option_shuffle_seed") is None else 2)
 
 
 def _complete_lines(path: Path) -> int:

@@ -11,6 +11,7 @@ from data.benchmarks import read_benchmark
 from data.synthetic import build_synthetic
 from data.task import OPTION_LETTERS, USER_SUFFIX, parse_choice
 from evaluation.metrics import reply_metrics, reply_verdict
+from evaluation.reproduce_time import RowMeter, records_per_row
 from evaluation.reproduction import score_notes
 from evaluation.robustness import (
     RELEASED,
@@ -176,3 +177,13 @@ def test_a_reply_without_tags_is_read_whole_beside_ours():
     metrics = reply_metrics(records)
     assert metrics["accuracy_reply"] == 1.0  # ours: 0.5, the tag-less right answer scoring 0
     assert metrics["decided_by_reply"] == {"letter": 1, "strict": 1} and "eval_vstar.py" in metrics["reply_rule"]
+
+
+def test_the_reproduction_clock_counts_rows_not_records(tmp_path):
+    """A V* evaluation shuffled by default writes 2 records a row, 2 x k with k samples: the clock's rows are rows."""
+    assert records_per_row(tmp_path) == 1  # before eval_args.json
+    (tmp_path / "eval_args.json").write_text(json.dumps({"samples": 3, "option_shuffle_seed": 0}))
+    (tmp_path / "samples.jsonl").write_text('{"id": "x"}\n' * 13)
+    assert records_per_row(tmp_path) == 6 and RowMeter(tmp_path, 10).rows() == 2
+    (tmp_path / "eval_args.json").write_text(json.dumps({"samples": 1, "option_shuffle_seed": None}))
+    assert RowMeter(tmp_path, 10).rows() == 13
