@@ -1,8 +1,13 @@
-"""Every dataclass whose fields a recipe key can set, parsed by `utils.recipes.parse_args_and_record` (a key none of
-them has fails at start with its name): `ScriptArguments` (data, rewards: sft.py, rl.py), `MAPOConfig` (RL: rl.py),
-`SFTConfig` (SFT: sft.py), `EvalArguments` (evaluate.py) and, re-exported from below this module, `ToolConfig` (the
-tool, pixel budgets and, in its `VerifierConfig` fields, the CLIP verifier: all three) and `TrajectoryArguments`
-(gold SFT trajectories: sft.py); TRL's `ModelConfig` completes the entry scripts' tuples.
+"""Every recipe dataclass, findable from here (`RECIPE_DATACLASSES`): each field is a flat recipe key and a `--field`
+flag, parsed by `utils.recipes.parse_args_and_record` (a key none of them has fails at start with its name).
+
+Defined here: `ScriptArguments` (data, rewards: sft.py, rl.py), `MAPOConfig` (RL: rl.py), `SFTConfig` (SFT:
+sft.py), `EvalArguments` (evaluate.py). Defined beside what they configure, re-exported here: `ToolConfig`
+(`tools.config`: the tools, pixel budgets and, in its `VerifierConfig` fields, the CLIP verifier: all three entry
+scripts), `JudgeArguments` (`rewards.judge`: the LLM judge, in `ScriptArguments` and `EvalArguments`),
+`TrajectoryArguments` (`data.trajectories`: gold SFT trajectories, sft.py), `HPOArguments` (`hpo.config`) and
+`GradientProbeArguments` (`utils.probes`), both composed into `MAPOConfig`. TRL's `ModelConfig` completes the entry
+scripts' tuples.
 """
 
 from __future__ import annotations
@@ -18,16 +23,29 @@ from data import DATASETS
 from data.benchmarks import BENCHMARKS
 from data.synthetic import DEFAULT_IMAGE_SIZE, DEFAULT_OBJECT_FRACTION, QUESTION_TYPES
 from data.trajectories import TrajectoryArguments
-from hpo import HPO_SOLVERS, MAX_OFF_TRAJECTORIES, MIN_NEGATIVE_STEPS, MIN_POSITIVE_STEPS
+from hpo.config import HPOArguments
 from mapo import SEMANTIC_SCORES
 from repairs.resume import resolve_resume
 from rewards import get_reward_funcs
 from rewards.judge import JudgeArguments
 from rewards.verifiers import VERIFIERS, verifier_factory
-from tools import ToolConfig
+from tools import ToolConfig, VerifierConfig
 from utils.checks import EVAL_RANGES, check_ranges, check_vllm_version
+from utils.probes import GradientProbeArguments
 
-__all__ = ["EvalArguments", "MAPOConfig", "SFTConfig", "ScriptArguments", "ToolConfig", "TrajectoryArguments"]
+__all__ = [
+    "RECIPE_DATACLASSES",
+    "EvalArguments",
+    "GradientProbeArguments",
+    "HPOArguments",
+    "JudgeArguments",
+    "MAPOConfig",
+    "SFTConfig",
+    "ScriptArguments",
+    "ToolConfig",
+    "TrajectoryArguments",
+    "VerifierConfig",
+]
 
 
 @dataclass
@@ -110,8 +128,6 @@ class SFTConfig(trl.SFTConfig):
 
 
 ADVANTAGE_ESTIMATORS = ("grpo", "mapo", "hpo", "mapo+hpo")
-HPO_HINDSIGHT = ("online", "offline")
-HPO_FALLBACK = ("scaled", "unscaled")
 GRPO_FIELDS = {f.name for f in fields(GRPOConfig)}
 # TRL's losses that average over a micro-batch's rows (dr_grpo: rows x max_completion_length), so a row out of the loss
 # still counts; `MAPOTrainer._compute_loss` renormalises them over the generation batch's rows left in (the others
@@ -120,9 +136,10 @@ ROW_MEAN_LOSSES = ("grpo", "sapo", "luspo", "dr_grpo")
 
 
 @dataclass
-class MAPOConfig(GRPOConfig):
-    """`GRPOConfig` (every field keeps its meaning) plus the fields of the advantage estimators (MAPO's semantic
-    reward, HPO's step advantage) and of the gradient-variance probes."""
+class MAPOConfig(GRPOConfig, HPOArguments, GradientProbeArguments):
+    """`GRPOConfig` (every field keeps its meaning) plus MAPO's fields (the semantic reward), and, composed in with
+    their flat keys, HPO's step advantage (`hpo.config.HPOArguments`) and the gradient-variance probes
+    (`utils.probes.GradientProbeArguments`)."""
 
     advantage_estimator: str = field(
         default="mapo",
@@ -164,57 +181,6 @@ class MAPOConfig(GRPOConfig):
         },
     )
 
-    hpo_omega: float = field(default=0.5, metadata={"help": "omega of HPO eq. 17 (paper: 0.5)."})
-    hpo_hindsight: str = field(
-        default="online",
-        metadata={
-            "help": "HPO's hindsight set. 'online': the steps of the group's own successful rollouts (a group with "
-            "too few positive or negative steps falls back: hpo/fallback_frac, hpo/fallback/<reason>). 'offline': "
-            "successful trajectories stored per prompt in the dataset column `hpo_hindsight_column`.",
-            "choices": list(HPO_HINDSIGHT),
-        },
-    )
-    hpo_fallback: str = field(
-        default="scaled",
-        metadata={
-            "help": "Advantage of a fallback group (no step advantage): 'scaled', A_E / (1 + omega), eq. 17 with "
-            "A_S = 0 (the authors' code); 'unscaled', A_E, 1 + omega times the weight of eligible groups.",
-            "choices": list(HPO_FALLBACK),
-        },
-    )
-    hpo_solver: str = field(
-        default="exact",
-        metadata={
-            "help": "Kantorovich potentials of HPO eq. 13-14. 'exact': POT's exact solver (the paper's f*). "
-            "'geomloss': the authors' Sinkhorn, far from converged (docs/method.md).",
-            "choices": list(HPO_SOLVERS),
-        },
-    )
-    hpo_hindsight_column: str = field(
-        default="hindsight",
-        metadata={
-            "help": "Offline hindsight: per row, successful trajectories, each a list of step texts or embeddings."
-        },
-    )
-    hpo_success_threshold: float = field(
-        default=1.0,
-        metadata={"help": "A rollout succeeded when its outcome reward (R_out, without R_sem) is at least this."},
-    )
-    hpo_min_positive_steps: int = field(
-        default=MIN_POSITIVE_STEPS, metadata={"help": "Online HPO: fewest steps of successful rollouts a group needs."}
-    )
-    hpo_min_negative_steps: int = field(
-        default=MIN_NEGATIVE_STEPS, metadata={"help": "Online HPO: fewest steps of failed rollouts a group needs."}
-    )
-    hpo_max_offline_trajectories: int = field(
-        default=MAX_OFF_TRAJECTORIES,
-        metadata={"help": "Offline HPO: max_off_num; a prompt's step advantage scales by n_off / this."},
-    )
-    hpo_text_encoder: str = field(
-        default="Qwen/Qwen3-Embedding-0.6B",
-        metadata={"help": "Text encoder of HPO's intent space (HPO section 4.2), a hub name or local folder."},
-    )
-    hpo_encoder_max_length: int = field(default=8192, metadata={"help": "Longest token window the encoder reads."})
     vllm_dtype: str = field(
         default="auto",
         metadata={
@@ -224,17 +190,6 @@ class MAPOConfig(GRPOConfig):
     )
     vllm_enforce_eager: bool = field(
         default=False, metadata={"help": "Colocated vLLM engine without torch.compile and CUDA graphs (docs/vllm.md)."}
-    )
-    variance_probe_steps: int = field(
-        default=0,
-        metadata={
-            "help": "Every this many steps (0: never), log probe/grad_norm_var on the first batch (docs/method.md)."
-        },
-    )
-    variance_probe_rows: int = field(default=8, metadata={"help": "Rollouts of the probe's fixed batch."})
-    gradient_variance_batches: int = field(
-        default=0,
-        metadata={"help": "Log gradvar/* across the first this many steps' batches (0: off; docs/method.md)."},
     )
     freeze_vision_tower: bool = freeze_field("vision_tower", False, "RL")
     freeze_projector: bool = freeze_field("projector", False, "RL")
@@ -347,17 +302,6 @@ class EvalArguments(JudgeArguments):
     temperature: float = field(default=0.0, metadata={"help": "0: greedy decoding."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling, when temperature > 0."})
     seed: int = field(default=0, metadata={"help": "Seed for sampled decoding."})
-    samples: int = field(
-        default=1,
-        metadata={"help": "Rollouts per question (k of Avg@k, needs temperature > 0); metrics.json's avg_at_k."},
-    )
-    shuffle_options: str = field(
-        default="auto",
-        metadata={
-            "help": "Also evaluate each question with its options shuffled by this seed: 'auto' (V*, whose right "
-            "option is always first, with seed 0), 'off', or a seed; metrics.json's answer_order."
-        },
-    )
     dtype: str = field(default="auto", metadata={"help": "Model dtype (auto, bfloat16, float32...)."})
     attn_implementation: str | None = field(default=None, metadata={"help": "e.g. sdpa or flash_attention_2."})
     device: str | None = field(default=None, metadata={"help": "Model and CLIP device (default: cuda if any)."})
@@ -384,3 +328,19 @@ class EvalArguments(JudgeArguments):
             if self.data_path:
                 name += f"-{Path(self.data_path[0]).stem}"
             self.output_dir = str(Path("outputs") / "eval" / name)
+
+
+# Every dataclass whose fields a recipe sets, the composed parts included (tests/test_configs.py checks the entry
+# scripts' tuples against it).
+RECIPE_DATACLASSES = (
+    ScriptArguments,
+    JudgeArguments,
+    MAPOConfig,
+    HPOArguments,
+    GradientProbeArguments,
+    SFTConfig,
+    EvalArguments,
+    ToolConfig,
+    VerifierConfig,
+    TrajectoryArguments,
+)

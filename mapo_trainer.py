@@ -24,7 +24,8 @@ from hpo import HPOAdvantages, kantorovich_potentials
 from mapo import groups_outcome_all_equal, reference_advantages, scale_similarity, semantic_reward
 from repairs.response_parser import guard_response_parser
 from repairs.resume import ExactResume
-from repairs.rollout import ban_placeholder_tokens, check_token_budget, over_turn
+from repairs.rollout import ban_placeholder_tokens, over_turn
+from repairs.token_budget import check_token_budget
 from repairs.tool_rounds import AgreedToolRounds
 from repairs.vllm_images import VLLMImagePlaceholders, colocate_engine_options, reset_encoder_cache_after_sync
 from rewards.verifiers import ClipVerifier, Scene, build_verifier

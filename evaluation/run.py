@@ -50,7 +50,7 @@ from evaluation.robustness import (
     shuffle_seed,
     unit_row,
 )
-from repairs.rollout import check_token_budget
+from repairs.token_budget import check_token_budget
 from rewards import get_reward_funcs
 from rewards.judge import JudgeSettings, judge_settings
 from rewards.verifiers import ClipVerifier

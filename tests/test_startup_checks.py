@@ -23,7 +23,7 @@ from configs import ScriptArguments, SFTConfig, TrajectoryArguments
 from data import load_split
 from mapo_trainer import MAPOConfig
 from repairs.resume import EpochSeededRepeatSampler, resume_checkpoint
-from repairs.rollout import check_token_budget, token_budget
+from repairs.token_budget import check_token_budget, token_budget
 from tools import ToolConfig
 from utils import policy
 from utils.checks import (

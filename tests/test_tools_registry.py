@@ -11,7 +11,8 @@ from PIL import Image
 from trl import ModelConfig
 
 from data.task import SYSTEM_PROMPTS, build_prompt, in_box_convention, system_prompt
-from repairs.rollout import run_tool_calls, token_budget
+from repairs.rollout import run_tool_calls
+from repairs.token_budget import token_budget
 from tools import (
     PixelBudget,
     ToolConfig,

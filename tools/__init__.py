@@ -6,19 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from tools.config import (
-    BOX_CONVENTIONS,
-    RECORD_NAME,
-    PixelBudget,
-    ToolConfig,
-    ToolConfigRecorder,
-    VerifierConfig,
-    read_record,
-    record_mismatches,
-    refuse_mismatch,
-    warn_on_mismatch,
-    write_record,
-)
+from tools.config import BOX_CONVENTIONS, PixelBudget, ToolConfig, VerifierConfig
 from tools.env import (
     ENVIRONMENTS,
     RelativeZoomInEnv,
@@ -29,6 +17,15 @@ from tools.env import (
     environment_tools,
     executed_calls,
     replay_call,
+)
+from tools.record import (
+    RECORD_NAME,
+    ToolConfigRecorder,
+    read_record,
+    record_mismatches,
+    refuse_mismatch,
+    warn_on_mismatch,
+    write_record,
 )
 from tools.registry import DEFAULT_TOOLS, TOOLS, Tool, get_tool, get_tools, register_tool
 from tools.rotate import ROTATE

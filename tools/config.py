@@ -1,79 +1,26 @@
-"""`ToolConfig`: the one declaration of what SFT, RL and evaluation must agree on about the zoom-in tool and its
-CLIP verifier (`VerifierConfig`), and `tool_config.json`, the record of it that every checkpoint carries.
-
-`sft.py`, `rl.py` and `evaluate.py` all parse `ToolConfig` (flat recipe keys, `--field value` flags). Each checkpoint
-records the settings it was trained with, pixel budgets resolved from the processor (and, for RL, the rollout budget).
-A run from a checkpoint takes those values unless the recipe or command line says otherwise, and then warns with both
-values: a policy evaluated with another pixel budget sees its coordinates in another frame, silently. A different
-`box_convention` is an error instead (`refuse_mismatch`): every box would be read in a frame it was not written in.
-"""
+"""`ToolConfig`: the one declaration of what SFT, RL and evaluation must agree on about the tools and the CLIP
+verifier (`VerifierConfig`). `sft.py`, `rl.py` and `evaluate.py` all parse it (flat recipe keys, `--field value`
+flags); every checkpoint records it (`tools.record`: `tool_config.json`). The model families' own settings:
+`tools.families` (re-exported here)."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
-
+from tools.families import FAMILY_TOOL_SETTINGS as FAMILY_TOOL_SETTINGS  # re-exported: read at start-up
+from tools.families import MODEL_FAMILIES as MODEL_FAMILIES
+from tools.families import Family as Family
 from tools.registry import DEFAULT_TOOLS, get_tools
 
-RECORD_NAME = "tool_config.json"
 # `clip_resize` values, and open_clip's names for them (`create_model_and_transforms(image_resize_mode=...)`).
 OPEN_CLIP_RESIZE_MODE = {"pad": "longest", "squash": "squash", "center_crop": "shortest"}
 CLIP_RESIZE = tuple(OPEN_CLIP_RESIZE_MODE)
 # How the model writes `bbox_2d` (`ToolConfig.box_convention`): Qwen2.5-VL's absolute pixels of the resized image it
 # sees, or Qwen3-VL's 0-1000 grid relative to the image (its pre-training's grounding format).
 BOX_CONVENTIONS = ("pixels", "relative_1000")
-# The model families the repo supports, by config.json `model_type`: their name, their own tool settings (what a run
-# takes for a setting neither the recipe, the command line nor the starting checkpoint's record sets:
-# `utils.recipes.parse_args_and_record`) and the chat templates their processor may carry (TRL 1.16's names,
-# `trl/chat_templates/<name>.jinja`; the first when the checkpoint carries none of them: `utils.models.load_processor`).
-# A model of another type is refused by training and evaluation alike (`utils.checks.check_family`).
-# - Qwen2.5-VL: boxes in pixels of the resized image. Its stock template drops `tools` and cannot put images in tool
-#   responses, so it gets TRL's Qwen3-VL template (recipes/chat_template.jinja), as Qwen3-VL does.
-# - Qwen3-VL and its MoE models (30B-A3B, 235B-A22B: `qwen3_vl_moe`, which shares its processor, transformers 5.17's
-#   `Qwen3VLProcessor`): its 0-1000 grounding (recipes/README.md, "Qwen3-VL: box coordinates") and Qwen-Agent's
-#   `img_idx` (qwen_agent/tools/image_zoom_in_qwen3vl.py).
-# - Qwen3.5, dense (0.8B-27B: `qwen3_5`) and MoE (35B-A3B to 397B-A17B: `qwen3_5_moe`), Gated DeltaNet and gated
-#   attention layers: transformers 5.17 gives it Qwen3-VL's processor (processing_auto: qwen3_5 -> Qwen3VLProcessor,
-#   the image processor of 16-pixel patches merged 2 x 2). Its tool settings are Qwen-Agent's zoom tool's, the one it
-#   ships (qwen_agent/tools/image_zoom_in_qwen3vl.py, unchanged by its Qwen3.5 release commit 6f5acff of 2026-02-16,
-#   which added only examples/assistant_qwen3.5.py): bbox_2d read as `rel / 1000 * width` (0-1000) and `img_idx`.
-#   Not verified against Qwen's own Qwen3.5 documentation: QwenLM/Qwen3.5's README states no grounding frame, and its
-#   user guide was "coming soon" (the 0-1000 frame is also what third-party notes on Qwen3.5 state). The pixel budgets
-#   stay the recipes' (recipes/README.md, "Qwen3.5"): Qwen-Agent's tool upsamples a crop to at least 256 x 32 x 32 =
-#   262,144 pixels (smart_resize, factor 32, max 12,845,056), where the recipes' floor is Mini-o3's 40,000. Its
-#   chat templates are its own pair, which TRL 1.16 ships with training variants: thinking (Qwen3.5-4B and larger ship
-#   it; the generation prompt opens `<think>`, which the task's format needs) and non-thinking (2B and smaller).
-# transformers 5.17's other Qwen VL types are not taken: Qwen2-VL (`qwen2_vl`: its own processor, its grounding 0-1000
-# in box tokens, not `bbox_2d`) and `qwen4_exp` (Qwen3-VL's processor, but its grounding frame is not checked here).
-
-
-@dataclass(frozen=True)
-class Family:
-    """A supported model family: its name, its own tool settings (`ToolConfig` fields) and the TRL chat templates its
-    processor may carry, the default first."""
-
-    name: str
-    tool: dict[str, Any]
-    chat_templates: tuple[str, ...] = ("qwen3_vl",)
-
-
-_QWEN3_VL_TOOL = {"box_convention": "relative_1000", "accept_img_idx": True}
-_QWEN3_5_TEMPLATES = ("qwen3_5_think", "qwen3_5_nothink")
-MODEL_FAMILIES = {
-    "qwen2_5_vl": Family("Qwen2.5-VL", {"box_convention": "pixels", "accept_img_idx": False}),
-    "qwen3_vl": Family("Qwen3-VL", _QWEN3_VL_TOOL),
-    "qwen3_vl_moe": Family("Qwen3-VL-MoE", _QWEN3_VL_TOOL),
-    "qwen3_5": Family("Qwen3.5", _QWEN3_VL_TOOL, _QWEN3_5_TEMPLATES),
-    "qwen3_5_moe": Family("Qwen3.5-MoE", _QWEN3_VL_TOOL, _QWEN3_5_TEMPLATES),
-}
-FAMILY_TOOL_SETTINGS = {kind: family.tool for kind, family in MODEL_FAMILIES.items()}
 
 
 def open_clip_resize_mode(clip_resize: str) -> str:
@@ -244,78 +191,3 @@ class ToolConfig(VerifierConfig):
             crop_max_pixels=self.crop_budget(image_budget).max_pixels,
             crop_min_pixels=self.crop_budget(image_budget).min_pixels,
         )
-
-
-def write_record(output_dir: str | os.PathLike, tool: dict[str, Any], **rollout: Any) -> Path:
-    """Write `tool_config.json` into `output_dir`: the tool settings (`ToolConfig.as_record`) and RL's rollout budget
-    (`max_completion_length`, `max_tool_calling_iterations`), which evaluation replays."""
-    path = Path(output_dir) / RECORD_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"tool": tool, "rollout": rollout}, indent=2) + "\n", encoding="utf-8")
-    return path
-
-
-# Settings earlier checkpoints recorded that no longer exist, ignored when read (`environment`: the zoom-in tool).
-RETIRED_SETTINGS = ("environment",)
-# Settings earlier checkpoints did not record, read as what they were trained with: boxes in pixels, no `img_idx`.
-UNRECORDED_SETTINGS = {"box_convention": "pixels", "accept_img_idx": False}
-# Recorded settings a run may not change: boxes read in another frame than they were trained in crop the wrong region
-# on every call, silently (a pixel budget changed only rescales the frame, which a warning covers).
-MUST_MATCH = ("box_convention",)
-
-
-def read_record(checkpoint: str | os.PathLike | None) -> dict[str, dict[str, Any]] | None:
-    """The record of a local checkpoint folder, or None (no record, or a hub name: nothing is downloaded for it)."""
-    if checkpoint is None:
-        return None
-    path = Path(checkpoint) / RECORD_NAME
-    if not path.is_file():
-        return None
-    record = json.loads(path.read_text(encoding="utf-8"))
-    tool = UNRECORDED_SETTINGS | {k: v for k, v in record.get("tool", {}).items() if k not in RETIRED_SETTINGS}
-    if "crop_min_pixels" not in tool and "min_pixels" in tool:  # recorded before it existed: floored at min_pixels
-        tool["crop_min_pixels"] = tool["min_pixels"]
-    known = {f.name for f in fields(ToolConfig)}
-    if unknown := set(tool) - known:
-        raise ValueError(f"{path}: unknown tool setting(s) {sorted(unknown)}; known: {sorted(known)}")
-    return {"tool": tool, "rollout": record.get("rollout", {})}
-
-
-def record_mismatches(record: dict[str, dict[str, Any]], values: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """`{name: (recorded, used)}` for every recorded setting that `values` sets to something else."""
-    recorded = {**record["tool"], **record["rollout"]}
-    return {k: (recorded[k], values[k]) for k in recorded if k in values and values[k] != recorded[k]}
-
-
-def refuse_mismatch(checkpoint: str | os.PathLike, mismatches: dict[str, tuple[Any, Any]]) -> None:
-    """Raise, naming both values, when a setting of `MUST_MATCH` differs from what `checkpoint` was trained with."""
-    if refused := {name: mismatches[name] for name in MUST_MATCH if name in mismatches}:
-        lines = "; ".join(
-            f"{name}: trained with {old!r}, the recipe or command line sets {new!r}"
-            for name, (old, new) in refused.items()
-        )
-        raise ValueError(
-            f"{checkpoint} was trained with other tool settings than this run's ({RECORD_NAME}): {lines}. The policy "
-            "writes its boxes in the convention it was trained with; leave the setting out (the record's is taken) "
-            "or start from a checkpoint trained with the one you set."
-        )
-
-
-def warn_on_mismatch(checkpoint: str | os.PathLike, mismatches: dict[str, tuple[Any, Any]]) -> None:
-    """One warning naming every setting that differs from what `checkpoint` was trained with, and both values."""
-    if mismatches:
-        lines = "; ".join(
-            f"{name}: trained with {old!r}, now {new!r}" for name, (old, new) in sorted(mismatches.items())
-        )
-        warnings.warn(f"{checkpoint} was trained with other tool settings ({RECORD_NAME}): {lines}", stacklevel=2)
-
-
-class ToolConfigRecorder(TrainerCallback):
-    """Writes the tool record into every checkpoint folder the trainer saves (`checkpoint-<step>/`)."""
-
-    def __init__(self, tool: dict[str, Any], **rollout: Any):
-        self.tool, self.rollout = tool, rollout
-
-    def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            write_record(Path(args.output_dir) / f"checkpoint-{state.global_step}", self.tool, **self.rollout)
