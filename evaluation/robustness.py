@@ -219,10 +219,11 @@ def order_check(benchmark: str, records: Sequence[dict], seed: int) -> dict[str,
 
 
 def _gold_letters(records: Sequence[dict]) -> dict[str, int]:
+    """How many questions (with options) have their right option under each letter (once each, whatever k)."""
+    letters = {r.get("question_id", r["id"]): r["answer"] for r in records if r["options"]}
     counts: dict[str, int] = defaultdict(int)
-    for record in records:
-        if record["options"]:
-            counts[record["answer"]] += 1
+    for letter in letters.values():
+        counts[letter] += 1
     return dict(sorted(counts.items()))
 
 

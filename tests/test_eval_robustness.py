@@ -5,7 +5,6 @@ synthetic set's rows and on V*'s release layout (gold always the first option), 
 import json
 
 import pytest
-from PIL import Image
 
 from data.benchmarks import read_benchmark
 from data.synthetic import build_synthetic
@@ -27,8 +26,7 @@ from evaluation.robustness import (
     shuffle_seed,
     unit_row,
 )
-
-VSTAR_SUFFIX = "Answer with the option's letter from the given choices directly."
+from tests.eval_releases import write_vstar_release
 
 
 def verdict(qid, correct, order=RELEASED, sample=0, source="vstar/direct_attributes", answer="A"):
@@ -86,24 +84,7 @@ def test_a_shuffled_synthetic_row_keeps_its_gold_option_and_records_the_order():
 # ------------------------------------------------------------------------------------- V*'s release layout
 @pytest.fixture
 def vstar_release(tmp_path):
-    """craigwu/vstar_bench as released: every question's label is A, its right option first (vstar issue 8)."""
-    root = tmp_path / "vstar_bench"
-    lines = []
-    for qid in range(8):
-        rel = f"direct_attributes/sa_{qid}.jpg"
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        Image.new("RGB", (64, 48), (qid * 20, 0, 0)).save(root / rel)
-        options = [f"colour{qid}", "blue", "green", "white"]
-        (root / rel).with_suffix(".json").write_text(
-            json.dumps(
-                {"question": "What colour?", "options": options, "target_object": ["cup"], "bbox": [[4, 4, 10, 10]]}
-            )  # fmt: skip
-        )
-        letters = "\n".join(f"({chr(65 + i)}) {option}" for i, option in enumerate(options))
-        lines.append(json.dumps({"image": rel, "text": f"What colour?\n{letters}\n{VSTAR_SUFFIX}",
-                                 "category": "direct_attributes", "question_id": qid, "label": "A"}))  # fmt: skip
-    (root / "test_questions.jsonl").write_text("\n".join(lines) + "\n")
-    return root
+    return write_vstar_release(tmp_path / "vstar_bench")
 
 
 def test_vstar_is_shuffled_by_default_and_the_gold_letter_moves(vstar_release):

@@ -12,6 +12,7 @@ from data.task import OPTION_LETTERS, parse_choice
 from evaluation import run as evaluation_run
 from evaluation.grounding import iou
 from evaluation.run import read_samples, run_evaluation
+from tests.eval_releases import write_vstar_release
 from tiny.scripted import answer_turn, force_tool_calls
 from tools import ToolConfig, box_contains
 from utils.models import load_processor
@@ -134,3 +135,34 @@ def test_a_resumed_run_adds_nothing_and_a_changed_order_is_refused(tiny_kit, syn
         run_evaluation(*eval_args(tiny_kit, synthetic_dir, output_dir, shuffle_options="off"))
     with pytest.raises(ValueError, match="samples=2 needs sampling"):
         run_evaluation(*eval_args(tiny_kit, synthetic_dir, output_dir, temperature=0.0))
+
+
+def test_vstar_in_its_release_layout_k_samples_shuffled_by_default(tiny_kit, tmp_path):
+    """V*'s release layout (every right option first), k = 2, `shuffle_options` left at auto: every question in both
+    orders, its gold letter all A as released; Avg@k, the reply reading and the grounding from the annotations'
+    boxes, each recomputed from samples.jsonl (even questions' targets inside the scripted zoom, odd ones outside)."""
+    root = write_vstar_release(tmp_path / "vstar_bench", questions=4, size=(448, 336))
+    original = evaluation_run.load_model
+
+    def load_model(name_or_path, **kwargs):
+        model = original(name_or_path, **kwargs)
+        force_tool_calls(model, load_processor(name_or_path).tokenizer, answer=untagged_or_tagged)
+        return model
+
+    args = eval_args(tiny_kit, root, tmp_path / "run", benchmark="vstar", shuffle_options="auto")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(evaluation_run, "load_model", load_model)
+        metrics = run_evaluation(*args)
+    records = read_samples(tmp_path / "run" / "samples.jsonl")
+    assert len(records) == 16 and metrics["n"] == 8  # 4 questions x 2 orders x 2 samples; the headline's 8
+    order = metrics["answer_order"]
+    assert order["seed"] == 0 and order["gold_letter"]["released"] == {"A": 4}
+    assert order["released"] == 0.5  # "A" is right on every released question, tagged on one sample of two
+    shuffled = [r for r in records if r["order"] == "shuffled"]
+    assert metrics["avg_at_k"]["score"] == sum(r["correct"] for r in shuffled) / 8
+    assert metrics["accuracy_reply"] == sum(r["answer"] == "A" for r in shuffled) / 8  # tag-less "It is A." read
+    boxes = [(c["box"], r["target_bbox"]) for r in shuffled for c in r["calls"] if c["box"]]
+    hits = [box_contains(b, t) for b, t in boxes]
+    figures = metrics["grounding"]["by_source"]["vstar/direct_attributes"]
+    assert figures["boxes"] == len(boxes) == 8 and figures["hit_rate"] == sum(hits) / 8
+    assert 0 < sum(hits) < 8  # the scripted zoom covers the even questions' targets only
