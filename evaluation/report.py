@@ -18,6 +18,7 @@ from typing import Any
 from PIL import Image
 
 THUMBNAIL, CROP_THUMBNAIL = 480, 160  # longest side, pixels
+PER_QUESTION = ("question_means",)  # metrics.json entries with one value per question: in metrics.json only
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}
@@ -65,9 +66,12 @@ def _fmt(value: Any) -> str:
 
 
 def _metrics_table(metrics: Mapping[str, Any]) -> str:
-    cells = []  # (name, value); a nested mapping's entries are named `key / k`
+    cells = []  # (name, value); a nested mapping's entries are named `key / k` (each question's mean left out)
     for key, value in metrics.items():
-        cells += [(f"{key} / {k}", v) for k, v in value.items()] if isinstance(value, Mapping) else [(key, value)]
+        if isinstance(value, Mapping):
+            cells += [(f"{key} / {k}", v) for k, v in value.items() if k not in PER_QUESTION]
+        else:
+            cells.append((key, value))
     rows = "".join(f"<tr><td>{html.escape(name)}</td><td>{_fmt(value)}</td></tr>" for name, value in cells)
     return f"<table class='metrics'>{rows}</table>"
 
@@ -136,6 +140,11 @@ def _card(record: Mapping[str, Any], image: Image.Image | None) -> str:
     gap = any(call["gap"] for call in record["calls"])
     verdict = "<span class='ok'>✓ correct</span>" if correct else "<span class='bad'>✗ wrong</span>"
     failure = f" · failure: {html.escape(record['failure'])}" if record["failure"] else ""
+    if "order" in record:  # issue 64: options shuffled, or k samples
+        failure += f" · {html.escape(str(record['order']))} order, sample {record.get('sample', 0)}"
+    if "correct_reply" in record and record["correct_reply"] != record["correct"]:
+        reading = "right" if record["correct_reply"] else "wrong"
+        failure += f" · read as a whole reply: {reading} ({html.escape(str(record.get('rule_reply')))})"
     crops = "".join(_crop_panel(k, call, image) for k, call in enumerate(record["calls"], start=1))
     return (
         f"<section class='card' id='sample-{html.escape(record['id'])}' data-wrong='{str(not correct).lower()}' "

@@ -1,7 +1,8 @@
 """Issue 64, item 4: the zoom boxes against the target boxes, by hand (IoU, hits, accuracy when the model looked
-where the answer is, z_t of crops that hit and missed)."""
+where the answer is, z_t of crops that hit and missed); and what report.html shows of items 1, 2 and 5."""
 
 from evaluation.grounding import NO_VERIFIER, grounding, iou, z_by_hit
+from evaluation.report import render_report
 
 
 def call(box, z=None):
@@ -46,3 +47,16 @@ def test_without_targets_or_z():
     assert grounding([record("synthetic/x", None, [call([0, 0, 1, 1])], True)]) is None
     unscored = grounding([record("vstar/x", [0, 0, 1, 1], [call([0, 0, 1, 1])], True)])
     assert unscored["z_note"] == NO_VERIFIER and z_by_hit([record("vstar/x", [0, 0, 1, 1], [], True)]) == {}
+
+
+def test_the_report_shows_the_order_and_the_reply_reading_and_leaves_per_question_means_out():
+    record = {
+        "id": "q1#released", "source": "vstar/direct_attributes", "question": "What colour?", "prediction": None,
+        "answer": "A", "correct": False, "failure": "no <answer>", "calls": [], "messages": [], "order": "released",
+        "sample": 1, "correct_reply": True, "rule_reply": "letter",
+    }  # fmt: skip
+    page = render_report(
+        [record], lambda _: None, metrics={"avg_at_k": {"score": 0.5, "question_means": {"q1": 0.5}}}, title="t"
+    )
+    assert "released order, sample 1" in page and "read as a whole reply: right (letter)" in page
+    assert "avg_at_k / score" in page and "question_means" not in page
