@@ -3,9 +3,11 @@ seed beside the released order) and the reply-level reading beside ours; by hand
 synthetic set's rows and on V*'s release layout (gold always the first option), then one evaluation run end to end."""
 
 import json
+from dataclasses import asdict
 
 import pytest
 
+from configs import EvalArguments
 from data.benchmarks import read_benchmark
 from data.synthetic import build_synthetic
 from data.task import OPTION_LETTERS, USER_SUFFIX, parse_choice
@@ -26,7 +28,9 @@ from evaluation.robustness import (
     shuffle_seed,
     unit_row,
 )
+from evaluation.run import _check_resume as check_resume
 from tests.eval_releases import write_vstar_release
+from tools import ToolConfig
 
 
 def verdict(qid, correct, order=RELEASED, sample=0, source="vstar/direct_attributes", answer="A"):
@@ -168,3 +172,17 @@ def test_the_reproduction_clock_counts_rows_not_records(tmp_path):
     assert records_per_row(tmp_path) == 6 and RowMeter(tmp_path, 10).rows() == 2
     (tmp_path / "eval_args.json").write_text(json.dumps({"samples": 1, "option_shuffle_seed": None}))
     assert RowMeter(tmp_path, 10).rows() == 13
+
+
+def test_a_run_recorded_before_samples_and_shuffling_resumes_only_as_it_was(tmp_path):
+    """An eval_args.json without `samples` and `option_shuffle_seed` was one greedy sample in the released order: it
+    resumes unshuffled and is refused shuffled (V*'s new default), naming the field."""
+    args = EvalArguments(model_name_or_path="m", benchmark="vstar", data_path=["d"], output_dir=str(tmp_path))
+    tool = ToolConfig()
+    record = asdict(args) | {"tool": asdict(tool)}
+    for key in ("samples", "shuffle_options"):
+        record.pop(key)
+    (tmp_path / "eval_args.json").write_text(json.dumps(record))
+    check_resume(tmp_path, args, tool, None)
+    with pytest.raises(ValueError, match="'option_shuffle_seed': \\(None, 0\\)"):
+        check_resume(tmp_path, args, tool, 0)
