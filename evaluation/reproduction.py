@@ -269,9 +269,9 @@ def write_report(run_dir: Path, set_name: str, chosen: dict, spec: dict, stages:
         "Ours: the base model, the SFT checkpoint and the RL checkpoint, each evaluated by the same harness under the "
         "same settings; accuracy (HR-Bench: the mean of its single and cross accuracies, as published). Each row's "
         "protocol says how its numbers were obtained: rows of different protocols are not the same measurement. "
-        "Beside ours: the 95% bootstrap interval over questions ([low, high]) and, where the options were shuffled "
-        "(V*: its right option is always first as released), the score in the released order and the share of "
-        "verdicts that flip between the orders.",
+        "Beside ours: the 95% bootstrap interval over questions ([low, high]) and, where the options were also "
+        "shuffled (`answer_order`: docs/evaluation.md), the score in the order as released and the share of verdicts "
+        "that flip between the orders.",
         "",
         *score_table(run_dir, spec),
         "",

@@ -19,11 +19,12 @@ from typing import Any
 from data.task import OPTION_LETTERS, parse_choice
 
 RELEASED, SHUFFLED = "released", "shuffled"
-# Benchmarks whose released files put the right option in one fixed place, shuffled by default (seed 0) with the
-# released order evaluated beside: V*'s correct answer is always its first option (penghao-wu/vstar issue #8, the
-# authors: "for other systems or methods like GPT4, we do shuffle the options"; DeepEyes' eval/eval_vstar.py saves
-# `answer = anno['options'][0]` and its judge_result.py scores against "A").
-FIXED_GOLD_POSITION = {"vstar": 0}
+# A benchmark whose files, as read, put every question's right option under one letter is shuffled by default (seed
+# AUTO_SEED) and evaluated in the read order beside: V*'s per-image annotations list the right option first
+# (penghao-wu/vstar issue 8; DeepEyes' eval/eval_vstar.py reads them, saves `answer = anno['options'][0]` and its
+# judge scores against "A": DeepEyes PR 66 measured 89.0 and 91.6 so against 84.3 and 85.9 shuffled), while its
+# test_questions.jsonl, which `data.benchmarks` reads, lists them shuffled (PR 66): decided from the rows, not the name.
+AUTO_SEED, MIN_FIXED_ROWS = 0, 4
 BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, INTERVAL_LEVEL = 1000, 0, 0.95
 OFF = ("off", "none", "no", "false")
 
@@ -39,11 +40,21 @@ class Unit:
     id: str
 
 
-def shuffle_seed(benchmark: str, setting: str | int | None) -> int | None:
-    """The seed options are shuffled with, or None for the released order only. `setting`: "auto" (the benchmark's
-    default: `FIXED_GOLD_POSITION`'s benchmarks shuffled with seed 0, others not), "off", or a seed (an integer)."""
+def fixed_gold_letter(answers: Sequence[str], options: Sequence[Sequence[str]]) -> str | None:
+    """The letter every multiple-choice row's right option sits under, when at least `MIN_FIXED_ROWS` rows have
+    options and all agree; else None."""
+    letters = {
+        OPTION_LETTERS[parse_choice(a, o)] for a, o in zip(answers, options) if o and parse_choice(a, o) is not None
+    }
+    rows = sum(1 for o in options if o)
+    return next(iter(letters)) if rows >= MIN_FIXED_ROWS and len(letters) == 1 else None
+
+
+def shuffle_seed(setting: str | int | None, fixed_letter: str | None = None) -> int | None:
+    """The seed options are shuffled with, or None for the order as read only. `setting`: "auto" (`AUTO_SEED` when
+    the rows put every right option under one letter, `fixed_letter`; else no shuffling), "off", or a seed."""
     if setting is None or str(setting).strip().lower() == "auto":
-        return FIXED_GOLD_POSITION.get(benchmark)
+        return AUTO_SEED if fixed_letter is not None else None
     text = str(setting).strip().lower()
     if text in OFF:
         return None

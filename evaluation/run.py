@@ -45,6 +45,7 @@ from evaluation.robustness import (
     avg_at_k,
     check_samples,
     draw_seed,
+    fixed_gold_letter,
     order_check,
     plan_units,
     shuffle_seed,
@@ -250,17 +251,20 @@ def run_evaluation(
     out = Path(args.output_dir)
     rank, world, local_rank = shard or process_shard()
     check_samples(args.samples, args.temperature)
-    seed = shuffle_seed(args.benchmark, args.shuffle_options)
-    if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        _check_resume(out, args, tool, seed)
-    else:
-        _wait_for(lambda: (out / "eval_args.json").is_file(), "the first process's eval_args.json", out)
+    shuffle_seed(args.shuffle_options)  # a setting that is not one fails before the data is read
     # a sampled selection draws from every row, so the synthetic split is drawn whole
     rows_needed = args.limit if args.sample_seed is None else None
     dataset, skipped = read_benchmark(
         args.benchmark, args.data_path, split=args.split, skip_bad_rows=args.skip_bad_rows, rows=rows_needed
     )
+    # "auto" shuffles where every right option sits under one letter, as V*'s annotation order has it: from the rows
+    fixed = fixed_gold_letter(dataset["answer"], dataset["options"])
+    seed = shuffle_seed(args.shuffle_options, fixed)
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        _check_resume(out, args, tool, seed)
+    else:
+        _wait_for(lambda: (out / "eval_args.json").is_file(), "the first process's eval_args.json", out)
     # Rows are decoded by the agent, so that an image that does not decode fails its sample, not the run.
     dataset = dataset.cast_column("image", datasets.Image(decode=False))
     ids = dataset["id"]
@@ -310,6 +314,12 @@ def run_evaluation(
     _wait_for(lambda: wanted <= recorded_ids(out), f"the other {world - 1} processes' samples", out)
     records = [record for record in merge_parts(out) if record["id"] in wanted]
     metrics = run_metrics(records, args, seed, skipped_rows=len(skipped))
+    if seed is not None:
+        metrics["answer_order"]["why"] = (
+            f"auto: every multiple-choice row's right option is {fixed} as read"
+            if str(args.shuffle_options).strip().lower() == "auto"
+            else f"--shuffle_options {args.shuffle_options}"
+        )
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     if "grounding" in metrics:  # z_t of the crops that hit and missed: `GROUNDING_FILE`
         z_split = {"z_by_hit": z_by_hit(records_in_order(records, seed))}

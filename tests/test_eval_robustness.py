@@ -20,6 +20,7 @@ from evaluation.robustness import (
     avg_at_k,
     bootstrap_interval,
     check_samples,
+    fixed_gold_letter,
     headline,
     option_permutation,
     order_check,
@@ -39,12 +40,16 @@ def verdict(qid, correct, order=RELEASED, sample=0, source="vstar/direct_attribu
 
 
 # ---------------------------------------------------------------------------------------------- settings, units
-def test_the_shuffle_setting_resolves_per_benchmark():
-    assert shuffle_seed("vstar", "auto") == 0  # V*'s right option is always first as released
-    assert shuffle_seed("hrbench", "auto") is None and shuffle_seed("mme_realworld", "auto") is None
-    assert shuffle_seed("vstar", "off") is None and shuffle_seed("hrbench", "7") == 7
+def test_auto_shuffles_where_the_rows_put_every_right_option_under_one_letter():
+    four = [["a", "b"]] * 4
+    assert fixed_gold_letter(["A"] * 4, four) == "A"  # V*'s annotation order: the right option first
+    assert fixed_gold_letter(["A", "A", "B", "A"], four) is None  # test_questions.jsonl's: shuffled
+    assert fixed_gold_letter(["A"] * 3, four[:3]) is None  # fewer than MIN_FIXED_ROWS: chance, not a layout
+    assert fixed_gold_letter(["b", "b", "b", "b", "x"], [*four, []]) == "B"  # by option text; open rows aside
+    assert shuffle_seed("auto", "A") == 0 and shuffle_seed("auto", None) is None
+    assert shuffle_seed("off", "A") is None and shuffle_seed("7", None) == 7
     with pytest.raises(ValueError, match="shuffle_options must be 'auto', 'off' or an integer seed; got 'x'"):
-        shuffle_seed("vstar", "x")
+        shuffle_seed("x")
 
 
 def test_k_samples_need_sampling():
@@ -93,7 +98,8 @@ def vstar_release(tmp_path):
 
 def test_vstar_is_shuffled_by_default_and_the_gold_letter_moves(vstar_release):
     dataset, _ = read_benchmark("vstar", vstar_release)
-    seed = shuffle_seed("vstar", "auto")
+    seed = shuffle_seed("auto", fixed_gold_letter(dataset["answer"], dataset["options"]))
+    assert seed == 0
     units = plan_units(dataset["id"], range(len(dataset)), samples=1, seed=seed)
     shown = [unit_row(dataset[u.row], u, seed) for u in units]
     released = [r["answer"] for r, u in zip(shown, units) if u.order == RELEASED]

@@ -11,6 +11,7 @@ from data.synthetic import build_synthetic
 from data.task import OPTION_LETTERS, parse_choice
 from evaluation import run as evaluation_run
 from evaluation.grounding import iou
+from evaluation.robustness import fixed_gold_letter
 from evaluation.run import read_samples, run_evaluation
 from tests.eval_releases import write_vstar_release
 from tiny.scripted import answer_turn, force_tool_calls
@@ -127,6 +128,14 @@ def test_grounding_against_the_synthetic_targets(sampled_run):
         assert z_split.get(side) == (pytest.approx(sum(zs) / len(zs), rel=1e-12) if zs else None)
 
 
+def test_auto_leaves_the_synthetic_set_as_read(sampled_run):
+    """The synthetic set draws its options shuffled: "auto" does not shuffle it (this run names seed 3)."""
+    metrics, _, _ = sampled_run
+    assert metrics["answer_order"]["why"] == "--shuffle_options 3"
+    rows = build_synthetic(12, seed=0, split="test", min_size=448, max_size=640)
+    assert sum(1 for o in rows["options"] if o) >= 4 and fixed_gold_letter(rows["answer"], rows["options"]) is None
+
+
 def test_a_resumed_run_adds_nothing_and_a_changed_order_is_refused(tiny_kit, synthetic_dir, sampled_run):
     metrics, output_dir, records = sampled_run
     again = run_evaluation(*eval_args(tiny_kit, synthetic_dir, output_dir))  # every unit recorded: no model loads
@@ -157,6 +166,7 @@ def test_vstar_in_its_release_layout_k_samples_shuffled_by_default(tiny_kit, tmp
     assert len(records) == 16 and metrics["n"] == 8  # 4 questions x 2 orders x 2 samples; the headline's 8
     order = metrics["answer_order"]
     assert order["seed"] == 0 and order["gold_letter"]["released"] == {"A": 4}
+    assert order["why"] == "auto: every multiple-choice row's right option is A as read"
     assert order["released"] == 0.5  # "A" is right on every released question, tagged on one sample of two
     shuffled = [r for r in records if r["order"] == "shuffled"]
     assert metrics["avg_at_k"]["score"] == sum(r["correct"] for r in shuffled) / 8
