@@ -10,9 +10,10 @@ VSTAR_SUFFIX = "Answer with the option's letter from the given choices directly.
 
 
 def write_vstar_release(root: Path, questions: int = 8, size: tuple[int, int] = (64, 48)) -> Path:
-    """craigwu/vstar_bench as released: test_questions.jsonl, <category>/<image>.jpg and its .json annotation; every
-    question's label is A, its right option `colour<i>` first (penghao-wu/vstar issue 8); the target box of an even
-    question at x, y 40-60, of an odd one at 0-10."""
+    """craigwu/vstar_bench's layout (test_questions.jsonl, <category>/<image>.jpg and its .json annotation) with its
+    questions in the annotations' option order: every label A, the right option `colour<i>` first (penghao-wu/vstar
+    issue 8; the released test_questions.jsonl is shuffled, DeepEyes PR 66): what "auto" shuffles. The target box of
+    an even question at x, y 40-60, of an odd one at 0-10."""
     lines = []
     for qid in range(questions):
         rel = f"direct_attributes/sa_{qid}.jpg"

@@ -1,6 +1,6 @@
 """Issue 64, items 1, 2 and 5: Avg@k with a bootstrap interval, the answer-order check (options shuffled by a fixed
 seed beside the released order) and the reply-level reading beside ours; by hand on hand-made records, on the
-synthetic set's rows and on V*'s release layout (gold always the first option), then one evaluation run end to end."""
+synthetic set's rows and on V*'s layout in its annotations' order (gold always the first option)."""
 
 import json
 from dataclasses import asdict
