@@ -2,11 +2,14 @@
 
     python evaluate.py --model_name_or_path outputs/tiny/qwen2_5_vl --benchmark synthetic --limit 8
     python evaluate.py --model_name_or_path <ckpt> --benchmark vstar --data_path /data/vstar_bench
+    python evaluate.py --model_name_or_path <ckpt> --benchmark treebench --data_path TreeBench.tsv --samples 8 \
+        --temperature 1.0 --shuffle_options 0
     python evaluate.py --config my_eval.yaml
 
 Writes `outputs/eval/<run>/`: `samples.jsonl` (one line per sample: trajectory, boxes, labels, z_t, answer,
-correctness, failure reason), `metrics.json` and `report.html`. Rerunning into the same directory resumes: samples
-already in `samples.jsonl` are skipped, and the metrics are recomputed from the whole file.
+correctness, failure reason), `metrics.json` (with Avg@k and its interval, the answer-order check, the reply-level
+reading and grounding), `grounding_z.json` where rows have target boxes, and `report.html`. Rerunning into the same
+directory resumes: samples already in `samples.jsonl` are skipped, and the metrics are recomputed from the whole file.
 """
 
 from __future__ import annotations
