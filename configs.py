@@ -1,51 +1,38 @@
 """Every recipe dataclass, findable from here (`RECIPE_DATACLASSES`): each field is a flat recipe key and a `--field`
 flag, parsed by `utils.recipes.parse_args_and_record` (a key none of them has fails at start with its name).
 
-Defined here: `ScriptArguments` (data, rewards: sft.py, rl.py), `MAPOConfig` (RL: rl.py), `SFTConfig` (SFT:
-sft.py), `EvalArguments` (evaluate.py). Defined beside what they configure, re-exported here: `ToolConfig`
-(`tools.config`: the tools, pixel budgets and, in its `VerifierConfig` fields, the CLIP verifier: all three entry
-scripts), `JudgeArguments` (`rewards.judge`: the LLM judge, in `ScriptArguments` and `EvalArguments`),
-`TrajectoryArguments` (`data.trajectories`: gold SFT trajectories, sft.py), `HPOArguments` (`hpo.config`) and
-`GradientProbeArguments` (`utils.probes`), both composed into `MAPOConfig`. TRL's `ModelConfig` completes the entry
-scripts' tuples.
+Defined here, RL's: `ScriptArguments` (data, rewards: sft.py, rl.py) and `MAPOConfig` (rl.py). Defined beside what
+they configure, importable from here: `SFTConfig` (`arguments.sft`: sft.py), `EvalArguments` (`arguments.evaluation`:
+evaluate.py), `ToolConfig` (`tools.config`: the tools, pixel budgets and, in its `VerifierConfig` fields, the CLIP
+verifier: all three entry scripts), `JudgeArguments` (`rewards.judge`: the LLM judge, in `ScriptArguments` and
+`EvalArguments`), `TrajectoryArguments` (`data.trajectories`: gold SFT trajectories, sft.py), `HPOArguments`
+(`hpo.config`) and `GradientProbeArguments` (`utils.probes`), both composed into `MAPOConfig`. TRL's `ModelConfig`
+completes the entry scripts' tuples.
 """
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 
 import trl
 from trl import GRPOConfig
 
+from arguments.evaluation import EvalArguments
+from arguments.sft import FREEZE_PEERS, FROZEN_PARTS, SFTConfig, freeze_field
 from data import DATASETS
-from data.benchmarks import BENCHMARKS
 from data.synthetic import DEFAULT_IMAGE_SIZE, DEFAULT_OBJECT_FRACTION, QUESTION_TYPES
 from data.trajectories import TrajectoryArguments
 from hpo.config import HPOArguments
 from mapo import SEMANTIC_SCORES
+from repairs.over_turn import ROW_MEAN_LOSSES
 from repairs.resume import resolve_resume
 from rewards import get_reward_funcs
 from rewards.judge import JudgeArguments
 from rewards.verifiers import VERIFIERS, verifier_factory
 from tools import ToolConfig, VerifierConfig
-from utils.checks import EVAL_RANGES, check_ranges, check_vllm_version
+from utils.checks import check_ranges, check_vllm_version
 from utils.probes import GradientProbeArguments
-
-__all__ = [
-    "RECIPE_DATACLASSES",
-    "EvalArguments",
-    "GradientProbeArguments",
-    "HPOArguments",
-    "JudgeArguments",
-    "MAPOConfig",
-    "SFTConfig",
-    "ScriptArguments",
-    "ToolConfig",
-    "TrajectoryArguments",
-    "VerifierConfig",
-]
 
 
 @dataclass
@@ -92,47 +79,8 @@ class ScriptArguments(trl.ScriptArguments, JudgeArguments):
         get_reward_funcs(self.reward_funcs)  # an unknown name or a broken import path fails at parse, naming it
 
 
-FROZEN_PARTS = {
-    "vision_tower": "the vision tower (model.visual: patch embedding, blocks; on Qwen3-VL its deepstack mergers too)",
-    "projector": "the projector into the language model (model.visual.merger)",
-}
-FREEZE_PEERS = {
-    True: "Mini-o3's cold start (LLaMA-Factory's defaults)",
-    False: "Mini-o3's and DeepEyes' RL (verl trains the whole model)",
-}
-
-
-def freeze_field(part: str, default: bool, stage: str):
-    """A `freeze_vision_tower` / `freeze_projector` field (`utils.trainable`, applied by `utils.policy.load_policy`):
-    the same help in SFT and RL, each stage with its peers' default."""
-    return field(
-        default=default,
-        metadata={
-            "help": f"Freeze {FROZEN_PARTS[part]}: its weights do not train and, under LoRA, get no adapter. "
-            f"{stage} default: {str(default).lower()}, as {FREEZE_PEERS[default]}."
-        },
-    )
-
-
-@dataclass
-class SFTConfig(trl.SFTConfig):
-    """TRL's `SFTConfig` (every field keeps its meaning) plus which parts of the policy stay frozen."""
-
-    freeze_vision_tower: bool = freeze_field("vision_tower", True, "SFT")
-    freeze_projector: bool = freeze_field("projector", True, "SFT")
-
-    def __post_init__(self):
-        check_ranges(self)  # utils.checks.FIELD_RANGES: a NaN or 0 batch would fail, or not, once the model loads
-        super().__post_init__()
-        resolve_resume(self)  # nothing intact to resume from fails here, not after the weights load
-
-
 ADVANTAGE_ESTIMATORS = ("grpo", "mapo", "hpo", "mapo+hpo")
 GRPO_FIELDS = {f.name for f in fields(GRPOConfig)}
-# TRL's losses that average over a micro-batch's rows (dr_grpo: rows x max_completion_length), so a row out of the loss
-# still counts; `MAPOTrainer._compute_loss` renormalises them over the generation batch's rows left in (the others
-# count tokens).
-ROW_MEAN_LOSSES = ("grpo", "sapo", "luspo", "dr_grpo")
 
 
 @dataclass
@@ -252,84 +200,6 @@ class MAPOConfig(GRPOConfig, HPOArguments, GradientProbeArguments):
         return self.advantage_estimator in ("hpo", "mapo+hpo")
 
 
-@dataclass
-class EvalArguments(JudgeArguments):
-    """What to evaluate, on what, and how. Every field is also a command-line flag and a `--config` YAML key."""
-
-    model_name_or_path: str = field(metadata={"help": "Checkpoint (local folder or hub name) to evaluate."})
-    benchmark: str = field(default="synthetic", metadata={"help": "Benchmark reader.", "choices": list(BENCHMARKS)})
-    data_path: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "What you downloaded (docs/evaluation.md), one path or several of one format (read in turn, as "
-            "RL's dataset_path); None for synthetic: generated."
-        },
-    )
-    split: str | None = field(default=None, metadata={"help": "Split, for formats that have them (synthetic)."})
-    output_dir: str | None = field(
-        default=None, metadata={"help": "Default: outputs/eval/<model>-<benchmark>[-<data>]."}
-    )
-    limit: int | None = field(default=None, metadata={"help": "Evaluate only the first N rows (quick runs)."})
-    sample_seed: int | None = field(
-        default=None,
-        metadata={
-            "help": "With limit: a seeded random sample of limit rows across the data instead of the first ones."
-        },
-    )
-    reward_funcs: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "Also score every rollout with these RL rewards (names in rewards.REWARDS or import paths), as "
-            "training would: samples.jsonl records each, metrics.json their means and how many rollouts each paid "
-            "(the reproduction's probe of the RL data, scripts/reproduce.py)."
-        },
-    )
-    skip_bad_rows: bool = field(default=False, metadata={"help": "Skip (and count) invalid benchmark rows."})
-    backend: str = field(
-        default="transformers", metadata={"help": "Generation backend.", "choices": ["transformers", "vllm"]}
-    )
-    batch_size: int = field(default=8, metadata={"help": "Samples whose turns are generated together."})
-    max_completion_length: int = field(
-        default=2048,
-        metadata={"help": "Tokens per rollout. Default: the checkpoint's RL record, else recipes/mapo_paper.yaml's."},
-    )
-    max_tool_calling_iterations: int | None = field(
-        default=5,
-        metadata={
-            "help": "Tool rounds per rollout. Default: the checkpoint's RL record, else recipes/mapo_paper.yaml's."
-        },
-    )
-    temperature: float = field(default=0.0, metadata={"help": "0: greedy decoding."})
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling, when temperature > 0."})
-    seed: int = field(default=0, metadata={"help": "Seed for sampled decoding."})
-    dtype: str = field(default="auto", metadata={"help": "Model dtype (auto, bfloat16, float32...)."})
-    attn_implementation: str | None = field(default=None, metadata={"help": "e.g. sdpa or flash_attention_2."})
-    device: str | None = field(default=None, metadata={"help": "Model and CLIP device (default: cuda if any)."})
-    judge: bool = field(
-        default=False,
-        metadata={
-            "help": "Ask the LLM judge (judge_* keys) to rule on the answers no scoring rule reads, as DeepEyes' "
-            "evaluation does (default judge_verdict: deepeyes_eval, judge_prompt its eval/judge_result.py)."
-        },
-    )
-    report_max_samples: int = field(default=500, metadata={"help": "Samples shown in report.html."})
-    vllm_gpu_memory_utilization: float = field(default=0.9, metadata={"help": "vLLM backend only."})
-    vllm_max_model_len: int | None = field(default=None, metadata={"help": "vLLM backend only."})
-    vllm_max_images: int = field(default=16, metadata={"help": "vLLM backend only: images per conversation."})
-    vllm_enforce_eager: bool = field(default=False, metadata={"help": "vLLM backend only: no torch.compile."})
-
-    def __post_init__(self):
-        check_ranges(self, EVAL_RANGES)  # batch_size -1 would hang once the model loads
-        if isinstance(self.data_path, str):  # one path, from a YAML recipe or an older eval_args.json
-            self.data_path = [self.data_path]
-        get_reward_funcs(self.reward_funcs)  # an unknown name or a broken import path fails at parse, naming it
-        if self.output_dir is None:
-            name = f"{Path(self.model_name_or_path).name}-{self.benchmark}"
-            if self.data_path:
-                name += f"-{Path(self.data_path[0]).stem}"
-            self.output_dir = str(Path("outputs") / "eval" / name)
-
-
 # Every dataclass whose fields a recipe sets, the composed parts included (tests/test_configs.py checks the entry
 # scripts' tuples against it).
 RECIPE_DATACLASSES = (
@@ -344,3 +214,23 @@ RECIPE_DATACLASSES = (
     VerifierConfig,
     TrajectoryArguments,
 )
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "FREEZE_PEERS",
+    "FROZEN_PARTS",
+    "GRPO_FIELDS",
+    "RECIPE_DATACLASSES",
+    "ROW_MEAN_LOSSES",
+    "EvalArguments",
+    "GradientProbeArguments",
+    "HPOArguments",
+    "JudgeArguments",
+    "MAPOConfig",
+    "SFTConfig",
+    "ScriptArguments",
+    "ToolConfig",
+    "TrajectoryArguments",
+    "VerifierConfig",
+    "freeze_field",
+]

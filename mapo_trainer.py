@@ -11,23 +11,24 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import Any, NamedTuple
 
-import requests
 import torch
 from trl import GRPOTrainer
 
-from configs import ROW_MEAN_LOSSES, MAPOConfig
+from configs import MAPOConfig
 from data import prompts_in_box_convention
-from hpo import HPOAdvantages, kantorovich_potentials
+from hpo import kantorovich_potentials
+from hpo.trainer import HPOSteps
 from mapo import groups_outcome_all_equal, reference_advantages, scale_similarity, semantic_reward
+from repairs.over_turn import OverTurnMask
 from repairs.response_parser import guard_response_parser
 from repairs.resume import ExactResume
 from repairs.rollout import ban_placeholder_tokens, over_turn
 from repairs.token_budget import check_token_budget
 from repairs.tool_rounds import AgreedToolRounds
-from repairs.vllm_images import VLLMImagePlaceholders, colocate_engine_options, reset_encoder_cache_after_sync
+from repairs.vllm_images import VLLMImagePlaceholders
+from repairs.vllm_setup import VLLMSetup
 from rewards.verifiers import ClipVerifier, Scene, build_verifier
 from tools import (
     ToolConfig,
@@ -38,16 +39,13 @@ from tools import (
     get_tools,
     make_environment_factory,
 )
-from utils.checks import check_vllm_server
 from utils.diagnostics import (
-    GradientVariance,
-    GradientVarianceProbe,
     LearningSignalCheck,
     advantage_statistics,
     sampling_mismatch,
-    sharded_diagnostics,
 )
 from utils.models import context_length, pixel_budget
+from utils.probes import GradientProbes
 
 # What users import from here, wherever it is defined.
 __all__ = [
@@ -72,35 +70,41 @@ class RewardColumn(NamedTuple):
     processing_class: Any = None
 
 
-class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrainer):
+class MAPOTrainer(
+    GradientProbes,
+    ExactResume,
+    AgreedToolRounds,
+    VLLMImagePlaceholders,
+    OverTurnMask,
+    HPOSteps,
+    VLLMSetup,
+    GRPOTrainer,
+):
     """GRPO with MAPO's semantic reward R_sem as one more reward column, weighted `semantic_beta` ('mapo',
     'mapo+hpo') or 0 ('grpo', 'hpo': R_sem logged only), so TRL's `sum_then_normalize` computes eq. 3. Eq. 3's columns
     and weights come from one method, `reward_columns`: override it to change eq. 3.
 
-    Builds its own `environment_factory` (`tools.ZoomInEnv`, which records every zoom-in call) from `tool_config`, the
-    settings evaluation must replay, and every checkpoint it saves records them (`tool_config.json`). z_t comes from
-    the verifier `semantic_verifier` names (`rewards.verifiers.VERIFIERS`: the paper's CLIP, from `tool_config`, or the
-    research package's ground-truth controls, by import path), scaled by `semantic_score` (`mapo.scale_similarity`; "contrastive" also
-    scores each label against its rollout's whole image).
+    Builds its own `environment_factory` (`tools.ZoomInEnv` with the tools `tool_config.tools` enables) from
+    `tool_config`, which every checkpoint records (`tool_config.json`). z_t comes from the verifier
+    `semantic_verifier` names (`rewards.verifiers.VERIFIERS`), scaled by `semantic_score` (`mapo.scale_similarity`).
+    Composed in, and idle unless a recipe asks: HPO (`hpo.trainer.HPOSteps`), the over-turn mask
+    (`repairs.over_turn.OverTurnMask`), the gradient-variance probes (`utils.probes.GradientProbes`), vLLM's engine
+    or server (`repairs.vllm_setup.VLLMSetup`).
 
     Methods it overrides from TRL's `GRPOTrainer` and transformers' `Trainer`, its mixins included (a test checks
     this list against the class hierarchy):
-    - `__init__`: the datasets' prompts in `tool_config.box_convention` (`data.prompts_in_box_convention`), the
-      token-budget check (before any engine or verifier loads), the zoom-in environment, the verifier, the R_sem reward column, the
-      warning of a run that cannot learn (`utils.diagnostics.LearningSignalCheck`), the gradient-variance callback (`gradient_variance_batches`: `utils.diagnostics.GradientVariance`) and probe
-      (`variance_probe_steps`), both off with a warning under DeepSpeed or FSDP (`utils.diagnostics.sharded_diagnostics`); a
-      colocated vLLM engine built with the recipe's pixel budget and `vllm_dtype` (`repairs.vllm_images`); generation
+    - `__init__`: the datasets' prompts in `tool_config`'s box convention and tools (`data.prompts_in_box_convention`),
+      the token-budget check (before any engine or verifier loads), the environment, the verifier, the R_sem reward
+      column, the warning of a run that cannot learn (`utils.diagnostics.LearningSignalCheck`), the gradient-variance
+      probes (`GradientProbes`), HPO's step encoder (`HPOSteps`), vLLM's engine or server (`VLLMSetup`); generation
       in either backend kept from sampling image and video placeholders (`repairs.rollout.ban_placeholder_tokens`);
       any completion TRL cannot parse read as plain text, never raised (`repairs.response_parser`);
-      every vLLM weight sync followed by a reset of vLLM's encoder cache
-      (`repairs.vllm_images.reset_encoder_cache_after_sync`); a vLLM server that cannot be reached, serves another
-      model or another pixel budget fails naming the fields;
     - `_calculate_rewards`: R_sem withheld where the outcome is unscorable; group-level metrics; which rollouts ended
       on a tool call that never ran (`repairs.rollout.over_turn`, logged as `tools/over_turn_frac`);
-    - `_generate_and_score_completions`: HPO's per-token advantages; with `mask_over_turn`, over-turn rollouts out of
-      the loss (Mini-o3's `ignore_exceed`); advantage and gradient-variance diagnostics;
-    - `_compute_loss`: with `mask_over_turn` under a loss that averages over rows (`ROW_MEAN_LOSSES`), the average
-      taken over the generation batch's rows left in the loss, counted over every process;
+    - `_generate_and_score_completions`: HPO's per-token advantages (`HPOSteps`); with `mask_over_turn`, over-turn
+      rollouts out of the loss (`OverTurnMask`, Mini-o3's `ignore_exceed`); advantage and gradient-variance figures;
+    - `_compute_loss` (`OverTurnMask`): with `mask_over_turn` under a loss that averages over rows, the average taken
+      over the generation batch's rows left in the loss, counted over every process;
     - `_tool_call_loop` (`repairs.tool_rounds.AgreedToolRounds`): with several processes, every one takes part in
       every generation round of the tool loop, so ZeRO-3/FSDP's synchronized generation and vLLM's gathers cannot
       hang or mismatch on unequal tool depth (trl#6673);
@@ -137,36 +141,14 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
                 max_tool_calling_iterations=config.max_tool_calling_iterations,
                 context_length=context_length(model),
             )
-        engine = nullcontext()
-        if config is not None and config.use_vllm and config.vllm_mode == "colocate":
-            # vLLM resizes images itself: with the recipe's budget, not the checkpoint's saved one.
-            engine = colocate_engine_options(
-                mm_processor_kwargs={"min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels},
-                dtype=config.vllm_dtype,
-                enforce_eager=config.vllm_enforce_eager,
-            )
-        try:
-            with engine:
-                super().__init__(
-                    *args,
-                    processing_class=processing_class,
-                    environment_factory=make_environment_factory(tool_config, budget),
-                    **kwargs,
-                )
-        except (ConnectionError, requests.ConnectionError) as err:  # TRL's client gave up waiting for the server
-            if config is None:
-                raise
-            raise ConnectionError(
-                f"{err} Check vllm_server_host={config.vllm_server_host}, vllm_server_port={config.vllm_server_port} "
-                f"(or vllm_server_base_url), and vllm_server_timeout={config.vllm_server_timeout} s, which must cover "
-                "the server's start."
-            ) from err
+        super().__init__(
+            *args,
+            processing_class=processing_class,
+            environment_factory=make_environment_factory(tool_config, budget),
+            **kwargs,
+        )
         ban_placeholder_tokens(self)
         guard_response_parser(self._tokenizer)  # no completion raises out of the rollout (issue 59)
-        if self.use_vllm:  # TRL resets only the prefix cache: image embeddings of old weights would be reused
-            reset_encoder_cache_after_sync(self.vllm_generation)
-        if self.use_vllm and self.vllm_mode == "server" and self.accelerator.is_main_process:
-            check_vllm_server(self.vllm_generation.vllm_client, self.model.name_or_path, processing_class)
         self.tool_config = tool_config.resolved(budget)
         self.add_callback(
             ToolConfigRecorder(
@@ -179,13 +161,6 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
             self.args.semantic_verifier, self.tool_config, self.accelerator.device, seed=self.args.seed
         )
         self._warned_unscorable = False
-        self.hpo = HPOAdvantages(self.args, device=self.accelerator.device) if self.args.uses_hpo else None
-        sharded = "DeepSpeed" if self.is_deepspeed_enabled else "FSDP" if self.is_fsdp_enabled else None
-        off = sharded_diagnostics(self.args.variance_probe_steps, self.args.gradient_variance_batches, sharded)
-        for reason in off:
-            warnings.warn(reason, stacklevel=2)
-        if self.args.variance_probe_steps > 0 and sharded is None:
-            self.add_callback(GradientVarianceProbe(self.args.variance_probe_steps, self.args.variance_probe_rows))
         self.add_callback(
             LearningSignalCheck(
                 self.args.max_completion_length,
@@ -195,8 +170,7 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
                 mask_over_turn=self.args.mask_over_turn,
             )
         )
-        if self.args.gradient_variance_batches > 0 and sharded is None:
-            self.add_callback(GradientVariance(self.args.gradient_variance_batches, self._record_train_metrics))
+        self._add_gradient_probes()  # `utils.probes.GradientProbes`: nothing unless a recipe asks
         self._outcome: torch.Tensor | None = None  # the last batch's R_out, gathered: HPO's success signal
         self._over_turn: torch.Tensor | None = None  # this process's rollouts of the last batch that ended over-turn
         columns = self.reward_columns()
@@ -282,17 +256,6 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
                 pass
         return out
 
-    @property
-    def probe(self) -> GradientVarianceProbe | None:
-        """The gradient-variance probe (`variance_probe_steps`), looked up among the callbacks: transformers'
-        `restore_callback_states_from_checkpoint` replaces a callback with a rebuilt one on resume."""
-        return next((c for c in self.callback_handler.callbacks if isinstance(c, GradientVarianceProbe)), None)
-
-    def _record_train_metrics(self, metrics: dict[str, float]) -> None:
-        """Figures for the next training log (TRL averages `_metrics` into each `log`)."""
-        for name, value in metrics.items():
-            self._metrics["train"][name].append(value)
-
     def _warn_unscorable(self, err: Exception) -> None:
         if not self._warned_unscorable:
             warnings.warn(
@@ -330,65 +293,16 @@ class MAPOTrainer(ExactResume, AgreedToolRounds, VLLMImagePlaceholders, GRPOTrai
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
-        """TRL's rollouts and advantages; under HPO, the advantages replaced by per-token ones (HPO eq. 17)."""
+        """TRL's rollouts and advantages (HPO's per-token ones: `hpo.trainer.HPOSteps`; over-turn rollouts out of the
+        loss: `repairs.over_turn.OverTurnMask`), then the advantage, vLLM and gradient-variance figures."""
         out = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
-        metrics = {}
-        if self.hpo is not None:
-            pads = [t for t in (self._image_pad_token_id, self._video_pad_token_id) if t is not None]
-            out["advantages"], metrics, turn_values = self.hpo(
-                inputs,
-                out,
-                outcome=self._outcome,
-                num_generations=self.num_generations if mode == "train" else self.num_generations_eval,
-                tokenizer=self._tokenizer,
-                drop_token_ids=pads,
-                process_index=self.accelerator.process_index,
-            )
-            self._logs["extra"]["turn_advantages"].extend(turn_values)
-        if self.args.mask_over_turn:  # after HPO, whose clouds keep the rollout, as its group's statistics do
-            self._mask_over_turn(out)
         reduce_sum = lambda t: self.accelerator.reduce(t, reduction="sum")  # noqa: E731
-        metrics |= advantage_statistics(out, reduce_sum)
+        metrics = advantage_statistics(out, reduce_sum)
         if "sampling_per_token_logps" in out and "old_per_token_logps" in out:  # vLLM, with its logprobs
             metrics |= sampling_mismatch(out, reduce_sum, self.accelerator.gather)
-        probe = self.probe
-        if mode == "train" and probe is not None:
-            metrics |= probe(self, out)
+        if mode == "train":
+            metrics |= self._probe_metrics(out)
         for name, value in metrics.items():
             self._metrics[mode][name].append(value)
         return out
-
-    def _mask_over_turn(self, out: dict) -> None:
-        """Take this process's over-turn rollouts (`_calculate_rewards`) out of the loss, as Mini-o3's `ignore_exceed`
-        zeroes their response mask: their `tool_mask` rows (the loss mask is `completion_mask * tool_mask`; attention
-        keeps `completion_mask`) and their tokens in `num_items_in_batch`, the normaliser TRL computed before. Their
-        rewards stay in their groups' statistics, and their advantages are computed, unused. Also `kept_row_scale`,
-        the generation batch's rows over its rows kept, both counted over every process: `_compute_loss`'s factor."""
-        keep = (~self._over_turn).to(out["completion_mask"].dtype).unsqueeze(1)
-        tool_mask = out.get("tool_mask")
-        out["tool_mask"] = keep * (torch.ones_like(out["completion_mask"]) if tool_mask is None else tool_mask)
-        loss_mask = out["completion_mask"] * out["tool_mask"]
-        out["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-        counts = torch.tensor([len(keep), int(keep.sum())], dtype=torch.float64, device=keep.device)
-        rows, kept = self.accelerator.gather(counts).reshape(-1, 2).sum(0).tolist()
-        # 0-dim: TRL's shuffle and split hand it whole to every micro-batch of the generation batch (and to each of
-        # its num_iterations reuses), where a per-row tensor would be cut with the rows.
-        out["kept_row_scale"] = torch.tensor(rows / kept if kept else 1.0, device=keep.device)
-
-    def _compute_loss(self, model, inputs):
-        """TRL's loss; with `mask_over_turn` under a loss that averages over rows (`ROW_MEAN_LOSSES`: `grpo`, eq. 3's
-        1/|tau_i| then the mean over rollouts), times the generation batch's rows / rows kept (`kept_row_scale`,
-        counted over every process), so each kept rollout weighs as if the masked ones had never been generated,
-        whatever the split. TRL means each micro-batch over its rows (the masked ones as terms of 0), weights it
-        1/gradient_accumulation_steps, and DDP/FSDP/DeepSpeed average the processes: a row of a generation batch of N
-        rows weighs 1/N (one optimizer step per generation batch, the default), a kept one N/K x 1/N = 1/K with the
-        factor. A factor per micro-batch (rows / kept in it) would weigh a lone survivor of its micro-batch 4 times a
-        row of an unmasked one (2 processes x 4 rows x GA 2) and leave a wholly masked micro-batch's weight unspent.
-        Without the mask's factor every step's gradient shrinks by the over-turn fraction. Exact while the loss is the
-        policy term alone (`MAPOConfig` refuses an entropy bonus beside it; Qwen's VL models have no router loss)."""
-        loss = super()._compute_loss(model, inputs)
-        scale = inputs.get("kept_row_scale")
-        if scale is not None and self.loss_type in ROW_MEAN_LOSSES:
-            loss = loss * scale
-        return loss

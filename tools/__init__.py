@@ -4,18 +4,13 @@ settings and checkpoint record (`config`). Adding a tool: docs/tools.md."""
 
 from __future__ import annotations
 
-import functools
-
 from tools.config import BOX_CONVENTIONS, PixelBudget, ToolConfig, VerifierConfig
-from tools.env import (
+from tools.env import ZoomCall, ZoomInEnv, calls_per_tool, environment_tools, executed_calls
+from tools.environments import (
     ENVIRONMENTS,
     RelativeZoomInEnv,
-    ZoomCall,
-    ZoomInEnv,
-    calls_per_tool,
     environment_class,
-    environment_tools,
-    executed_calls,
+    make_environment_factory,
     replay_call,
 )
 from tools.record import (
@@ -40,14 +35,6 @@ from tools.zoom_in import (
     tool_call_text,
     validate_label,
 )
-
-
-def make_environment_factory(config: ToolConfig, image_budget: PixelBudget) -> functools.partial:
-    """A zero-argument factory for TRL's `environment_factory`: the `ZoomInEnv` of `config.box_convention` and
-    `accept_img_idx` with the tools `config.tools` enables (`tools.env.environment_class`), in the processor's frame
-    (`utils.models.pixel_budget(processor)`)."""
-    return functools.partial(environment_class(config), config, image_budget)
-
 
 __all__ = [
     "BOX_CONVENTIONS",

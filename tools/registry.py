@@ -1,11 +1,7 @@
-"""A tool is one module that registers one `Tool`: its schema (the environment method, whose signature and docstring
-TRL renders), what it executes and returns, its sentence of the system prompt, its worst case for the token budget,
-its gold replay for SFT and its line in the tiny kit's tokenizer corpus. A recipe enables tools by registry name or
-import path (`tools: [zoom_in, rotate]`, `tools: [zoom_in, mypkg.tools:MY_TOOL]`); every part of a run that depends
-on the tools (environment, system prompt, token budget, calls-per-rollout metrics) reads the enabled list.
-
-`zoom_in` (`tools.zoom_in`) is the default and the tool MAPO scores; any other tool's calls carry no label and get no
-z_t (`tools.env.executed_calls` leaves them out). How to add one: docs/tools.md.
+"""A tool is one module that registers one `Tool` (what it declares: the class docstring, docs/tools.md). A recipe
+enables tools by registry name or import path (`tools: [zoom_in, rotate]`, `tools: [zoom_in, mypkg.tools:MY_TOOL]`);
+the environment, the system prompt, the token budget and the calls-per-rollout metrics read the enabled list.
+`zoom_in` is the default and the tool MAPO scores; other tools' calls carry no label: no z_t (`executed_calls`).
 """
 
 from __future__ import annotations
@@ -20,20 +16,12 @@ DEFAULT_TOOLS = ("zoom_in",)
 
 @dataclass(frozen=True)
 class Tool:
-    """One tool of the agent's environment.
-
-    - `function`: the name the model calls, and the environment method's name.
-    - `method(config)`: the environment method for a `ToolConfig` (its docstring is the schema TRL renders), or None
-      when the environment class defines it already (zoom-in, whose schema depends on the box convention). It returns
-      a list of parts (an image, then text: `tools.zoom_in.observation`) or text; a bad call is an observation too,
-      never an exception, and sets `env.last_error`.
-    - `prompt(box_convention)`: its sentence of the system prompt.
-    - `budget_arguments(env)`: the call whose response costs the most tokens (the token budget's worst case), on an
-      environment reset on an image of the largest size the budget allows.
-    - `short_arguments`: the shortest well-formed call (the budget's call turn).
-    - `metric`: the name of its calls-per-rollout metric.
-    - `kit_schema`: its line in the tiny kit's tokenizer corpus (`tiny.kit.KIT_TOOLS` lists the tools trained in).
-    """
+    """One tool of the agent's environment: `function`, the name the model calls and the environment method's;
+    `method(config)`, that method for a `ToolConfig` (its signature and docstring are the schema TRL renders; None:
+    the environment class has it), returning parts (`tools.zoom_in.observation`) or text, a bad call an observation
+    that sets `env.last_error`, never an exception; `prompt(box_convention)`, its system-prompt sentence;
+    `budget_arguments(env)` and `short_arguments`, the token budget's dearest and shortest calls; `metric`, its
+    calls-per-rollout metric; `kit_schema`, its line in the tiny kit's tokenizer corpus (`tiny.kit.KIT_TOOLS`)."""
 
     name: str
     function: str

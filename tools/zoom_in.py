@@ -12,7 +12,6 @@ model a text crutch against "walk the talk".
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from numbers import Real
@@ -20,10 +19,12 @@ from numbers import Real
 from PIL import Image
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
+from tools.calls import CALL_FORMATS as CALL_FORMATS  # re-exported: a call written by hand (`tools.calls`)
+from tools.calls import TOOL_NAME as TOOL_NAME
+from tools.calls import tool_call_text as tool_call_text
 from tools.config import BOX_CONVENTIONS, PixelBudget
 from tools.registry import Tool, register_tool
 
-TOOL_NAME = "image_zoom_in_tool"
 RELATIVE_GRID = 1000  # `relative_1000`: (0, 0) is the image's top-left corner, (1000, 1000) its bottom-right
 
 
@@ -35,32 +36,6 @@ def box_frame(seen: tuple[int, int], box_convention: str) -> tuple[int, int]:
     if box_convention == "relative_1000":
         return RELATIVE_GRID, RELATIVE_GRID
     raise ValueError(f"box_convention must be one of {BOX_CONVENTIONS}; got {box_convention!r}")
-
-
-def _json_call(name: str, arguments: dict) -> str:
-    """Qwen2.5's and Qwen3-VL's call: one JSON object in `<tool_call>` (TRL's `qwen3_vl.jinja`)."""
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
-def _xml_call(name: str, arguments: dict) -> str:
-    """Qwen3.5's call: `<function=name>` with one `<parameter=key>` block per argument, a list as JSON and a string as
-    it is (Qwen3.5's chat template, `args_value | tojson` or `| string`)."""
-    params = "".join(
-        f"<parameter={key}>\n{value if isinstance(value, str) else json.dumps(value)}\n</parameter>\n"
-        for key, value in arguments.items()
-    )
-    return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
-
-
-# The formats a chat template renders a structured call in (`utils.models.turn_format` reads which from the template).
-CALL_FORMATS = {"json": _json_call, "xml": _xml_call}
-
-
-def tool_call_text(bbox_2d: Sequence[float], label: str, name: str = TOOL_NAME, call_format: str = "json") -> str:
-    """A zoom-in call as the model writes it, as the chat template renders a structured call and TRL's response
-    parser reads it back: Qwen's `<tool_call>` JSON block, or Qwen3.5's XML one (`CALL_FORMATS`). The one place that
-    spells a call out by hand."""
-    return CALL_FORMATS[call_format](name, {"bbox_2d": list(bbox_2d), "label": label})
 
 
 class ToolError(ValueError):
