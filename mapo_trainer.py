@@ -39,11 +39,8 @@ from tools import (
     get_tools,
     make_environment_factory,
 )
-from utils.diagnostics import (
-    LearningSignalCheck,
-    advantage_statistics,
-    sampling_mismatch,
-)
+from utils.checks import check_vllm_server
+from utils.diagnostics import LearningSignalCheck, advantage_statistics, sampling_mismatch
 from utils.models import context_length, pixel_budget
 from utils.probes import GradientProbes
 
@@ -96,7 +93,8 @@ class MAPOTrainer(
     - `__init__`: the datasets' prompts in `tool_config`'s box convention and tools (`data.prompts_in_box_convention`),
       the token-budget check (before any engine or verifier loads), the environment, the verifier, the R_sem reward
       column, the warning of a run that cannot learn (`utils.diagnostics.LearningSignalCheck`), the gradient-variance
-      probes (`GradientProbes`), HPO's step encoder (`HPOSteps`), vLLM's engine or server (`VLLMSetup`); generation
+      probes (`GradientProbes`), HPO's step encoder (`HPOSteps`), vLLM's engine or server (`VLLMSetup`; a server that
+      serves another model or pixel budget fails naming the fields); generation
       in either backend kept from sampling image and video placeholders (`repairs.rollout.ban_placeholder_tokens`);
       any completion TRL cannot parse read as plain text, never raised (`repairs.response_parser`);
     - `_calculate_rewards`: R_sem withheld where the outcome is unscorable; group-level metrics; which rollouts ended
@@ -149,6 +147,8 @@ class MAPOTrainer(
         )
         ban_placeholder_tokens(self)
         guard_response_parser(self._tokenizer)  # no completion raises out of the rollout (issue 59)
+        if self.use_vllm and self.vllm_mode == "server" and self.accelerator.is_main_process:
+            check_vllm_server(self.vllm_generation.vllm_client, self.model.name_or_path, processing_class)
         self.tool_config = tool_config.resolved(budget)
         self.add_callback(
             ToolConfigRecorder(
@@ -161,6 +161,7 @@ class MAPOTrainer(
             self.args.semantic_verifier, self.tool_config, self.accelerator.device, seed=self.args.seed
         )
         self._warned_unscorable = False
+        self._build_hpo()  # `HPOSteps`: nothing unless a recipe asks
         self.add_callback(
             LearningSignalCheck(
                 self.args.max_completion_length,
@@ -223,9 +224,8 @@ class MAPOTrainer(
         scores = [[z_of.get(id(call), 0.0) for call in rollout] for rollout in calls]
         rewards = [semantic_reward(s, args.semantic_lambda, empty=args.no_tool_semantic) for s in scores]
 
-        tools = get_tools(self.tool_config.tools)
-        for completion in completions:  # every other tool's calls (`tools.calls_per_tool`): no label, no z_t
-            for metric, count in calls_per_tool(completion, tools).items():
+        for env, completion in zip(environments, completions):  # every other tool's calls: no label, no z_t
+            for metric, count in calls_per_tool(completion, get_tools(env.config.tools)).items():
                 log_metric(metric, count)
         for rollout in calls:
             log_metric("tools/zoom_calls_per_rollout", float(len(rollout)))

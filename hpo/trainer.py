@@ -10,11 +10,12 @@ class HPOSteps:
     """Mixin for a `GRPOTrainer` subclass that sets `_outcome` (each rollout's R_out, gathered) in
     `_calculate_rewards`: TRL's advantages replaced by per-token ones (HPO eq. 17), its figures logged (`hpo/*`, the
     `turn_advantages` column). It runs right after TRL's rollouts and advantages, before the trainer's own
-    post-processing (the over-turn mask, the advantage statistics). Overrides `__init__` and
-    `_generate_and_score_completions`."""
+    post-processing (the over-turn mask, the advantage statistics). Overrides `_generate_and_score_completions`."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    hpo: HPOAdvantages | None = None
+
+    def _build_hpo(self) -> None:
+        """HPO's estimator and its step encoder, under `hpo` and `mapo+hpo` only (the trainer's `__init__` calls it)."""
         self.hpo = HPOAdvantages(self.args, device=self.accelerator.device) if self.args.uses_hpo else None
 
     def _generate_and_score_completions(self, inputs):

@@ -1,7 +1,7 @@
 """`VLLMSetup`: what `MAPOTrainer` needs around TRL's vLLM engine or server, idle under transformers generation: a
 colocated engine built with the recipe's pixel budget and `vllm_dtype` (`repairs.vllm_images`), vLLM's encoder cache
-reset after every weight sync, and a server that cannot be reached, serves another model or another pixel budget
-failing with the fields to change."""
+reset after every weight sync, and a server that cannot be reached failing with the fields to change (one that
+serves another model or pixel budget: `utils.checks.check_vllm_server`, from `MAPOTrainer.__init__`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from contextlib import nullcontext
 import requests
 
 from repairs.vllm_images import colocate_engine_options, reset_encoder_cache_after_sync
-from utils.checks import check_vllm_server
 from utils.models import pixel_budget
 
 
@@ -18,12 +17,11 @@ class VLLMSetup:
     """Mixin for a `GRPOTrainer` subclass; overrides `__init__` only."""
 
     def __init__(self, *args, **kwargs):
-        config, processing_class = kwargs.get("args"), kwargs["processing_class"]
+        config = kwargs.get("args")
         engine = nullcontext()
         if config is not None and config.use_vllm and config.vllm_mode == "colocate":
-            budget = pixel_budget(
-                processing_class
-            )  # vLLM resizes images itself: the recipe's budget, not the saved one
+            # vLLM resizes images itself: with the recipe's budget, not the checkpoint's saved one.
+            budget = pixel_budget(kwargs["processing_class"])
             engine = colocate_engine_options(
                 mm_processor_kwargs={"min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels},
                 dtype=config.vllm_dtype,
@@ -42,5 +40,3 @@ class VLLMSetup:
             ) from err
         if self.use_vllm:  # TRL resets only the prefix cache: image embeddings of old weights would be reused
             reset_encoder_cache_after_sync(self.vllm_generation)
-        if self.use_vllm and self.vllm_mode == "server" and self.accelerator.is_main_process:
-            check_vllm_server(self.vllm_generation.vllm_client, self.model.name_or_path, processing_class)

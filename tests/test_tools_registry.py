@@ -16,6 +16,7 @@ from repairs.token_budget import token_budget
 from tools import (
     PixelBudget,
     ToolConfig,
+    calls_per_tool,
     environment_tools,
     executed_calls,
     get_tools,
@@ -106,6 +107,8 @@ def test_rotate_and_zoom_calls_are_told_apart_and_only_zoom_calls_are_scored():
     zoom = executed_calls(env, completion)
     assert [(call.turn, call.name, call.ok) for call in zoom] == [(1, "image_zoom_in_tool", True)]
     assert zoom[0].label == "a"
+    # The trainer logs every other tool's calls, the refused one included (`MAPOTrainer._semantic_reward`).
+    assert calls_per_tool(completion, get_tools(["zoom_in", "rotate"])) == {"tools/rotate_calls_per_rollout": 2.0}
 
 
 # ---------------------------------------------------------------------------------------------------- a third tool
