@@ -224,7 +224,9 @@ def test_the_run_ends_with_reproduce_md_the_table_and_the_curves(tiny_run):
     assert f"report: {run / 'reproduce.md'}" in tiny_run.second
     assert "| system | V* Bench | protocol |" in page
     for title in ("base model", "SFT", "MAPO (RL)"):  # our three rows, each evaluated, each with its protocol
-        assert re.search(rf"^\| ours: {re.escape(title)} \| \d+\.\d \| greedy, 1 sample", page, re.M), title
+        # the score, then its bootstrap interval over questions (issue 64)
+        cell = r"\d+\.\d \[\d+\.\d, \d+\.\d\]"
+        assert re.search(rf"^\| ours: {re.escape(title)} \| {cell} \| greedy, 1 sample", page, re.M), title
     assert (
         "rules can_infer, no judge" in page and "| DeepEyes-7B [2] | 90.1 |" in page and "`max_steps`: " not in page
     )  # paper sets no max_steps
