@@ -1,4 +1,4 @@
-"""The tools the agent calls, one module each, registered by name (`registry`: `Tool`, `TOOLS`): the zoom-in tool
+"""The tools the agent calls, one module each, registered by name (`registry`): the zoom-in tool
 (`zoom_in`: its geometry), the rotate tool (`rotate`); their TRL environment and the call record (`env`), and their
 settings and checkpoint record (`config`). Adding a tool: docs/tools.md."""
 
@@ -6,13 +6,7 @@ from __future__ import annotations
 
 from tools.config import BOX_CONVENTIONS, PixelBudget, ToolConfig, VerifierConfig
 from tools.env import ZoomCall, ZoomInEnv, calls_per_tool, environment_tools, executed_calls
-from tools.environments import (
-    ENVIRONMENTS,
-    RelativeZoomInEnv,
-    environment_class,
-    make_environment_factory,
-    replay_call,
-)
+from tools.environments import ENVIRONMENTS, RelativeZoomInEnv, make_environment_factory, replay_call
 from tools.record import (
     RECORD_NAME,
     ToolConfigRecorder,
@@ -22,7 +16,7 @@ from tools.record import (
     warn_on_mismatch,
     write_record,
 )
-from tools.registry import DEFAULT_TOOLS, TOOLS, Tool, get_tool, get_tools, register_tool
+from tools.registry import DEFAULT_TOOLS, Tool, get_tools, register_tool
 from tools.rotate import ROTATE
 from tools.zoom_in import (
     TOOL_NAME,
@@ -41,11 +35,8 @@ __all__ = [
     "DEFAULT_TOOLS",
     "ENVIRONMENTS",
     "ROTATE",
-    "TOOLS",
     "Tool",
     "calls_per_tool",
-    "environment_class",
-    "get_tool",
     "get_tools",
     "register_tool",
     "replay_call",
