@@ -65,6 +65,20 @@ class EvalArguments(JudgeArguments):
         default=1,
         metadata={"help": "Rollouts per question (k of Avg@k, needs temperature > 0); metrics.json's avg_at_k."},
     )
+    no_tools: bool = field(
+        default=False,
+        metadata={
+            "help": "Withhold the tools: the prompt says none is available, no schema is rendered, a call is never "
+            "run (what the tool adds; docs/evaluation.md)."
+        },
+    )
+    with_tools_run: str | None = field(
+        default=None,
+        metadata={
+            "help": "With --no_tools: the output folder of this model's run with its tools on the same rows; "
+            "metrics.json's tool_effect sets the two against each other, question by question."
+        },
+    )
     shuffle_options: str = field(
         default="auto",
         metadata={
@@ -93,6 +107,12 @@ class EvalArguments(JudgeArguments):
         if isinstance(self.data_path, str):  # one path, from a YAML recipe or an older eval_args.json
             self.data_path = [self.data_path]
         get_reward_funcs(self.reward_funcs)  # an unknown name or a broken import path fails at parse, naming it
+        if self.with_tools_run is not None and not self.no_tools:
+            raise ValueError("with_tools_run: compares a --no_tools run with a run with tools; set --no_tools too")
+        if self.with_tools_run is not None and not (Path(self.with_tools_run) / "samples.jsonl").is_file():
+            raise ValueError(
+                f"with_tools_run: {self.with_tools_run} has no samples.jsonl (an evaluation's output folder)"
+            )
         if self.output_dir is None:
             name = f"{Path(self.model_name_or_path).name}-{self.benchmark}"
             if self.data_path:

@@ -36,6 +36,10 @@ USER_SUFFIX = (
     "<think>...</think> <tool_call>...</tool_call> (if tools needed) <answer>...</answer>"
 )
 
+# What a run with its tools withheld (`evaluate.py --no_tools`) says instead (`without_tools`).
+NO_TOOLS_SENTENCE = "No tool is available in this conversation: answer from the image as you see it."
+NO_TOOLS_USER_SUFFIX = "Think first, then answer. Format strictly as: <think>...</think> <answer>...</answer>"
+
 OPTION_LETTERS = "ABCDEFGH"
 
 
@@ -92,3 +96,18 @@ def in_box_convention(prompt: Sequence[dict], box_convention: str, tools: Sequen
         else message
         for message in prompt
     ]
+
+
+def without_tools(prompt: Sequence[dict]) -> list[dict]:
+    """`prompt` with the tools withheld (`evaluate.py --no_tools`, issue 64): a system turn `system_prompt` wrote says
+    that no tool is available in place of the tools' sentences, and a user turn ending in the tool-use format
+    instruction (`USER_SUFFIX`) asks for the answer alone; a dataset author's own turns are returned as they are."""
+    withheld = []
+    for message in prompt:
+        content, role = message.get("content"), message.get("role")
+        if role == "system" and isinstance(content, str) and is_system_prompt(content):
+            message = {**message, "content": f"{PROMPT_HEAD} {NO_TOOLS_SENTENCE} {PROMPT_TAIL}"}
+        elif role == "user" and isinstance(content, str) and content.endswith(USER_SUFFIX):
+            message = {**message, "content": content[: -len(USER_SUFFIX)] + NO_TOOLS_USER_SUFFIX}
+        withheld.append(message)
+    return withheld

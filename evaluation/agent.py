@@ -20,6 +20,7 @@ from transformers import GenerationConfig, PreTrainedModel, ProcessorMixin
 from trl.chat_template_utils import add_response_schema, parse_response
 from trl.data_utils import prepare_multimodal_messages
 
+from data.prompt import without_tools
 from data.task import extract_answer, final_text, in_box_convention
 from repairs import rollout
 from repairs.response_parser import guard_response_parser
@@ -183,16 +184,19 @@ class VLLMBackend:
 class ZoomAgent:
     """Runs episodes of the zoom-in agent over a batch of rows (`id`, `prompt` from `data.task.build_prompt`, `image`
     as a PIL image or an undecoded `datasets.Image` cell), one generation call per turn for all of them, with the tool
-    (`config`) and rollout budget (`GRPOConfig`'s fields) the policy was trained with."""
+    (`config`) and rollout budget (`GRPOConfig`'s fields) the policy was trained with. `withhold_tools`
+    (`evaluate.py --no_tools`): the prompt says no tool is available (`data.prompt.without_tools`), no schema is
+    rendered, and a tool call the model writes anyway is never run: the episode ends on that turn."""
 
     def __init__(
         self, backend: Backend, processor: ProcessorMixin, config: ToolConfig, *, max_completion_length: int,
-        max_tool_calling_iterations: int | None,
+        max_tool_calling_iterations: int | None, withhold_tools: bool = False,
     ):  # fmt: skip
         if max_completion_length < 1:
             raise ValueError(f"max_completion_length must be >= 1, got {max_completion_length}")
         self.backend, self.max_completion_length = backend, max_completion_length
-        self.max_iterations = max_tool_calling_iterations
+        self.withhold_tools = withhold_tools
+        self.max_iterations = 0 if withhold_tools else max_tool_calling_iterations
         if getattr(processor.tokenizer, "response_template", None) is None:
             add_response_schema(processor)  # what GRPOTrainer sets up so `parse_response` reads tool calls
         guard_response_parser(processor.tokenizer)  # as MAPOTrainer: no completion raises out of a batch
@@ -254,9 +258,12 @@ class ZoomAgent:
             image = open_image(row["image"])
             env = self.make_env()
             env.reset(image=image)
-            prompt = in_box_convention(row["prompt"], env.box_convention, env.config.tools)  # the tools, their frame
+            if self.withhold_tools:
+                prompt = without_tools(row["prompt"])
+            else:
+                prompt = in_box_convention(row["prompt"], env.box_convention, env.config.tools)  # tools, their frame
             prompt = prepare_multimodal_messages(prompt, images=[env.image])
-            ids = rollout.prompt_ids(self.processor, prompt, env)
+            ids = rollout.prompt_ids(self.processor, prompt, env, withhold_tools=self.withhold_tools)
         except Exception as err:  # noqa: BLE001
             episode.failure = f"image could not be processed: {type(err).__name__}: {err}"
             return episode
@@ -276,6 +283,8 @@ class ZoomAgent:
         budget, iterations = self.max_completion_length, self.max_iterations
         if episode.dropped_response:
             episode.failure = f"no <answer>: a tool response would overflow max_completion_length={budget}"
+        elif last.get("tool_calls") and self.withhold_tools:
+            episode.failure = "no <answer>: called a tool, withheld (--no_tools)"
         elif last.get("tool_calls"):
             episode.failure = f"no <answer>: still calling the tool after max_tool_calling_iterations={iterations}"
         elif len(episode.completion_ids) >= budget:

@@ -51,6 +51,7 @@ from evaluation.robustness import (
     shuffle_seed,
     unit_row,
 )
+from evaluation.tool_effect import tool_effect
 from repairs.token_budget import check_token_budget
 from rewards import get_reward_funcs
 from rewards.judge import JudgeSettings, judge_settings
@@ -66,10 +67,10 @@ logger = logging.getLogger(__name__)
 RESULT_FIELDS = (
     "model_name_or_path", "benchmark", "data_path", "split", "backend", "dtype", "max_completion_length",
     "max_tool_calling_iterations", "temperature", "top_p", "seed", "sample_seed", "reward_funcs", "judge",
-    "judge_model", "judge_prompt", "judge_verdict", "samples", "option_shuffle_seed",
+    "judge_model", "judge_prompt", "judge_verdict", "samples", "option_shuffle_seed", "no_tools",
 )  # fmt: skip
-# What a run recorded before a field existed meant: its value then (a run of one greedy sample in the released order).
-UNRECORDED_RESULT_FIELDS = {"samples": 1, "option_shuffle_seed": None}
+# What a run recorded before a field existed meant: its value then (one greedy sample in the released order, tools on).
+UNRECORDED_RESULT_FIELDS = {"samples": 1, "option_shuffle_seed": None, "no_tools": False}
 SAMPLES_FILE = "samples.jsonl"  # one record a sample (`evaluation.metrics.episode_record`), in the output folder
 PART_GLOB = "samples.rank*.jsonl"  # a data-parallel process's records, merged into SAMPLES_FILE at the end
 ROLLOUT_FIELDS = ("max_completion_length", "max_tool_calling_iterations")  # the rollout budget, `GRPOConfig`'s fields
@@ -238,7 +239,7 @@ def build_agent(args: EvalArguments, tool: ToolConfig, device: str) -> ZoomAgent
     else:
         model = load_model(args.model_name_or_path, dtype=args.dtype, attn_implementation=args.attn_implementation)
         backend = TransformersBackend(model.to(device), processor, **sampling)
-    return ZoomAgent(backend, processor, tool, **rollout)
+    return ZoomAgent(backend, processor, tool, **rollout, withhold_tools=args.no_tools)
 
 
 def run_evaluation(
@@ -372,6 +373,9 @@ def run_metrics(records: list[dict], args: EvalArguments, seed: int | None, skip
     grounded = grounding(primary)
     if grounded is not None:
         metrics["grounding"] = grounded
+    metrics["tools_withheld"] = args.no_tools
+    if args.with_tools_run is not None:  # matched by sample id: the same rows, orders and samples
+        metrics["tool_effect"] = tool_effect(read_samples(Path(args.with_tools_run) / SAMPLES_FILE), records)
     return metrics
 
 

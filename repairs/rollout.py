@@ -91,13 +91,15 @@ def tool_suffix_ids(processor: ProcessorMixin, tool_messages: list[dict]) -> lis
     return full[len(prefix) :]
 
 
-def prompt_ids(processor: ProcessorMixin, prompt: list[dict], env: ZoomInEnv) -> list[int]:
+def prompt_ids(
+    processor: ProcessorMixin, prompt: list[dict], env: ZoomInEnv, *, withhold_tools: bool = False
+) -> list[int]:
     """Token ids of a row's prompt (image already inserted), rendered with the tools schema as
-    `GRPOTrainer._tokenize_prompts` renders it."""
+    `GRPOTrainer._tokenize_prompts` renders it; `withhold_tools`: with no schema (`evaluate.py --no_tools`)."""
     return list(
         processor.apply_chat_template(
             conversation=[prompt],
-            tools=environment_tools(env),
+            tools=None if withhold_tools else environment_tools(env),
             add_generation_prompt=True,
             tokenize=True,
             return_dict=True,
