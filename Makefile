@@ -106,7 +106,7 @@ DRY         ?=
 FORCE       ?=
 DISCARD     ?=
 RL_BACKEND  ?=
-reproduce: $(if $(filter tiny,$(RECIPE_SET)),tiny,$(STAMP)) ## The paper's pipeline with our baselines: eval base, convert, SFT, eval SFT, probe, MAPO RL, eval RL (V*/HR-Bench/MME-RW-Lite), reproduce.md; RECIPE_SET=<qwen2.5-vl-7b|qwen2.5-vl-7b-lora|qwen2.5-vl-3b-lora|qwen3-vl-8b|qwen3.5-9b|tiny> DATA_ROOT=<dir: tiny writes its own> [RUN_DIR=<dir>] [DRY=1] [FORCE=<stage,...>] [DISCARD=<stage,...>: rerun from step 0, deleting its checkpoints] [RL_BACKEND=<vllm|transformers>: default the set's, vllm on the 8-GPU sets]
+reproduce: $(if $(filter tiny,$(RECIPE_SET)),tiny,$(STAMP)) ## The paper's pipeline with our baselines: eval base, convert, SFT, eval SFT, probe, MAPO RL, eval RL (V*/HR-Bench/MME-RW-Lite), reproduce.md; RECIPE_SET=<qwen2.5-vl-7b|qwen2.5-vl-7b-lora|qwen2.5-vl-3b-lora|qwen3-vl-8b|qwen3.5-9b|tiny> DATA_ROOT=<dir: tiny writes its own> [RUN_DIR=<dir>] [DRY=1] [FORCE=<stage,...>] [DISCARD=<stage,...>: rerun from step 0, deleting its checkpoints] [RL_BACKEND=<vllm|transformers>: default the set's, vllm on the 8-GPU sets] [ARGS=--no_tools_row: the RL model also evaluated with its tools withheld]
 	$(if $(filter tiny,$(RECIPE_SET)),$(OFFLINE)) $(PY) -m scripts.reproduce --recipe_set $(RECIPE_SET) --data_root $(DATA_ROOT) \
 		$(if $(RUN_DIR),--run_dir $(RUN_DIR)) $(if $(DRY),--dry_run) $(if $(FORCE),--force $(FORCE)) $(if $(DISCARD),--discard $(DISCARD)) $(if $(RL_BACKEND),--rl_backend $(RL_BACKEND)) $(ARGS)
 

@@ -42,7 +42,8 @@ def _read_json(path: Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-OURS = {"base": "base model", "sft": "SFT", "rl": "MAPO (RL)"}  # whose evaluations, `eval_<model>_<benchmark>`
+# whose evaluations, `eval_<model>_<benchmark>`; the no-tool row only where it ran (`make reproduce ARGS=--no_tools_row`)
+OURS = {"base": "base model", "sft": "SFT", "rl": "MAPO (RL)", "rl_no_tools": "MAPO (RL), tools withheld"}
 
 
 def our_protocol(run_dir: Path, model: str, spec: dict) -> str:
@@ -61,6 +62,10 @@ def our_protocol(run_dir: Path, model: str, spec: dict) -> str:
     pixels = f"images <= {tool.get('max_pixels') or 'the processor default'} px"
     crops = f"crops <= {tool.get('crop_max_pixels') or tool.get('max_pixels') or 'the same'} px"
     judge = "an LLM judge where no rule reads the answer" if args.get("judge") else "no judge"
+    if args.get("no_tools"):
+        return (
+            f"{decoding}, {k} sample{'s' if k > 1 else ''}; tools withheld; rules {', '.join(rules) or 'unrecorded'}"
+        )
     return (
         f"{decoding}, {k} sample{'s' if k > 1 else ''} (Avg@{k}); {pixels}, {crops}; <= {args.get('max_tool_calling_iterations')} zoom "
         f"rounds in {args.get('max_completion_length')} tokens; rules {', '.join(rules) or 'unrecorded'}, {judge} "
@@ -75,6 +80,8 @@ def score_table(run_dir: Path, spec: dict) -> list[str]:
     head = ["system", *(entry["title"] for entry in benches.values()), "protocol"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for model, title in OURS.items():
+        if model == "rl_no_tools" and our_protocol(run_dir, model, spec) == "not run yet":
+            continue
         cells = []
         for bench, entry in benches.items():
             metrics = _read_json(run_dir / f"eval_{model}_{bench}" / "metrics.json") or {}
@@ -107,6 +114,9 @@ def score_notes(metrics: dict) -> str:
     order = metrics.get("answer_order")
     if order:
         notes += f"; released order {_percent(order.get('released'))}, flips {_percent(order.get('flip_rate'))}"
+    effect = metrics.get("tool_effect")
+    if effect:  # on the no-tool row: questions the tools turned right and wrong (docs/evaluation.md)
+        notes += f"; the tools turned {effect['turned_right']} right, {effect['turned_wrong']} wrong"
     return notes
 
 

@@ -184,9 +184,11 @@ def plan(
     rl_backend: str = "transformers",
     max_skip_rate: float | None = None,
     accept_probe: bool = False,
+    no_tools_row: bool = False,
 ) -> list[Stage]:
     """Every stage of the set, in order, with its paths under `data_root` and `run_dir` passed as command-line
-    overrides of the recipes' own (which name outputs/... and /data/...)."""
+    overrides of the recipes' own (which name outputs/... and /data/...); `no_tools_row`: the RL model evaluated again
+    with its tools withheld, against its evaluation with them (`eval_rl_no_tools_<benchmark>`)."""
     data = {key: (data_root / entry["path"], entry["release"]) for key, entry in spec["data"].items()}
     launch = ["accelerate", "launch", "--config_file", accelerate_config(chosen)]
     launch += ["--num_processes", str(chosen["num_processes"])]
@@ -200,15 +202,18 @@ def plan(
     rows = lambda n: eval_rows(n, [*chosen["eval_args"], *extra["eval"]])  # noqa: E731
     every = spec.get("checkpoint_hours", CHECKPOINT_HOURS)
 
-    def evaluations(model: str, policy: str | Path, reads: tuple[str, ...]) -> list[Stage]:
+    def evaluations(model: str, policy: str | Path, reads: tuple[str, ...], no_tools: bool = False) -> list[Stage]:
         stages = []
         for bench, entry in spec["benchmarks"].items():
             (path, release), name = data[bench], f"eval_{model}_{bench}"
             argv = [*eval_launcher(chosen), "evaluate.py", "--model_name_or_path", str(policy)]
             argv += ["--benchmark", entry["reader"], "--data_path", str(path), "--output_dir", str(out(name))]
             argv += [*settings, *extra["eval"]]
+            if no_tools:  # set against the same model's run with its tools (docs/evaluation.md, "What the tool adds")
+                argv += ["--no_tools", "--with_tools_run", str(out(f"eval_rl_{bench}"))]
             work = assumed.evaluation(rows(entry["rows"]))
-            stages.append(Stage(name, argv, out(name), {path: release}, reads, work=work, kind="eval"))
+            after = (*reads, f"eval_rl_{bench}") if no_tools else reads
+            stages.append(Stage(name, argv, out(name), {path: release}, after, work=work, kind="eval"))
         return stages
 
     stages = evaluations("base", base, ())
@@ -266,6 +271,7 @@ def plan(
         stages.append(merge("rl_merge", policy, out("rl_merge"), last))
         policy, last = out("rl_merge"), "rl_merge"
     stages += evaluations("rl", policy, (last,))
+    stages += evaluations("rl_no_tools", policy, (last,), no_tools=True) if no_tools_row else []
     for s in stages:  # what the records write as $RUN_DIR and $DATA_ROOT, so that a moved run still matches
         s.roots = {"RUN_DIR": run_dir, "DATA_ROOT": data_root}
     return stages
@@ -488,6 +494,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="start RL even when the probe's answer rewards paid under the floor",
     )
     parser.add_argument("--benchmarks", default="", help="evaluate only these (comma-separated keys of benchmarks:)")
+    parser.add_argument(
+        "--no_tools_row", action="store_true", help="also evaluate the RL model with its tools withheld"
+    )
     for stage in ("sft", "rl", "eval"):
         parser.add_argument(f"--{stage}_args", default="", help=f"flags appended to every {stage} command, quoted")
     parser.add_argument("--sets_file", type=Path, default=SETS_FILE, help=argparse.SUPPRESS)
@@ -510,7 +519,7 @@ def main(argv: Sequence[str] | None = None) -> list[Stage]:
     backend = default_backend(chosen, args.rl_backend)
     stages = plan(
         chosen, spec, data_root, run_dir, extra, rl_backend=backend, max_skip_rate=args.max_skip_rate,
-        accept_probe=args.accept_probe,
+        accept_probe=args.accept_probe, no_tools_row=args.no_tools_row,
     )  # fmt: skip
     force, discard = ({name for name in value.split(",") if name} for value in (args.force, args.discard))
     for word, names in (("FORCE", force), ("DISCARD", discard)):

@@ -3,6 +3,8 @@ run with them, question by question."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from configs import EvalArguments
@@ -18,8 +20,10 @@ from data.prompt import (
 )
 from data.synthetic import build_synthetic
 from evaluation import run as evaluation_run
+from evaluation.reproduction import score_table
 from evaluation.run import read_samples, run_evaluation
 from evaluation.tool_effect import tool_effect
+from scripts import reproduce
 from tiny.scripted import answer_turn, force_tool_calls, tool_call_turn
 from tools import ToolConfig
 from utils.models import load_processor
@@ -141,3 +145,33 @@ def test_with_tools_run_needs_no_tools_and_a_run(tmp_path):
         EvalArguments(model_name_or_path="m", with_tools_run=str(tmp_path))
     with pytest.raises(ValueError, match="has no samples.jsonl"):
         EvalArguments(model_name_or_path="m", no_tools=True, with_tools_run=str(tmp_path))
+
+
+def test_the_no_tool_row_is_planned_only_when_asked_after_the_run_it_is_set_against(tmp_path):
+    chosen, spec = reproduce.load_set("qwen2.5-vl-7b")
+    chosen = {**chosen, "name": "qwen2.5-vl-7b"}
+    extra = {"sft": [], "rl": [], "eval": []}
+    plain = reproduce.plan(chosen, spec, tmp_path / "data", tmp_path / "run", extra)
+    asked = reproduce.plan(chosen, spec, tmp_path / "data", tmp_path / "run", extra, no_tools_row=True)
+    assert not any("no_tools" in s.name for s in plain)
+    extra_stages = asked[len(plain) :]
+    assert [s.name for s in asked[: len(plain)]] == [s.name for s in plain]
+    assert [s.name for s in extra_stages] == [f"eval_rl_no_tools_{bench}" for bench in spec["benchmarks"]]
+    for stage, bench in zip(extra_stages, spec["benchmarks"]):
+        at = stage.argv.index("--with_tools_run")
+        assert "--no_tools" in stage.argv and stage.argv[at + 1] == str(tmp_path / "run" / f"eval_rl_{bench}")
+        assert f"eval_rl_{bench}" in stage.reads
+
+
+def test_the_report_shows_the_no_tool_row_where_it_ran_with_what_the_tools_turned(tmp_path):
+    spec = reproduce.load_set("tiny")[1]
+    run = tmp_path / "run"
+    assert not any("tools withheld" in line for line in score_table(run, spec))  # not asked: no row
+    folder = run / "eval_rl_no_tools_vstar"
+    folder.mkdir(parents=True)
+    effect = {"turned_right": 3, "turned_wrong": 1}
+    (folder / "metrics.json").write_text(json.dumps({"accuracy": 0.25, "tool_effect": effect}))
+    (folder / "eval_args.json").write_text(json.dumps({"temperature": 0.0, "no_tools": True}))
+    row = next(line for line in score_table(run, spec) if "tools withheld |" in line)
+    assert row.startswith("| ours: MAPO (RL), tools withheld | 25.0; the tools turned 3 right, 1 wrong |")
+    assert row.endswith("| greedy, 1 sample; tools withheld; rules unrecorded |")
