@@ -95,7 +95,7 @@ sft: $(call tiny_kit_for,$(SFT_RECIPE)) ## SFT cold start: SFT_RECIPE=<recipe.ya
 rl: $(call tiny_kit_for,$(RECIPE)) ## MAPO RL: RECIPE=<recipe.yaml> ACCELERATE=<cpu|multi_cpu|single_gpu|ddp|zero2|zero3|fsdp2> ARGS="--field value ..."; N nodes: as sft
 	$(call tiny_only,$(RECIPE)) $(LAUNCH) rl.py --config $(RECIPE) $(ARGS)
 
-eval: $(call tiny_kit_for,$(MODEL) $(CLIP)) ## Score MODEL on BENCH (vstar|hrbench|mme_realworld|synthetic); DATA: its files (empty: generated synthetic test split); ARGS="--limit 20"
+eval: $(call tiny_kit_for,$(MODEL) $(CLIP)) ## Score MODEL on BENCH (vstar|hrbench|mme_realworld|treebench|visualprobe|synthetic); DATA: its files (empty: generated synthetic test split); ARGS="--limit 20"
 	$(call tiny_only,$(MODEL) $(CLIP)) $(PY) evaluate.py --model_name_or_path $(MODEL) --benchmark $(BENCH) $(if $(DATA),--data_path $(DATA)) $(if $(CLIP),--clip_model $(CLIP)) $(ARGS)
 
 # make reproduce: the recipe set's stages (recipes/reproduce.yaml, docs/reproduce.md); the tiny set runs offline on the kit.
