@@ -262,6 +262,18 @@ def _parquet_records(file: Path) -> Iterator[dict]:
         raise ValueError(f"{file}: not a readable parquet file: {cut(str(err), MESSAGE_CHARS)}") from err
 
 
+def _lettered_options(record: dict[Any, Any]) -> list[str]:
+    """The options of a TSV or parquet row with one column per letter (A, B, ...; HR-Bench's and VLMEvalKit's
+    layout), up to the first letter left empty: missing, "" or a NaN (pandas' empty cell)."""
+    options = []
+    for letter in OPTION_LETTERS:
+        value = record.get(letter)
+        if value in (None, "") or (isinstance(value, float) and math.isnan(value)):
+            break
+        options.append(str(value).strip())
+    return options
+
+
 def _read_hrbench(file: Path) -> Iterator[RawRow]:
     expect_file(file, "an HR-Bench file: hr_bench_4k.tsv, hr_bench_8k.tsv or their .parquet versions")
     name = file.name.lower()
@@ -272,16 +284,11 @@ def _read_hrbench(file: Path) -> Iterator[RawRow]:
         if column is not None:
             yield BadRowError(file, row, column, "not UTF-8 text")
             continue
-        options = []
-        for letter in OPTION_LETTERS:
-            if record.get(letter) in (None, ""):
-                break
-            options.append(str(record[letter]).strip())
         values = {
             "id": record.get("index"),
             "source": f"{variant}/{_label(record.get('category'))}",
             "question": record.get("question"),
-            "options": options,
+            "options": _lettered_options(record),
             "answer": record.get("answer"),
             "image": record.get("image"),
         }
@@ -364,18 +371,11 @@ def _read_treebench(file: Path) -> Iterator[RawRow | BadRowError]:
         if column is not None:
             yield BadRowError(file, row, column, "not UTF-8 text")
             continue
-        options = []
-        for letter in OPTION_LETTERS:
-            if record.get(letter) in (None, "") or (
-                isinstance(record.get(letter), float) and math.isnan(record[letter])
-            ):
-                break
-            options.append(str(record[letter]).strip())
         values = {
             "id": record.get("index"),
             "source": f"treebench/{_label(record.get('category'))}",
             "question": record.get("question"),
-            "options": options,
+            "options": _lettered_options(record),
             "answer": record.get("answer"),
             "image": record.get("image"),
         }
