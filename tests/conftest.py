@@ -15,6 +15,7 @@ from filelock import FileLock
 from transformers import AutoConfig, PreTrainedModel, Qwen3_5Config, Qwen3_5MoeConfig
 from transformers.initialization import TORCH_INIT_FUNCTIONS
 
+from data.synthetic import build_synthetic
 from tiny.kit import build_tiny_kit, kit_paths
 from utils import models
 
@@ -192,3 +193,12 @@ def transformers_own_qwen3_5_configs(request):
         for model_type, config in (("qwen3_5", Qwen3_5Config), ("qwen3_5_moe", Qwen3_5MoeConfig)):
             AutoConfig.register(model_type, config, exist_ok=True)
     yield
+
+
+@pytest.fixture(scope="module")
+def synthetic_dir(tmp_path_factory):
+    """Four synthetic test rows (448-640 px images) saved as every stage reads them, once per test module: the
+    evaluation runs' data."""
+    path = tmp_path_factory.mktemp("data") / "synthetic"
+    build_synthetic(4, seed=0, split="test", min_size=448, max_size=640).save_to_disk(path)
+    return path

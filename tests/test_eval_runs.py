@@ -25,13 +25,6 @@ def untagged_or_tagged(i: int) -> str:
     return answer_turn(i) if i % 2 == 0 else "It is A.<|im_end|>"
 
 
-@pytest.fixture(scope="module")
-def synthetic_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "synthetic"
-    build_synthetic(4, seed=0, split="test", min_size=448, max_size=640).save_to_disk(path)
-    return path
-
-
 def eval_args(tiny_kit, data_path, output_dir, **overrides):
     fields = dict(
         model_name_or_path=str(tiny_kit["policy"]), benchmark="synthetic", data_path=str(data_path),

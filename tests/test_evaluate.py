@@ -124,13 +124,6 @@ def test_target_hit_metrics_by_hand():
 LOAD_LOCK = threading.Lock()  # scripted_model's loads, one at a time (conftest.LOADER_SWAPPED says why)
 
 
-@pytest.fixture(scope="module")
-def synthetic_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "synthetic"
-    build_synthetic(4, seed=0, split="test", min_size=448, max_size=640).save_to_disk(path)
-    return path
-
-
 def eval_args(tiny_kit, data_path, output_dir, **overrides):
     fields = dict(
         model_name_or_path=str(tiny_kit["policy"]),
