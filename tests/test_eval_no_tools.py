@@ -24,6 +24,7 @@ from evaluation.reproduction import score_table
 from evaluation.run import read_samples, run_evaluation
 from evaluation.tool_effect import tool_effect
 from scripts import reproduce
+from tests.eval_releases import write_vstar_release
 from tiny.scripted import answer_turn, force_tool_calls, tool_call_turn
 from tools import ToolConfig
 from utils.models import load_processor
@@ -175,3 +176,25 @@ def test_the_report_shows_the_no_tool_row_where_it_ran_with_what_the_tools_turne
     row = next(line for line in score_table(run, spec) if "tools withheld |" in line)
     assert row.startswith("| ours: MAPO (RL), tools withheld | 25.0; the tools turned 3 right, 1 wrong |")
     assert row.endswith("| greedy, 1 sample; tools withheld; rules unrecorded |")
+
+
+@pytest.mark.slow
+def test_no_tools_on_vstars_release_layout_pairs_every_order(tiny_kit, tmp_path, monkeypatch):
+    """V*'s release layout, its options shuffled as `auto` decides (both orders evaluated): "A" answered after a zoom
+    and "A" answered at once agree on every question and order, so the tools turned nothing, and every sample pairs."""
+    root = write_vstar_release(tmp_path / "vstar_bench", questions=4, size=(448, 336))
+    overrides = dict(benchmark="vstar", shuffle_options="auto")
+    scripted(monkeypatch)
+    with_tools = run_evaluation(*eval_args(tiny_kit, root, tmp_path / "with", **overrides))
+    seen = scripted(monkeypatch, first_turn=lambda i, label: answer_turn(i))
+    metrics = run_evaluation(
+        *eval_args(
+            tiny_kit, root, tmp_path / "without", no_tools=True, with_tools_run=str(tmp_path / "with"), **overrides
+        )
+    )
+    assert len(seen) == 8 and all(NO_TOOLS_SENTENCE in text for text in seen)  # 4 questions x 2 orders, one turn
+    effect = metrics["tool_effect"]
+    assert effect["samples"] == 8 and effect["only_with_tools_run"] == effect["only_without_tools_run"] == 0
+    assert (effect["turned_right"], effect["turned_wrong"]) == (0, 0)
+    assert effect["both_right"] + effect["both_wrong"] == 8
+    assert metrics["accuracy"] == with_tools["accuracy"] and metrics["answer_order"]["seed"] == 0
