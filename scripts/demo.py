@@ -31,6 +31,7 @@ from evaluation.verifier_check import MIN_AUC
 from tiny.stages import (
     DEMO_ARMS,
     EXPERIMENT_REPORT,
+    SFT_RECIPE,
     SUMMARY_KEYS,
     Stages,
     add_stage_arguments,
@@ -267,11 +268,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "100; GRPO on the grounding reward by 20-step window: 0.127, 0.211, 0.250, 0.305, 0.306, 2026-12-04: 60 "
         "steps keep two thirds of its rise)",
     )
-    # The tiny SFT recipe's own 600 steps (recipes/tiny/sft/config_sft.yaml), where the demo ran 900 until 2026-12-06:
-    # those took 349 s of its 723 on 2 idle cores, over its 10 minutes. In the demo's world the 900-step schedule's
-    # checkpoints held the target in 0.234 of greedy boxes at step 600 and 0.242 at step 900 (research/reports/
-    # tiny_world.md, "Does RL move it?").
-    parser.set_defaults(test_rows=128, sft_steps=600)  # test_rows: greedy, the tables' rows
+    # The tiny SFT recipe's own max_steps (600), read from it, where the demo ran 900 until 2026-12-06: those took
+    # 349 s of its 723 on 2 idle cores, over its 10 minutes. In the demo's world the 900-step schedule's checkpoints
+    # held the target in 0.234 of greedy boxes at step 600 and 0.242 at step 900 (research/reports/tiny_world.md,
+    # "Does RL move it?").
+    sft_steps = load_recipe(SFT_RECIPE).values["max_steps"]
+    parser.set_defaults(test_rows=128, sft_steps=sft_steps)  # test_rows: greedy, the tables' rows
     parser.add_argument(
         "--base_rows",
         type=int,

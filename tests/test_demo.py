@@ -33,6 +33,15 @@ def test_the_demo_draws_the_world_the_tiny_recipes_train_on(tmp_path):
     assert stages.recipe_world(str(recipe))["region_hint"] is False
 
 
+def test_the_demos_sft_runs_the_tiny_recipes_own_steps_unless_told():
+    """One source of truth: the demo's SFT length is the tiny SFT recipe's max_steps (600 on 2026-12-06), read from
+    the recipe, so an edit there reaches the demo; the flag still overrides it."""
+    steps = load_recipe(stages.SFT_RECIPE).values["max_steps"]
+    assert steps == 600
+    assert demo.parse_args([]).sft_steps == steps
+    assert demo.parse_args(["--sft_steps", "7"]).sft_steps == 7
+
+
 def _stage(**values) -> dict:
     metrics = {key: 0.5 for key in stages.SUMMARY_KEYS} | {"accuracy_by_source": {}, "chance_by_source": {}}
     return metrics | values
