@@ -32,6 +32,7 @@ from evaluation.verifier_check import check_verifier, gold_crops, miss_crops
 from rewards.verifiers import build_verifier
 from tiny import stages
 from tiny.clip import METRICS_NAME, multi_positive_loss, train_clip
+from tiny.kit import build_clip
 from tools import make_environment_factory
 from utils.models import CLIP_CONFIG_NAME, load_clip, load_processor, pixel_budget, save_clip
 
@@ -89,6 +90,8 @@ def train_on_world(
     paired: bool = False,
     walk_margin: float = 0.0,
     resize: str = "pad",
+    image_size: int | None = None,
+    width: int | None = None,
 ) -> dict:
     """The kit's CLIP trained on `world_pool` crops: each step `batch` gold crops and `miss_per_batch` miss crops
     against the batch's distinct labels, a crop positive for exactly the labels equal to its own (as the gate
@@ -97,6 +100,9 @@ def train_on_world(
     crops, labels, misses = world_pool(rows, seed + 1)
     pool_seconds = time.perf_counter() - start
     init = stages.tiny_kit()["clip"]
+    if image_size or width:  # a fresh kit-shaped CLIP with another image tower (the kit's seed)
+        init = Path(output_dir) / "init"
+        build_clip(init, seed=0, image_size=image_size or 64, width=width or 8)
     config = json.loads((Path(init) / CLIP_CONFIG_NAME).read_text(encoding="utf-8"))
     model, preprocess, tokenizer = load_clip(init, resize=resize)
     model.requires_grad_(True).train()

@@ -265,11 +265,11 @@ def build_qwen3_5(output_dir: Path, tokenizer: Qwen2Tokenizer, seed: int) -> Non
     )
 
 
-def build_clip(output_dir: Path, seed: int) -> None:
+def build_clip(output_dir: Path, seed: int, image_size: int = 64, width: int = 8) -> None:
     """A small open_clip CLIP (modified-ResNet image tower, 2-layer text tower) that trains in minutes on a CPU."""
     model_cfg = {
         "embed_dim": 64,
-        "vision_cfg": {"image_size": 64, "layers": [1, 1, 1, 1], "width": 8},
+        "vision_cfg": {"image_size": image_size, "layers": [1, 1, 1, 1], "width": width},
         "text_cfg": {"context_length": 32, "vocab_size": 49408, "width": 128, "heads": 2, "layers": 2},
     }
     torch.manual_seed(seed)
