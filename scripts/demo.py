@@ -257,16 +257,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", type=Path, default=Path("outputs/demo"))
     add_stage_arguments(parser)
-    # Two arms side by side take ~3.0 s a step each where one alone on 2 threads took ~2.1 (2026-12-04), and each arm
-    # is evaluated twice in processes of its own: 60 steps and 32 rows of the untrained policy (~30 s less) put the
-    # estimate from those rates at ~570 s of stages on 2 idle cores, where one GRPO run of 80 steps took 546 s.
+    # Two arms side by side take ~3.3 s a step each, and each arm is then evaluated twice in processes of its own. At
+    # 60 steps the demo took 576.5 s of stages on 2 idle cores and 626.2 s from a clean clone on the same cores an hour
+    # later (2026-12-06, docs/benchmarks.md): the 10 minutes held by noise alone. 50 steps take ~33 s off.
     parser.add_argument(
         "--rl_steps",
         type=int,
-        default=60,
+        default=50,
         help="RL steps of 32 rollouts per arm, so the two arms side by side fit the demo's 10 minutes (the recipes' "
-        "100; GRPO on the grounding reward by 20-step window: 0.127, 0.211, 0.250, 0.305, 0.306, 2026-12-04: 60 "
-        "steps keep two thirds of its rise)",
+        "100; GRPO on the grounding reward by 20-step window: 0.127, 0.211, 0.250, 0.305, 0.306, 2026-12-04)",
     )
     # The tiny SFT recipe's own max_steps (600), read from it, where the demo ran 900 until 2026-12-06: those took
     # 349 s of its 723 on 2 idle cores, over its 10 minutes. In the demo's world the 900-step schedule's checkpoints
