@@ -274,6 +274,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     stages.add_stage_arguments(parser)
     parser.set_defaults(test_rows=None, sft_steps=1200)
     args = parser.parse_args(argv)
+    # Absolute, so a run's cache key (its command line) is one whether the directory was named relative or absolute.
+    args.output_dir = args.output_dir.resolve()
     try:
         args.plan_read = load_plan(args.plan)
     except (OSError, KeyError, ValueError) as error:
@@ -462,6 +464,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     return outcome
 
 
+def shown(path: Path) -> Path:
+    """`path` relative to the working directory when inside it (the repository's `outputs/...`), else as is: the
+    report names where the runs started, not the machine's layout."""
+    path = Path(path)
+    return path.relative_to(Path.cwd()) if path.is_absolute() and path.is_relative_to(Path.cwd()) else path
+
+
 def describe_setup(args, argv, start: Start, fields: dict, results: dict, eval_rows: int, stage, made: bool,
                    cpu_seconds: float) -> dict:  # fmt: skip
     """The report's generated setup: the command, where the runs started, sizes, shared fields, wall and CPU time."""
@@ -471,9 +480,9 @@ def describe_setup(args, argv, start: Start, fields: dict, results: dict, eval_r
                   f"square images, SFT {args.sft_steps} steps at {args.sft_learning_rate:g}, its checkpoint at step "
                   f"{args.sft_start_step}")  # fmt: skip
     elif args.sft_model:
-        origin = f"given (`--sft_model`), data `{start.data}`, verifier `{start.clip}`"
+        origin = f"given (`--sft_model`), data `{shown(start.data)}`, verifier `{shown(start.clip)}`"
     else:
-        origin = f"`{start.sft.parent.parent}`'s, data `{start.data}`, verifier `{start.clip}`"
+        origin = f"`{shown(start.sft.parent.parent)}`'s, data `{shown(start.data)}`, verifier `{shown(start.clip)}`"
     seconds = [run["seconds"] for runs in results.values() for run in runs]
     batch, group = fields.get("per_device_train_batch_size"), fields.get("num_generations")
     return {
@@ -484,7 +493,7 @@ def describe_setup(args, argv, start: Start, fields: dict, results: dict, eval_r
         "steps": args.rl_steps,
         "variance_batches": args.variance_batches,
         "lines": [
-            f"- Start: SFT checkpoint `{start.sft}`, {origin}.",
+            f"- Start: SFT checkpoint `{shown(start.sft)}`, {origin}.",
             f"- Data: synthetic, {rows['train']} train rows, {rows['test']} test rows; every evaluation greedy on the "
             f"first {eval_rows}.",
             f"- Arms: {', '.join(results) or 'none ran'}; seeds {', '.join(map(str, args.seeds))} (RL's seed: data "

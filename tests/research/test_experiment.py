@@ -6,6 +6,7 @@ point, two runs side by side: every arm's tables and plots."""
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from transformers.trainer_utils import SchedulerType
 
 from evaluation.verifier_check import GateResult
 from research import curve_report, experiment, runs
-from research.curve_stats import ACTED, DID_NOT_ACT, INCONCLUSIVE, Plan
+from research.curve_stats import ACTED, DID_NOT_ACT, INCONCLUSIVE, Plan, load_plan
 from research.report import markdown_table
 from research.runs import Spread
 from tests.tolerance import FLOAT64, HAND_TERMS, approx
@@ -362,18 +363,22 @@ def test_the_demo_reads_the_verdict_from_a_report(tmp_path):
     assert stages.experiment_verdict(report) == ["- one", "- two"]
 
 
-def test_the_demo_page_names_the_curves_reports_bar_as_the_se_of_a_difference():
-    """The curves report's second bar is the binomial SE of a difference of two evaluations on the same rows, not one
-    evaluation's noise: docs/demo.md gives both figures from its results.json, each under its own name."""
+def test_readme_and_the_demo_page_quote_the_curves_verdict_with_its_figures():
+    """The learning-curve verdict as the committed results.json gives it, its qualifier and the smallest difference the
+    run could detect with it, in both pages that quote it (issue 60: each verdict with its qualifier); a rerun that
+    moves a figure fails here until the pages follow."""
     record = json.loads((stages.REPO / "research/reports/experiment_curves/results.json").read_text(encoding="utf-8"))
-    sft = record["sft"]
-    one = runs.binomial_se(sft["target_seen"], sft["n"])
-    assert record["eval_se"] == approx(math.sqrt(2) * one, FLOAT64, terms=HAND_TERMS, scale=1.0)  # a few float64 ops
-    page = " ".join((stages.REPO / "docs/demo.md").read_text(encoding="utf-8").split())
-    assert (
-        f"the binomial standard error of a difference of two {sft['n']}-row evaluations ({record['eval_se']:.3f}; "
-        f"one evaluation's is {one:.3f})" in page
+    judged, plan = record["judged"], load_plan(stages.REPO / record["plan"])
+    walk = judged["over_reference"][plan.primary]
+    detectable = max(c["detectable"] for c in (walk, judged["over_density"][plan.primary]))
+    quote = (
+        f"MAPO with the walk verifier ends {walk['mean']:+.3f} against GRPO (SE {walk['se']:.3f}, t = {walk['t']:.2f} "
+        f"with {walk['df']} df; bootstrap [{walk['lo']:+.3f}, {walk['hi']:+.3f}]) over {len(walk['seeds'])} seeds and "
+        f"{plan.eval_rows} held-out rows: {judged['verdict']} by the plan's rule (the run could detect "
+        f"{detectable:.3f} with 80% power)"
     )
+    for page in ("README.md", "docs/demo.md"):
+        assert quote in " ".join((stages.REPO / page).read_text(encoding="utf-8").split()), page
 
 
 # ---------------------------------------------------------------------------------------------------- the plan
@@ -403,6 +408,20 @@ def test_the_report_quotes_the_commit_that_added_the_plan():
     origin = experiment.plan_origin(Path("research/plans/experiment_curves.json"))
     assert origin.startswith("research/plans/experiment_curves.json, first committed in ") and " on 2026-" in origin
     assert experiment.plan_origin(Path("no/such/plan.json")) == "no/such/plan.json"
+
+
+def test_the_output_dir_is_absolute_so_a_relative_and_an_absolute_name_share_the_cache(tmp_path, monkeypatch):
+    """A run's cache key is its command line, which holds paths under --output_dir: `make experiment-curves`
+    (relative) and a resume naming the directory absolutely must find the same runs. The report names them from the
+    working directory, not the machine's layout."""
+    where = tmp_path / "outputs/experiment"
+    relative = experiment.parse_args(["--output_dir", os.path.relpath(where)]).output_dir
+    absolute = experiment.parse_args(["--output_dir", str(where)]).output_dir
+    assert relative == absolute == where
+    monkeypatch.chdir(tmp_path)
+    assert experiment.shown(where / "sft") == Path("outputs/experiment/sft")
+    assert experiment.shown(Path("/elsewhere/sft")) == Path("/elsewhere/sft")
+    assert experiment.shown(Path("outputs/x")) == Path("outputs/x")
 
 
 def test_a_cached_run_is_reused_only_under_the_same_command_rows_and_start(tmp_path):
