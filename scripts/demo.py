@@ -10,7 +10,7 @@ accuracy beside chance; per arm the rise in target-seen over SFT with its standa
 framed the target against calls that missed, tool calls per rollout; the gate's figures; a warning per stage with no
 signal.
 
-    python -m scripts.demo [--rl_steps 60 ...]   (make demo)
+    python -m scripts.demo [--rl_steps 50 ...]   (make demo)
 """
 
 from __future__ import annotations
