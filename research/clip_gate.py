@@ -26,14 +26,14 @@ import torch
 
 from configs import ToolConfig
 from data.benchmarks import load_saved_split
-from data.synthetic import build_synthetic
-from data.trajectories import TrajectoryArguments
+from data.synthetic import COLOURS, SHAPES, SIGN_LABEL, build_synthetic, referent_label
+from data.trajectories import TrajectoryArguments, seen_box
 from evaluation.verifier_check import check_verifier, gold_crops, miss_crops
 from rewards.verifiers import build_verifier
 from tiny import stages
 from tiny.clip import METRICS_NAME, multi_positive_loss, train_clip
 from tiny.kit import build_clip
-from tools import make_environment_factory
+from tools import boxes_overlap, make_environment_factory
 from utils.models import CLIP_CONFIG_NAME, load_clip, load_processor, pixel_budget, save_clip
 
 WORLDS = {"demo": {}, "curves": {"min_size": 768, "max_size": 768}}  # `build_synthetic` keywords over the SFT recipe's
@@ -60,22 +60,59 @@ def gate_world(clip: Path, data: Path, rows: int) -> dict:
     return {how: r.as_dict() for how, r in results.items()}
 
 
-def world_pool(rows: int, seed: int) -> tuple[list, list[str], list]:
+def world_pool(rows: int, seed: int, own_misses: int = 0, shifted: int = 0) -> tuple[list, list[str], list, list]:
     """Training crops cut as the gate cuts them, from `rows` fresh rows per world (train split, `seed`, never the
-    gate's test rows): each row's gold region crop with its target label, and its miss crop as (row index, crop)."""
+    gate's test rows): each row's gold region crop with its target label; its miss crops as (row index, crop), the
+    gate's corner miss first, then `own_misses` more of the same size at random places that miss the target; and
+    per row `shifted` crops of the gold box's size at random places that hold the whole target (its label's positives
+    in other surroundings)."""
     kit = stages.tiny_kit()
     budget = pixel_budget(load_processor(kit["policy"]))
     tool = ToolConfig(clip_model=str(kit["clip"])).resolved(budget)
     make_env = make_environment_factory(tool, budget)
-    crops, labels, misses = [], [], []
+    rng = np.random.default_rng(seed)
+    crops, labels, misses, variants = [], [], [], []
     for world in WORLDS:
         data = build_synthetic(rows, seed=seed, split="train", **(stages.recipe_world() | WORLDS[world]))
         calls, scenes = gold_crops(list(data), make_env, TrajectoryArguments(gold_box="region"))
-        crops += [c.crop for c in calls]
-        labels += [c.label for c in calls]
-        offset = len(crops) - len(calls)
-        misses += [(offset + i, m.crop) for i, m in enumerate(miss_crops(calls, scenes, make_env)) if m is not None]
-    return crops, labels, misses
+        for call, scene, corner in zip(calls, scenes, miss_crops(calls, scenes, make_env), strict=True):
+            row = len(crops)
+            crops.append(call.crop)
+            labels.append(call.label)
+            variants.append([c.crop for c in same_size_crops(call, scene, make_env, shifted, rng, hold=True)])
+            extra = same_size_crops(call, scene, make_env, own_misses, rng, hold=False)
+            misses += [(row, c.crop) for c in ([corner] if corner is not None else []) + extra]
+    return crops, labels, misses, variants
+
+
+def same_size_crops(call, scene, make_env, count: int, rng: np.random.Generator, hold: bool) -> list:
+    """Up to `count` tool calls cutting crops of `call`'s box size at uniform random places in `scene`'s image that hold the whole
+    target (`hold`) or share no area with it; a miss gets 40 draws to find its places."""
+    (width, height), (w, h) = scene.image.size, (call.box[2] - call.box[0], call.box[3] - call.box[1])
+    target = [int(v) for v in scene.target_bbox]
+    if hold:  # the box's left edge between the target's right edge minus w and its left edge, inside the image
+        xs, ys = (
+            (max(0, target[2] - w), min(target[0], width - w)),
+            (max(0, target[3] - h), min(target[1], height - h)),
+        )
+    else:
+        xs, ys = (0, width - w), (0, height - h)
+    out, env = [], make_env()
+    if count == 0 or xs[0] > xs[1] or ys[0] > ys[1]:
+        return out
+    for _ in range(count if hold else 40):
+        if len(out) >= count:
+            break
+        x, y = int(rng.integers(xs[0], xs[1] + 1)), int(rng.integers(ys[0], ys[1] + 1))
+        box = (x, y, x + w, y + h)
+        if not hold and boxes_overlap(box, scene.target_bbox):
+            continue
+        env.reset(image=scene.image)
+        env.image_zoom_in_tool(bbox_2d=seen_box(box, env.image.size, env.box_frame), label=call.label)
+        cut = env.calls[-1]
+        if cut.ok and (hold or not boxes_overlap(cut.box, scene.target_bbox)):
+            out.append(cut)
+    return out
 
 
 def train_on_world(
@@ -97,16 +134,9 @@ def train_on_world(
     against the batch's distinct labels, a crop positive for exactly the labels equal to its own (as the gate
     counts), by `multi_positive_loss`; warm-up then cosine decay, as `train_clip`."""
     start = time.perf_counter()
-    crops, labels, misses = world_pool(rows, seed + 1)
+    crops, labels, misses, _ = world_pool(rows, seed + 1)
     pool_seconds = time.perf_counter() - start
-    init = stages.tiny_kit()["clip"]
-    if image_size or width:  # a fresh kit-shaped CLIP with another image tower (the kit's seed)
-        init = Path(output_dir) / "init"
-        build_clip(init, seed=0, image_size=image_size or 64, width=width or 8)
-    config = json.loads((Path(init) / CLIP_CONFIG_NAME).read_text(encoding="utf-8"))
-    model, preprocess, tokenizer = load_clip(init, resize=resize)
-    model.requires_grad_(True).train()
-    model.token_embedding.requires_grad_(False)
+    model, preprocess, tokenizer, config = trainable_clip(output_dir, resize, image_size, width)
     pixels = torch.stack([preprocess(c) for c in crops])
     miss_pixels = torch.stack([preprocess(c) for _, c in misses])
     miss_of = {row: k for k, (row, _) in enumerate(misses)}
@@ -156,6 +186,199 @@ def train_on_world(
     return metrics
 
 
+def train_walk_on_world(
+    output_dir: Path,
+    rows: int = 400,
+    steps: int = 600,
+    batch: int = 48,
+    lr: float = 4e-3,
+    warmup: float = 0.1,
+    seed: int = 0,
+    miss_per_batch: int = 24,
+    own_misses: int = 3,
+    walk_rows: int = 16,
+    walk_weight: float = 1.0,
+    shifted: int = 0,
+    flip: bool = False,
+    sigmoid: float = 0.0,
+    ignore_implied: bool = False,
+    constant_margin: float = 0.0,
+    resize: str = "pad",
+    image_size: int | None = None,
+    width: int | None = None,
+) -> dict:
+    """`train_on_world`'s loss (random miss crops as negatives of every label) plus the walk itself, within one image:
+    for `walk_rows` rows a step, the own label's softmax over its gold crop and that row's miss crops (the corner and
+    `own_misses` random ones), the gold crop the positive. A gold crop is drawn among the row's own and its `shifted`
+    crops; `flip` mirrors half the step's crops; `sigmoid` weighs SigLIP's pairwise sigmoid loss (a learnt temperature
+    and bias, every crop-label pair's absolute cosine, as the gate compares them) over the step's crops and labels.
+    `ignore_implied` leaves out of the talk loss each pair whose crop's own label implies the label (`implies`: "the
+    green crosses" shows a green object and a cross), which the gate counts wrong and the crop shows. `constant_margin`
+    hinges each label's mean cosine on the step's gold crops it does not name (nor is implied by) below the crops' own
+    labels' mean cosine by that margin: the gate's "no fixed label above the right one", which the softmax leaves free
+    (a label's scores over crops can all rise together)."""
+    start = time.perf_counter()
+    crops, labels, misses, variants = world_pool(rows, seed + 1, own_misses, shifted)
+    pool_seconds = time.perf_counter() - start
+    model, preprocess, tokenizer, config = trainable_clip(output_dir, resize, image_size, width)
+    golds = [torch.stack([preprocess(c) for c in [crop, *more]]) for crop, more in zip(crops, variants, strict=True)]
+    miss_pixels = torch.stack([preprocess(c) for _, c in misses])
+    misses_of: dict[int, list[int]] = {}
+    for k, (row, _) in enumerate(misses):
+        misses_of.setdefault(row, []).append(k)
+    walkable = sorted(misses_of)
+    sig_scale, sig_bias = torch.nn.Parameter(torch.tensor(math.log(10.0))), torch.nn.Parameter(torch.tensor(-10.0))
+    trained = [p for p in model.parameters() if p.requires_grad] + ([sig_scale, sig_bias] if sigmoid else [])
+    optimizer = torch.optim.AdamW(trained, lr=lr)
+    rng = np.random.default_rng([seed, 0])
+    losses, walk_losses = [], []
+    for step in range(steps):
+        done = step / steps
+        for group in optimizer.param_groups:
+            group["lr"] = lr * min(1.0, done / warmup) * 0.5 * (1 + math.cos(math.pi * done))
+        pick = rng.choice(len(crops), size=batch, replace=False)
+        walked = rng.choice(walkable, size=walk_rows, replace=False)
+        names = sorted({labels[i] for i in pick} | {labels[i] for i in walked})
+        negatives = rng.choice(len(misses), size=miss_per_batch, replace=False)
+        own = [misses_of[i] for i in walked]
+        images = torch.cat([
+            torch.stack([golds[i][int(rng.integers(len(golds[i])))] for i in pick]), miss_pixels[negatives],
+            torch.stack([golds[i][int(rng.integers(len(golds[i])))] for i in walked]),
+            miss_pixels[[k for ks in own for k in ks]],
+        ])  # fmt: skip
+        if flip:
+            mirrored = torch.from_numpy(rng.random(len(images)) < 0.5)
+            images = torch.where(mirrored[:, None, None, None], images.flip(-1), images)
+        image = torch.nn.functional.normalize(model.encode_image(images), dim=-1)
+        text = torch.nn.functional.normalize(model.encode_text(tokenizer(names)), dim=-1)
+        talked = batch + miss_per_batch
+        positives = torch.tensor(
+            [[labels[i] == n for n in names] for i in pick] + [[False] * len(names)] * miss_per_batch
+        )
+        scale = model.logit_scale.exp()
+        logits = scale * image[:talked] @ text.T
+        if ignore_implied:
+            implied = torch.tensor([[implies(labels[i], n) and labels[i] != n for n in names] for i in pick])
+            logits = logits.masked_fill(
+                torch.cat([implied, torch.zeros(miss_per_batch, len(names), dtype=torch.bool)]), float("-inf")
+            )
+        loss = multi_positive_loss(logits, positives)
+        if constant_margin:
+            cosine = image[:batch] @ text.T
+            wrong = ~positives[:batch] & (~implied if ignore_implied else True)
+            right = cosine[positives[:batch]].mean()
+            named = wrong.any(0)
+            off = (cosine * wrong).sum(0)[named] / wrong.sum(0)[named]
+            loss = loss + torch.relu(off - right + constant_margin).mean()
+        gold, rest, terms, at = image[talked : talked + walk_rows], image[talked + walk_rows :], [], 0
+        for r, (i, ks) in enumerate(zip(walked, own, strict=True)):
+            logits = scale * torch.cat([gold[r : r + 1], rest[at : at + len(ks)]]) @ text[names.index(labels[i])]
+            at += len(ks)
+            terms.append(torch.nn.functional.cross_entropy(logits[None], torch.zeros(1, dtype=torch.long)))
+        walk = torch.stack(terms).mean()
+        loss = loss + walk_weight * walk
+        if sigmoid:
+            every = torch.cat([
+                positives, torch.tensor([[labels[i] == n for n in names] for i in walked]),
+                torch.zeros(len(image) - talked - walk_rows, len(names), dtype=torch.bool),
+            ])  # fmt: skip
+            z = sig_scale.exp() * image @ text.T + sig_bias
+            loss = loss + sigmoid * -torch.nn.functional.logsigmoid(torch.where(every, z, -z)).sum(1).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():
+            model.logit_scale.clamp_(0, math.log(100))
+        losses.append(loss.item())
+        walk_losses.append(walk.item())
+    model.eval().requires_grad_(False)
+    metrics = dict(
+        initial_loss=float(np.mean(losses[:10])), final_loss=float(np.mean(losses[-10:])),
+        initial_walk_loss=float(np.mean(walk_losses[:10])), final_walk_loss=float(np.mean(walk_losses[-10:])),
+        steps=steps, crops=len(crops), misses=len(misses), pool_seconds=round(pool_seconds, 1),
+        seconds=round(time.perf_counter() - start, 1), clip_resize=resize,
+    )  # fmt: skip
+    save_clip(model, output_dir, config["model_cfg"], config["preprocess_cfg"])
+    (Path(output_dir) / METRICS_NAME).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    return metrics
+
+
+def implies(shown: str, label: str) -> bool:
+    """Whether a crop framing `shown`'s objects shows what the generic `label` names: a colour-only label ("the green
+    object") by any object of its colour, a shape-only one ("the cross") by any of its shape, one or more."""
+    words, kind = set(shown.split()), label_kind(label)
+    named = label.split()[1]  # "the green object" -> green, "the cross" -> cross
+    if kind == "colour":
+        return named in words
+    return kind == "shape" and bool({named, referent_label(named, plural=True).split()[-1]} & words)
+
+
+def trainable_clip(output_dir: Path, resize: str, image_size: int | None, width: int | None):
+    """The kit's CLIP, or a fresh kit-shaped one with another image tower (the kit's seed), ready to train; with its
+    config, for `save_clip`."""
+    init = stages.tiny_kit()["clip"]
+    if image_size or width:
+        init = Path(output_dir) / "init"
+        build_clip(init, seed=0, image_size=image_size or 64, width=width or 8)
+    config = json.loads((Path(init) / CLIP_CONFIG_NAME).read_text(encoding="utf-8"))
+    model, preprocess, tokenizer = load_clip(init, resize=resize)
+    model.requires_grad_(True).train()
+    model.token_embedding.requires_grad_(False)
+    return model, preprocess, tokenizer, config
+
+
+def label_kind(label: str) -> str:
+    """The kind of a world's zoom label (`data.synthetic.referent_label`): `sign`, `pair` (two objects), `group` (a
+    count's plural), `colour` (colour only: "the green object") or `shape` (shape only: "the triangle")."""
+    last = label.split()[-1]
+    if label == SIGN_LABEL:
+        return "sign"
+    if " and " in label:
+        return "pair"
+    return "shape" if last in SHAPES else "colour" if last == "object" else "group"
+
+
+def pixel_score(crop, label: str) -> float:
+    """A verifier that reads pixels, not words: for a label naming colours, the crop's pixels within 60 (RGB distance)
+    of a named colour; else its object pixels (a channel below 150, which the background never has). The walk's
+    ceiling for a reader of colour alone."""
+    pixels = np.asarray(crop.convert("RGB"), dtype=float)
+    named = [word for word in label.split() if word in COLOURS]
+    if not named:
+        return float((pixels.min(-1) < 150).sum())
+    return float(sum((np.linalg.norm(pixels - np.array(COLOURS[c]), axis=-1) < 60).sum() for c in named))
+
+
+def walk_by_kind(clip: Path, rows: list[dict], resize: str = "pad") -> dict[str, dict[str, float]]:
+    """Per label kind, the walk (P(label's z on its gold crop > on the gate's miss crop), ties half) of `clip` under
+    cosine and of `pixel_score`, on `rows` cut as the gate cuts them; with the crops counted."""
+    kit = stages.tiny_kit()
+    budget = pixel_budget(load_processor(kit["policy"]))
+    make_env = make_environment_factory(ToolConfig(clip_model=str(clip)).resolved(budget), budget)
+    model, preprocess, tokenizer = load_clip(clip, resize=resize)
+    calls, scenes = gold_crops(rows, make_env, TrajectoryArguments(gold_box="region"))
+    wins: dict[str, dict[str, list[float]]] = {}
+    for call, miss in zip(calls, miss_crops(calls, scenes, make_env), strict=True):
+        if miss is None:
+            continue
+        with torch.no_grad():
+            image = torch.nn.functional.normalize(
+                model.encode_image(torch.stack([preprocess(call.crop), preprocess(miss.crop)])), dim=-1
+            )
+            text = torch.nn.functional.normalize(model.encode_text(tokenizer([call.label])), dim=-1)[0]
+        scores = {
+            "clip": (image @ text).tolist(),
+            "pixels": [pixel_score(c, call.label) for c in (call.crop, miss.crop)],
+        }
+        kind = wins.setdefault(label_kind(call.label), {"clip": [], "pixels": []})
+        for how, (gold, missed) in scores.items():
+            kind[how].append(1.0 if gold > missed else 0.5 if gold == missed else 0.0)
+    return {
+        kind: {"crops": len(w["clip"]), **{how: round(float(np.mean(v)), 3) for how, v in w.items()}}
+        for kind, w in sorted(wins.items())
+    }
+
+
 def summary_line(name: str, gates: dict) -> str:
     """One line per world and scoring: talk AUC, right z vs best constant, walk AUC, pass."""
     out = []
@@ -174,6 +397,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--train", type=Path, help="train a CLIP into this directory first, then gate it")
     parser.add_argument("--train_args", nargs="*", default=[], help="train_clip keywords, key=value")
     parser.add_argument("--world", action="store_true", help="--train on the worlds' own crops (train_on_world)")
+    parser.add_argument(
+        "--walk", action="store_true", help="with --world: the walk within each image too (train_walk_on_world)"
+    )
+    parser.add_argument(
+        "--by_kind", action="store_true", help="also the walk per label kind, held-out and training rows"
+    )
     parser.add_argument("--rows", type=int, default=64, help="held-out rows per world (the experiment's gate_rows)")
     parser.add_argument("--data_root", type=Path, default=Path("outputs/clip_lab"))
     parser.add_argument("--output", type=Path)
@@ -185,7 +414,7 @@ def main(argv=None) -> dict:
         kwargs = {k: ast.literal_eval(v) for k, v in (a.split("=", 1) for a in args.train_args)}
         start = time.perf_counter()
         if args.world:
-            report["training"] = train_on_world(args.train, **kwargs)
+            report["training"] = (train_walk_on_world if args.walk else train_on_world)(args.train, **kwargs)
         else:
             kwargs.setdefault("steps", 300)
             report["training"] = train_clip(args.train, init=stages.tiny_kit()["clip"], **kwargs)
@@ -195,6 +424,32 @@ def main(argv=None) -> dict:
     report["clip"] = str(clip)
     report["gate"] = {w: gate_world(clip, world_data(args.data_root, w, args.rows), args.rows) for w in WORLDS}
     print(summary_line(clip.name, report["gate"]))
+    if args.by_kind:  # the training rows: the first of the pool's (train split, seed 1), as the trainers draw them
+        report["walk_by_kind"] = {
+            w: {
+                "held_out": walk_by_kind(
+                    clip,
+                    list(
+                        load_saved_split(str(world_data(args.data_root, w, args.rows)), "test").select(
+                            range(args.rows)
+                        )
+                    ),
+                ),
+                "training": walk_by_kind(
+                    clip,
+                    list(build_synthetic(args.rows, seed=1, split="train", **(stages.recipe_world() | WORLDS[w]))),
+                ),
+            }
+            for w in WORLDS
+        }
+        for w, sets in report["walk_by_kind"].items():
+            for which, kinds in sets.items():
+                print(
+                    f"{w:6} {which:8} "
+                    + " | ".join(
+                        f"{k} n={v['crops']} clip {v['clip']:.2f} pixels {v['pixels']:.2f}" for k, v in kinds.items()
+                    )
+                )
     if "training" in report:
         print(f"train {report['train_seconds']} s")
     output = args.output or (clip / "gate.json")

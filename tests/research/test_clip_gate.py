@@ -1,0 +1,95 @@
+"""`research.clip_gate`'s pure parts (issue 60, item 1): the label kinds the walk is reported by, the pixel reader that
+gives the walk's ceiling, and the same-size crops the walk term trains on. By hand, no CLIP."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from data.synthetic import COLOURS, SHAPES, SIGN_LABEL, referent_label
+from research.clip_gate import implies, label_kind, pixel_score, same_size_crops
+from rewards.verifiers import Scene
+from tools import PixelBudget, ToolConfig, ZoomCall, box_contains, boxes_overlap, make_environment_factory
+
+SIDE = 224
+SAME_FRAME = PixelBudget(3136, SIDE * SIDE, 28)  # the model sees a 224 px image at its own size: boxes map 1:1
+BACKGROUND = (200, 205, 210)  # as the worlds': every channel >= 160, near no `COLOURS` entry
+
+
+@pytest.mark.parametrize(
+    ("label", "kind"),
+    [
+        (SIGN_LABEL, "sign"),
+        ("the red star and the blue circle", "pair"),  # a position question's two objects
+        (referent_label("square", "yellow", plural=True), "group"),  # a count: "the yellow squares"
+        (referent_label("cross", "green", plural=True), "group"),  # "the green crosses": plural of a shape ending in s
+        (referent_label(colour="green"), "colour"),  # a shape question's referent: "the green object"
+        (referent_label("cross"), "shape"),  # a colour question's: "the cross", which ends in s but is one shape
+        (referent_label("triangle"), "shape"),
+    ],
+)
+def test_label_kind_names_each_kind_of_the_worlds_labels(label, kind):
+    assert label_kind(label) == kind
+
+
+def test_every_single_shape_and_colour_label_has_its_kind():
+    assert {label_kind(referent_label(s)) for s in SHAPES} == {"shape"}
+    assert {label_kind(referent_label(colour=c)) for c in COLOURS} == {"colour"}
+    assert {label_kind(referent_label(s, c, plural=True)) for s in SHAPES for c in COLOURS} == {"group"}
+
+
+@pytest.mark.parametrize(
+    ("shown", "label", "implied"),
+    [
+        ("the green crosses", "the cross", True),  # the plural of a shape ending in s
+        ("the green crosses", "the green object", True),
+        ("the red star and the blue circle", "the circle", True),
+        ("the red star and the blue circle", "the blue object", True),
+        ("the red star and the blue circle", "the green object", False),
+        ("the red hexagon and the green star", "the red hexagons", False),  # only generic labels are implied
+        ("the triangle", "the green object", False),  # the crop's label does not say its colour
+        (SIGN_LABEL, "the cross", False),
+        ("the cross", "the cross", True),  # the trainer keeps a crop's own label a positive
+    ],
+)
+def test_implies_reads_a_generic_label_off_the_crops_own_label(shown, label, implied):
+    assert implies(shown, label) is implied
+
+
+def test_pixel_score_counts_the_named_colours_pixels_else_every_object_pixel():
+    """An 8 x 8 background with 6 green pixels, 4 red and 2 of the sign's ink: a colour label counts its colours'
+    pixels; a label naming none counts the pixels with a channel below 150 (all 12), which the background never has."""
+    pixels = np.full((8, 8, 3), BACKGROUND, dtype=np.uint8)
+    pixels[0:2, 0:3] = COLOURS["green"]
+    pixels[5:7, 5:7] = COLOURS["red"]
+    pixels[7, 0:2] = (20, 20, 20)
+    crop = Image.fromarray(pixels)
+    assert pixel_score(crop, referent_label(colour="green")) == 6
+    assert pixel_score(crop, "the red star and the green circle") == 10
+    assert pixel_score(crop, referent_label(colour="blue")) == 0
+    assert pixel_score(crop, referent_label("triangle")) == 12
+    assert pixel_score(crop, SIGN_LABEL) == 12
+
+
+def test_same_size_crops_hold_the_whole_target_or_miss_it_at_the_gold_box_size():
+    """The tool's crops, at the gold box's size: `hold` crops contain the target, misses share no area with it; a box
+    that cannot move off the target gets no misses."""
+    make_env = make_environment_factory(ToolConfig(), SAME_FRAME)
+    image = Image.new("RGB", (SIDE, SIDE), BACKGROUND)
+    target = (100, 90, 130, 120)
+    call = ZoomCall(1, None, "the star", (80, 70, 160, 150), None)  # an 80 px gold box round the target
+    scene = Scene(image, target, "the star")
+    rng = np.random.default_rng(0)
+    held = same_size_crops(call, scene, make_env, 5, rng, hold=True)
+    missed = same_size_crops(call, scene, make_env, 5, rng, hold=False)
+    assert len(held) == 5 and len(missed) == 5
+    assert all(c.ok and c.label == "the star" for c in held + missed)
+    assert {(c.box[2] - c.box[0], c.box[3] - c.box[1]) for c in held + missed} == {(80, 80)}
+    assert len({c.crop.size for c in held + missed}) == 1  # the tool fits each to its budget alike
+    assert all(box_contains(c.box, target) for c in held)
+    assert not any(boxes_overlap(c.box, target) for c in missed)
+    assert len({c.box for c in held}) > 1 and len({c.box for c in missed}) > 1  # drawn, not one fixed place
+    huge = ZoomCall(1, None, "the star", (0, 0, 200, 200), None)  # no 200 px box of 224 avoids the middle target
+    assert same_size_crops(huge, scene, make_env, 3, rng, hold=False) == []
+    assert same_size_crops(call, scene, make_env, 0, rng, hold=True) == []
