@@ -6,10 +6,16 @@ policy, as `research.experiment.verifier_gate` runs it, under both scorings.
     python -m research.clip_gate --clip outputs/tiny/clip_trained --output outputs/clip_lab/kit.json
     python -m research.clip_gate --train outputs/clip_lab/base --train_args steps=300
     python -m research.clip_gate --world --train outputs/clip_lab/W2 --train_args rows=1000 steps=600
+    python -m research.clip_gate --world --walk --by_kind --train outputs/clip_lab/Y7 --train_args rows=1000 \
+        steps=900 shifted=2 flip=True ignore_implied=True
+    python -m research.clip_gate --world --gold_box tight --train outputs/clip_lab/T1 --train_args miss_per_batch=8
 
 `--train` trains a CLIP first and gates it: `tiny.clip.train_clip` (`make clip`'s drawn crops), or with `--world`
-`train_on_world` (crops the tool cuts from the worlds' own rows, as the gate cuts them); keyword overrides as
-`key=value`, Python literals. The lever table is research/reports/clip_gate.md.
+`train_on_world` (crops the tool cuts from the worlds' own rows, as the gate cuts them; `--walk`:
+`train_walk_on_world`, the walk within each image too); keyword overrides as `key=value`, Python literals.
+`--by_kind` adds the walk per label kind beside a reader of pixels. `--gold_box tight` trains and gates on the crops
+of the target's own box, which the tiny policy does not cut: a probe of where the gate fails, not the gate. The lever
+table is research/reports/clip_gate.md.
 """
 
 from __future__ import annotations
@@ -48,24 +54,29 @@ def world_data(root: Path, world: str, rows: int) -> Path:
     return path
 
 
-def gate_world(clip: Path, data: Path, rows: int) -> dict:
-    """`check_verifier` of `clip` on `data`'s first `rows` test rows, per scoring, as plain dicts."""
+def gate_world(clip: Path, data: Path, rows: int, gold_box: str = "region") -> dict:
+    """`check_verifier` of `clip` on `data`'s first `rows` test rows, per scoring, as plain dicts; the gold crops cut
+    with `gold_box` (`TrajectoryArguments`: the tiny SFT recipe's `region`, or `tight` to ask what a target filling
+    the crop would change)."""
     kit = stages.tiny_kit()
     budget = pixel_budget(load_processor(kit["policy"]))
     tool = ToolConfig(clip_model=str(clip)).resolved(budget)
     test = list(load_saved_split(str(data), "test").select(range(rows)))
     results = check_verifier(
-        build_verifier("clip", tool), test, make_environment_factory(tool, budget), semantic_scores=SCORES
-    )
+        build_verifier("clip", tool), test, make_environment_factory(tool, budget),
+        TrajectoryArguments(gold_box=gold_box), semantic_scores=SCORES,
+    )  # fmt: skip
     return {how: r.as_dict() for how, r in results.items()}
 
 
-def world_pool(rows: int, seed: int, own_misses: int = 0, shifted: int = 0) -> tuple[list, list[str], list, list]:
+def world_pool(
+    rows: int, seed: int, own_misses: int = 0, shifted: int = 0, gold_box: str = "region"
+) -> tuple[list, list[str], list, list]:
     """Training crops cut as the gate cuts them, from `rows` fresh rows per world (train split, `seed`, never the
     gate's test rows): each row's gold region crop with its target label; its miss crops as (row index, crop), the
     gate's corner miss first, then `own_misses` more of the same size at random places that miss the target; and
     per row `shifted` crops of the gold box's size at random places that hold the whole target (its label's positives
-    in other surroundings)."""
+    in other surroundings). `gold_box` as the gate's (`gate_world`)."""
     kit = stages.tiny_kit()
     budget = pixel_budget(load_processor(kit["policy"]))
     tool = ToolConfig(clip_model=str(kit["clip"])).resolved(budget)
@@ -74,7 +85,7 @@ def world_pool(rows: int, seed: int, own_misses: int = 0, shifted: int = 0) -> t
     crops, labels, misses, variants = [], [], [], []
     for world in WORLDS:
         data = build_synthetic(rows, seed=seed, split="train", **(stages.recipe_world() | WORLDS[world]))
-        calls, scenes = gold_crops(list(data), make_env, TrajectoryArguments(gold_box="region"))
+        calls, scenes = gold_crops(list(data), make_env, TrajectoryArguments(gold_box=gold_box))
         for call, scene, corner in zip(calls, scenes, miss_crops(calls, scenes, make_env), strict=True):
             row = len(crops)
             crops.append(call.crop)
@@ -129,12 +140,13 @@ def train_on_world(
     resize: str = "pad",
     image_size: int | None = None,
     width: int | None = None,
+    gold_box: str = "region",
 ) -> dict:
     """The kit's CLIP trained on `world_pool` crops: each step `batch` gold crops and `miss_per_batch` miss crops
     against the batch's distinct labels, a crop positive for exactly the labels equal to its own (as the gate
     counts), by `multi_positive_loss`; warm-up then cosine decay, as `train_clip`."""
     start = time.perf_counter()
-    crops, labels, misses, _ = world_pool(rows, seed + 1)
+    crops, labels, misses, _ = world_pool(rows, seed + 1, gold_box=gold_box)
     pool_seconds = time.perf_counter() - start
     model, preprocess, tokenizer, config = trainable_clip(output_dir, resize, image_size, width)
     pixels = torch.stack([preprocess(c) for c in crops])
@@ -206,6 +218,7 @@ def train_walk_on_world(
     resize: str = "pad",
     image_size: int | None = None,
     width: int | None = None,
+    gold_box: str = "region",
 ) -> dict:
     """`train_on_world`'s loss (random miss crops as negatives of every label) plus the walk itself, within one image:
     for `walk_rows` rows a step, the own label's softmax over its gold crop and that row's miss crops (the corner and
@@ -218,7 +231,7 @@ def train_walk_on_world(
     labels' mean cosine by that margin: the gate's "no fixed label above the right one", which the softmax leaves free
     (a label's scores over crops can all rise together)."""
     start = time.perf_counter()
-    crops, labels, misses, variants = world_pool(rows, seed + 1, own_misses, shifted)
+    crops, labels, misses, variants = world_pool(rows, seed + 1, own_misses, shifted, gold_box)
     pool_seconds = time.perf_counter() - start
     model, preprocess, tokenizer, config = trainable_clip(output_dir, resize, image_size, width)
     golds = [torch.stack([preprocess(c) for c in [crop, *more]]) for crop, more in zip(crops, variants, strict=True)]
@@ -349,14 +362,16 @@ def pixel_score(crop, label: str) -> float:
     return float(sum((np.linalg.norm(pixels - np.array(COLOURS[c]), axis=-1) < 60).sum() for c in named))
 
 
-def walk_by_kind(clip: Path, rows: list[dict], resize: str = "pad") -> dict[str, dict[str, float]]:
+def walk_by_kind(
+    clip: Path, rows: list[dict], resize: str = "pad", gold_box: str = "region"
+) -> dict[str, dict[str, float]]:
     """Per label kind, the walk (P(label's z on its gold crop > on the gate's miss crop), ties half) of `clip` under
     cosine and of `pixel_score`, on `rows` cut as the gate cuts them; with the crops counted."""
     kit = stages.tiny_kit()
     budget = pixel_budget(load_processor(kit["policy"]))
     make_env = make_environment_factory(ToolConfig(clip_model=str(clip)).resolved(budget), budget)
     model, preprocess, tokenizer = load_clip(clip, resize=resize)
-    calls, scenes = gold_crops(rows, make_env, TrajectoryArguments(gold_box="region"))
+    calls, scenes = gold_crops(rows, make_env, TrajectoryArguments(gold_box=gold_box))
     wins: dict[str, dict[str, list[float]]] = {}
     for call, miss in zip(calls, miss_crops(calls, scenes, make_env), strict=True):
         if miss is None:
@@ -403,6 +418,12 @@ def main(argv=None) -> dict:
     parser.add_argument(
         "--by_kind", action="store_true", help="also the walk per label kind, held-out and training rows"
     )
+    parser.add_argument(
+        "--gold_box",
+        default="region",
+        choices=("region", "tight"),
+        help="the gate's gold crops: the recipes' region, or tight (a probe, not the gate)",
+    )
     parser.add_argument("--rows", type=int, default=64, help="held-out rows per world (the experiment's gate_rows)")
     parser.add_argument("--data_root", type=Path, default=Path("outputs/clip_lab"))
     parser.add_argument("--output", type=Path)
@@ -413,7 +434,8 @@ def main(argv=None) -> dict:
     if args.train:
         kwargs = {k: ast.literal_eval(v) for k, v in (a.split("=", 1) for a in args.train_args)}
         start = time.perf_counter()
-        if args.world:
+        if args.world:  # trained on the crops it is gated on
+            kwargs.setdefault("gold_box", args.gold_box)
             report["training"] = (train_walk_on_world if args.walk else train_on_world)(args.train, **kwargs)
         else:
             kwargs.setdefault("steps", 300)
@@ -422,22 +444,22 @@ def main(argv=None) -> dict:
         report["train_args"] = args.train_args
         clip = args.train
     report["clip"] = str(clip)
-    report["gate"] = {w: gate_world(clip, world_data(args.data_root, w, args.rows), args.rows) for w in WORLDS}
+    data = {w: world_data(args.data_root, w, args.rows) for w in WORLDS}
+    report["gold_box"] = args.gold_box
+    report["gate"] = {w: gate_world(clip, data[w], args.rows, args.gold_box) for w in WORLDS}
     print(summary_line(clip.name, report["gate"]))
     if args.by_kind:  # the training rows: the first of the pool's (train split, seed 1), as the trainers draw them
         report["walk_by_kind"] = {
             w: {
                 "held_out": walk_by_kind(
                     clip,
-                    list(
-                        load_saved_split(str(world_data(args.data_root, w, args.rows)), "test").select(
-                            range(args.rows)
-                        )
-                    ),
+                    list(load_saved_split(str(data[w]), "test").select(range(args.rows))),
+                    gold_box=args.gold_box,
                 ),
                 "training": walk_by_kind(
                     clip,
                     list(build_synthetic(args.rows, seed=1, split="train", **(stages.recipe_world() | WORLDS[w]))),
+                    gold_box=args.gold_box,
                 ),
             }
             for w in WORLDS

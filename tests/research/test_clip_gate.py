@@ -1,5 +1,6 @@
-"""`research.clip_gate`'s pure parts (issue 60, item 1): the label kinds the walk is reported by, the pixel reader that
-gives the walk's ceiling, and the same-size crops the walk term trains on. By hand, no CLIP."""
+"""`research.clip_gate` (issue 60, item 1): the label kinds the walk is reported by, the pixel reader that gives the
+walk's ceiling, the same-size crops the walk term trains on (by hand), and the trainers' pool against the gate's own
+crops. No CLIP is trained or scored."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data.synthetic import COLOURS, SHAPES, SIGN_LABEL, referent_label
-from research.clip_gate import implies, label_kind, pixel_score, same_size_crops
+from data.synthetic import COLOURS, SHAPES, SIGN_LABEL, build_synthetic, referent_label
+from data.trajectories import TrajectoryArguments
+from evaluation.verifier_check import gold_crops, miss_crops
+from research.clip_gate import WORLDS, implies, label_kind, pixel_score, same_size_crops, world_pool
 from rewards.verifiers import Scene
+from tiny import stages
 from tools import PixelBudget, ToolConfig, ZoomCall, box_contains, boxes_overlap, make_environment_factory
+from utils.models import load_processor, pixel_budget
 
 SIDE = 224
 SAME_FRAME = PixelBudget(3136, SIDE * SIDE, 28)  # the model sees a 224 px image at its own size: boxes map 1:1
@@ -93,3 +98,26 @@ def test_same_size_crops_hold_the_whole_target_or_miss_it_at_the_gold_box_size()
     huge = ZoomCall(1, None, "the star", (0, 0, 200, 200), None)  # no 200 px box of 224 avoids the middle target
     assert same_size_crops(huge, scene, make_env, 3, rng, hold=False) == []
     assert same_size_crops(call, scene, make_env, 0, rng, hold=True) == []
+
+
+@pytest.mark.parametrize("gold_box", ["region", "tight"])
+def test_world_pool_trains_on_the_crops_the_gate_cuts(tiny_kit, gold_box):
+    """The pool's gold crops are the gate's (`gold_crops` with the same `gold_box`), pixel for pixel, in both worlds;
+    each row's misses start with the gate's corner miss; shifted crops and extra misses come per row as asked."""
+    crops, labels, misses, variants = world_pool(3, seed=1, own_misses=2, shifted=1, gold_box=gold_box)
+    budget = pixel_budget(load_processor(tiny_kit["policy"]))
+    make_env = make_environment_factory(ToolConfig(clip_model=str(tiny_kit["clip"])).resolved(budget), budget)
+    calls, corners = [], []
+    for world in WORLDS:
+        rows = list(build_synthetic(3, seed=1, split="train", **(stages.recipe_world() | WORLDS[world])))
+        got, scenes = gold_crops(rows, make_env, TrajectoryArguments(gold_box=gold_box))
+        calls += got
+        corners += miss_crops(got, scenes, make_env)
+    assert labels == [c.label for c in calls]
+    assert all(np.array_equal(np.asarray(a), np.asarray(c.crop)) for a, c in zip(crops, calls, strict=True))
+    assert len(variants) == len(crops) and all(len(v) <= 1 for v in variants)
+    for row, corner in enumerate(corners):
+        own = [crop for r, crop in misses if r == row]
+        if corner is not None:
+            assert own and np.array_equal(np.asarray(own[0]), np.asarray(corner.crop))
+        assert len(own) <= 3
