@@ -34,8 +34,8 @@ from configs import ToolConfig
 from data.benchmarks import load_saved_split
 from data.synthetic import COLOURS, SHAPES, SIGN_LABEL, build_synthetic, referent_label
 from data.trajectories import TrajectoryArguments, seen_box
-from evaluation.verifier_check import check_verifier, gold_crops, miss_crops
-from rewards.verifiers import build_verifier
+from evaluation.verifier_check import gold_crops, miss_crops, score_gate
+from rewards.verifiers import Scene, build_verifier
 from tiny import stages
 from tiny.clip import METRICS_NAME, multi_positive_loss, train_clip
 from tiny.kit import build_clip
@@ -62,11 +62,38 @@ def gate_world(clip: Path, data: Path, rows: int, gold_box: str = "region") -> d
     budget = pixel_budget(load_processor(kit["policy"]))
     tool = ToolConfig(clip_model=str(clip)).resolved(budget)
     test = list(load_saved_split(str(data), "test").select(range(rows)))
-    results = check_verifier(
-        build_verifier("clip", tool), test, make_environment_factory(tool, budget),
-        TrajectoryArguments(gold_box=gold_box), semantic_scores=SCORES,
-    )  # fmt: skip
+    make_env = make_environment_factory(tool, budget)
+    calls, scenes = cut_gold(test, make_env, gold_box)
+    results = score_gate(build_verifier("clip", tool), calls, scenes, make_env, SCORES, None)
     return {how: r.as_dict() for how, r in results.items()}
+
+
+def cut_gold(rows: list[dict], make_env, gold_box: str) -> tuple[list, list]:
+    """Per row, the tool's gold crop and its `Scene`, as `gold_crops` cuts them: `gold_box` "region" (the tiny SFT
+    recipe's) or "tight" (`TrajectoryArguments`), or a number: a square of that many original pixels centred on the
+    target, grown to hold it and moved inside the image (the crop a finer hint grid would have the policy cut)."""
+    if not gold_box.isdigit():
+        return gold_crops(rows, make_env, TrajectoryArguments(gold_box=gold_box))
+    calls, scenes = [], []
+    for row in rows:
+        env = make_env()
+        env.reset(**row)
+        box = framing_box(row["target_bbox"], env.image.size, int(gold_box))
+        env.image_zoom_in_tool(bbox_2d=seen_box(box, env.image.size, env.box_frame), label=row["target_label"])
+        if env.calls[-1].ok:
+            calls.append(env.calls[-1])
+            scenes.append(Scene(env.image, row["target_bbox"], row["target_label"]))
+    return calls, scenes
+
+
+def framing_box(target: list[float], image_size: tuple[int, int], side: int) -> tuple[int, int, int, int]:
+    """A square of `side` pixels (each side at least the target's, at most the image's) centred on `target`, moved
+    inside the image."""
+    (width, height), (x1, y1, x2, y2) = image_size, target
+    w, h = min(max(side, math.ceil(x2 - x1)), width), min(max(side, math.ceil(y2 - y1)), height)
+    left = min(max(round((x1 + x2 - w) / 2), 0), width - w)
+    top = min(max(round((y1 + y2 - h) / 2), 0), height - h)
+    return left, top, left + w, top + h
 
 
 def world_pool(
@@ -85,7 +112,7 @@ def world_pool(
     crops, labels, misses, variants = [], [], [], []
     for world in WORLDS:
         data = build_synthetic(rows, seed=seed, split="train", **(stages.recipe_world() | WORLDS[world]))
-        calls, scenes = gold_crops(list(data), make_env, TrajectoryArguments(gold_box=gold_box))
+        calls, scenes = cut_gold(list(data), make_env, gold_box)
         for call, scene, corner in zip(calls, scenes, miss_crops(calls, scenes, make_env), strict=True):
             row = len(crops)
             crops.append(call.crop)
@@ -371,7 +398,7 @@ def walk_by_kind(
     budget = pixel_budget(load_processor(kit["policy"]))
     make_env = make_environment_factory(ToolConfig(clip_model=str(clip)).resolved(budget), budget)
     model, preprocess, tokenizer = load_clip(clip, resize=resize)
-    calls, scenes = gold_crops(rows, make_env, TrajectoryArguments(gold_box=gold_box))
+    calls, scenes = cut_gold(rows, make_env, gold_box)
     wins: dict[str, dict[str, list[float]]] = {}
     for call, miss in zip(calls, miss_crops(calls, scenes, make_env), strict=True):
         if miss is None:
@@ -421,8 +448,8 @@ def main(argv=None) -> dict:
     parser.add_argument(
         "--gold_box",
         default="region",
-        choices=("region", "tight"),
-        help="the gate's gold crops: the recipes' region, or tight (a probe, not the gate)",
+        help="the gate's gold crops: the recipes' region; tight, or a square side in pixels round the target, are "
+        "probes, not the gate",
     )
     parser.add_argument("--rows", type=int, default=64, help="held-out rows per world (the experiment's gate_rows)")
     parser.add_argument("--data_root", type=Path, default=Path("outputs/clip_lab"))

@@ -11,7 +11,16 @@ from PIL import Image
 from data.synthetic import COLOURS, SHAPES, SIGN_LABEL, build_synthetic, referent_label
 from data.trajectories import TrajectoryArguments
 from evaluation.verifier_check import gold_crops, miss_crops
-from research.clip_gate import WORLDS, implies, label_kind, pixel_score, same_size_crops, world_pool
+from research.clip_gate import (
+    WORLDS,
+    cut_gold,
+    framing_box,
+    implies,
+    label_kind,
+    pixel_score,
+    same_size_crops,
+    world_pool,
+)
 from rewards.verifiers import Scene
 from tiny import stages
 from tools import PixelBudget, ToolConfig, ZoomCall, box_contains, boxes_overlap, make_environment_factory
@@ -121,3 +130,28 @@ def test_world_pool_trains_on_the_crops_the_gate_cuts(tiny_kit, gold_box):
         if corner is not None:
             assert own and np.array_equal(np.asarray(own[0]), np.asarray(corner.crop))
         assert len(own) <= 3
+
+
+def test_framing_box_is_a_square_of_the_side_round_the_target_inside_the_image():
+    """By hand, on a 300 x 200 image: centred; moved in at an edge; grown to a target larger than the side; cut to the
+    image when the side exceeds it."""
+    assert framing_box([140, 90, 160, 110], (300, 200), 60) == (120, 70, 180, 130)
+    assert framing_box([0, 0, 20, 20], (300, 200), 60) == (0, 0, 60, 60)
+    assert framing_box([270, 170, 300, 200], (300, 200), 60) == (240, 140, 300, 200)
+    assert framing_box([100, 50, 200, 90], (300, 200), 60) == (100, 40, 200, 100)  # 100 wide: the target's width
+    assert framing_box([140, 90, 160, 110], (300, 200), 500) == (0, 0, 300, 200)
+
+
+def test_cut_gold_by_side_frames_each_target_in_a_box_of_that_side():
+    """A numeric `gold_box`: each row's crop is the tool's call on the framing box, with the row's label; every box
+    holds its target and has the side asked (the seen frame is the image here, so boxes map 1:1)."""
+    make_env = make_environment_factory(ToolConfig(), SAME_FRAME)
+    image = Image.new("RGB", (SIDE, SIDE), BACKGROUND)
+    targets = [[10, 10, 30, 30], [100, 90, 130, 120], [190, 200, 224, 224]]
+    rows = [{"image": image, "target_bbox": t, "target_label": f"the star {i}"} for i, t in enumerate(targets)]
+    calls, scenes = cut_gold(rows, make_env, "64")
+    assert [c.label for c in calls] == [r["target_label"] for r in rows]
+    assert [s.target_bbox for s in scenes] == targets
+    for call, target in zip(calls, targets, strict=True):
+        assert call.ok and box_contains(call.box, target)
+        assert (call.box[2] - call.box[0], call.box[3] - call.box[1]) == (64, 64)
