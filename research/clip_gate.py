@@ -37,10 +37,10 @@ from data.trajectories import TrajectoryArguments, seen_box
 from evaluation.verifier_check import gold_crops, miss_crops, score_gate
 from rewards.verifiers import Scene, build_verifier
 from tiny import stages
-from tiny.clip import METRICS_NAME, multi_positive_loss, train_clip
+from tiny.clip import multi_positive_loss, save_trained, train_clip, warmup_cosine
 from tiny.kit import build_clip
 from tools import boxes_overlap, make_environment_factory
-from utils.models import CLIP_CONFIG_NAME, load_clip, load_processor, pixel_budget, save_clip
+from utils.models import CLIP_CONFIG_NAME, load_clip, load_processor, pixel_budget
 
 WORLDS = {"demo": {}, "curves": {"min_size": 768, "max_size": 768}}  # `build_synthetic` keywords over the SFT recipe's
 SCORES = ("cosine", "contrastive")
@@ -185,7 +185,7 @@ def train_on_world(
     for step in range(steps):
         done = step / steps
         for group in optimizer.param_groups:
-            group["lr"] = lr * min(1.0, done / warmup) * 0.5 * (1 + math.cos(math.pi * done))
+            group["lr"] = warmup_cosine(lr, done, warmup)
         pick = rng.choice(len(crops), size=batch, replace=False)
         names = sorted({labels[i] for i in pick})
         positives = torch.tensor(
@@ -220,8 +220,7 @@ def train_on_world(
         crops=len(crops), misses=len(misses), pool_seconds=round(pool_seconds, 1),
         seconds=round(time.perf_counter() - start, 1), clip_resize=resize,
     )  # fmt: skip
-    save_clip(model, output_dir, config["model_cfg"], config["preprocess_cfg"])
-    (Path(output_dir) / METRICS_NAME).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    save_trained(model, output_dir, config, metrics)
     return metrics
 
 
@@ -275,7 +274,7 @@ def train_walk_on_world(
     for step in range(steps):
         done = step / steps
         for group in optimizer.param_groups:
-            group["lr"] = lr * min(1.0, done / warmup) * 0.5 * (1 + math.cos(math.pi * done))
+            group["lr"] = warmup_cosine(lr, done, warmup)
         pick = rng.choice(len(crops), size=batch, replace=False)
         walked = rng.choice(walkable, size=walk_rows, replace=False)
         names = sorted({labels[i] for i in pick} | {labels[i] for i in walked})
@@ -338,8 +337,7 @@ def train_walk_on_world(
         steps=steps, crops=len(crops), misses=len(misses), pool_seconds=round(pool_seconds, 1),
         seconds=round(time.perf_counter() - start, 1), clip_resize=resize,
     )  # fmt: skip
-    save_clip(model, output_dir, config["model_cfg"], config["preprocess_cfg"])
-    (Path(output_dir) / METRICS_NAME).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    save_trained(model, output_dir, config, metrics)
     return metrics
 
 

@@ -13,7 +13,15 @@ import torch
 import tiny.clip
 from tests.tolerance import approx
 from tiny import stages
-from tiny.clip import METRICS_NAME, Referent, make_batch, multi_positive_loss, referents, train_clip
+from tiny.clip import (
+    METRICS_NAME,
+    Referent,
+    make_batch,
+    multi_positive_loss,
+    referents,
+    train_clip,
+    warmup_cosine,
+)
 from utils.models import load_clip
 
 SMALL = {"colours": ("red", "blue", "green"), "shapes": ("circle", "square"), "words": ("CAT", "SUN")}
@@ -61,6 +69,15 @@ def test_multi_positive_loss_by_hand():
     expected = (math.log(5 / 4) + (math.log(5) + math.log(4 / 3)) / 2) / 2
     # float32 log-sum-exps over <= 3 logits, their differences (log 5 - log 4 = 0.22: condition ~14), two means
     assert multi_positive_loss(logits, positives).item() == approx(expected, terms=12, condition=14)
+
+
+def test_warmup_cosine_by_hand():
+    """Linear to lr over the warm-up, then lr * (1 + cos(pi * done)) / 2: half way, lr / 2; at the end, zero."""
+    assert warmup_cosine(4e-3, 0.0, 0.1) == 0.0
+    # float64, a few operations: relative error of a few ulp
+    assert warmup_cosine(4e-3, 0.05, 0.1) == approx(2e-3 * 0.5 * (1 + math.cos(math.pi * 0.05)), torch.float64)
+    assert warmup_cosine(4e-3, 0.5, 0.1) == approx(2e-3, torch.float64)  # cos(pi / 2) is 6e-17, not 0
+    assert warmup_cosine(4e-3, 1.0, 0.1) == 0.0  # cos(pi) is exactly -1 in float64
 
 
 def test_training_learns_the_labels_and_saves_a_loadable_clip(tiny_kit, tmp_path):

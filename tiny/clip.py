@@ -227,6 +227,18 @@ def retrieval_accuracy(model, preprocess, tokenizer, batches: Sequence[Batch]) -
     return metrics
 
 
+def warmup_cosine(lr: float, done: float, warmup: float) -> float:
+    """The learning rate `done` of the way through a run: a linear rise to `lr` over the first `warmup` fraction, then
+    cosine decay to zero (without the warm-up, 5e-3 collapses)."""
+    return lr * min(1.0, done / warmup) * 0.5 * (1 + math.cos(math.pi * done))
+
+
+def save_trained(model, output_dir: str | os.PathLike, config: dict, metrics: dict) -> None:
+    """`model` saved to `output_dir` in `init`'s layout (`config`: its `CLIP_CONFIG_NAME` JSON), with `metrics`."""
+    save_clip(model, output_dir, config["model_cfg"], config["preprocess_cfg"])
+    (Path(output_dir) / METRICS_NAME).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+
+
 def train_clip(
     output_dir: str | os.PathLike, *, init: str | os.PathLike = KIT_CLIP, seconds: float = 60.0,
     steps: int | None = None, seed: int = 0, lr: float = 4e-3, warmup: float = 0.1,
@@ -261,9 +273,9 @@ def train_clip(
         return len(losses) / steps if steps is not None else (time.perf_counter() - start) / seconds
 
     while (done := progress()) < 1:
-        # Warm-up, then cosine decay to zero over the run, whatever its length; without the warm-up, 5e-3 collapses.
+        # Warm-up, then cosine decay to zero over the run, whatever its length.
         for group in optimizer.param_groups:
-            group["lr"] = lr * min(1.0, done / warmup) * 0.5 * (1 + math.cos(math.pi * done))
+            group["lr"] = warmup_cosine(lr, done, warmup)
         batch = make_batch(pool, per_kind, empty, rng, colours, shapes, words)
         image, text = _encode(model, preprocess, tokenizer, batch)
         loss = multi_positive_loss(model.logit_scale.exp() * image @ text.T, batch.positives)
@@ -282,6 +294,5 @@ def train_clip(
     metrics |= dict(
         initial_loss=first, final_loss=last, steps=len(losses), seconds=round(elapsed, 1), clip_resize=resize
     )
-    save_clip(model, output_dir, config["model_cfg"], config["preprocess_cfg"])
-    (Path(output_dir) / METRICS_NAME).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    save_trained(model, output_dir, config, metrics)
     return metrics
